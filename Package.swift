@@ -1,0 +1,109 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+/// Strict settings applied to every Swift target.
+let strictSettings: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "StateServer",
+    platforms: [.macOS(.v15)],
+    products: [
+        // The store core: no HTTP, no C. Embed it in an app or another server.
+        .library(name: "StateStore", targets: ["StateStore"]),
+        // The four example features shipped with the server.
+        .library(name: "ExampleFeatures", targets: ["ExampleFeatures"]),
+        .executable(name: "state-server", targets: ["state-server"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(
+            url: "https://github.com/apple/swift-configuration", from: "1.4.0",
+            traits: [.defaults, "YAML"]
+        ),
+    ],
+    targets: [
+        // MARK: Store core (library, no HTTP, no C)
+        .target(
+            name: "StateStore",
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "ExampleFeatures",
+            dependencies: ["StateStore"],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: The C bridge (the only place with MHD_* and Unsafe*)
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        .target(
+            name: "CMicroHTTPDShim",
+            dependencies: ["CMicroHTTPD"]
+        ),
+        .target(
+            name: "MicroHTTP",
+            dependencies: [
+                "CMicroHTTPD", "CMicroHTTPDShim",
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: Sessions, event hub, idempotency (no HTTP)
+        .target(
+            name: "StateSessions",
+            dependencies: [
+                "StateStore",
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: Routes of the v1 contract over MicroHTTP
+        .target(
+            name: "StateServerHTTP",
+            dependencies: [
+                "StateStore", "StateSessions", "MicroHTTP",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: The executable
+        .executableTarget(
+            name: "state-server",
+            dependencies: [
+                "StateServerHTTP", "ExampleFeatures", "StateStore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: Tests
+        .testTarget(
+            name: "StateStoreTests",
+            dependencies: ["StateStore"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "ExampleFeaturesTests",
+            dependencies: ["ExampleFeatures", "StateStore"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "StateServerIntegrationTests",
+            dependencies: ["state-server"],
+            swiftSettings: strictSettings
+        ),
+    ]
+)
