@@ -1,0 +1,1 @@
+#include "mhd_shim.h"

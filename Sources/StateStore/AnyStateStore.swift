@@ -1,0 +1,182 @@
+import Foundation
+
+/// One applied change as JSON bytes, encoded once and shared by the response to the caller
+/// and by every observer.
+public struct EncodedChange: Sendable {
+    public let feature: String
+    public let version: Int
+    /// `dispatch`, `rehydrate` or `reset`.
+    public let cause: String
+    /// The action as a tagged object, for dispatches.
+    public let action: [UInt8]?
+    public let state: [UInt8]
+    /// The one-shot effect as a tagged object, if the change produced one.
+    public let effect: [UInt8]?
+
+    init<State: Encodable, Action: Encodable, Effect: Encodable>(
+        feature: String, change: StoreChange<State, Action, Effect>, currentVersion: Int
+    ) throws(StoreError) {
+        self.feature = feature
+        self.version = change.version
+        self.cause = change.cause.name
+        do {
+            state = try JSONCoding.encode(change.state)
+            if case .dispatch(let action) = change.cause {
+                self.action = try Self.tagged(action)
+            } else {
+                self.action = nil
+            }
+            effect = try change.effect.map(Self.tagged)
+        } catch {
+            throw StoreError(
+                .encodingFailed, "the change could not be encoded as JSON: \(error)",
+                currentVersion: currentVersion)
+        }
+    }
+
+    static func tagged<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let plain = try JSONDecoder().decode(JSONValue.self, from: JSONCoding.encoder().encode(value))
+        return try JSONCoding.encode(TaggedJSON.tag(plain))
+    }
+}
+
+/// A store seen through JSON, whatever its feature's types: what a server needs to host any
+/// registered feature. `DefaultStateStore` conforms.
+public protocol AnyStateStore: AnyObject, Sendable {
+    var featureName: String { get }
+    /// The current state as JSON bytes and its version, read together.
+    func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int)
+    /// Decodes a tagged action object and applies it.
+    func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
+    /// Decodes a state and rehydrates the store with it.
+    func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
+    func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange
+    func addJSONObserver(_ observer: @escaping @Sendable (EncodedChange) -> Void) -> ObserverToken
+    func removeObserver(_ token: ObserverToken)
+}
+
+extension DefaultStateStore: AnyStateStore {
+    public var featureName: String { feature.name }
+
+    public func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int) {
+        let (state, version) = current
+        do {
+            return (try JSONCoding.encode(state), version)
+        } catch {
+            throw StoreError(.encodingFailed, "the state could not be encoded: \(error)", currentVersion: version)
+        }
+    }
+
+    public func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
+        let decoded = try Self.decodeAction(action, version: version)
+        // `encode: true` always yields an encoded change.
+        guard let encoded = try dispatch(decoded, ifVersion: ifVersion, encode: true).encoded else {
+            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
+        }
+        return encoded
+    }
+
+    public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
+        let decoded: F.State
+        do {
+            decoded = try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(state))
+        } catch {
+            throw StoreError(
+                .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
+                currentVersion: version)
+        }
+        return try encodedApply(ifVersion: ifVersion) { _, _ in (decoded, nil, .rehydrate) }
+    }
+
+    public func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange {
+        try encodedApply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
+    }
+
+    private func encodedApply(
+        ifVersion: Int?,
+        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
+    ) throws(StoreError) -> EncodedChange {
+        guard let encoded = try apply(ifVersion: ifVersion, encode: true, next).encoded else {
+            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
+        }
+        return encoded
+    }
+
+    /// Decodes a tagged action (`{"type": "set", "value": 3}`) as the feature's `Action`, with a
+    /// message naming the field at fault.
+    static func decodeAction(_ json: JSONValue, version: Int) throws(StoreError) -> F.Action {
+        guard case .object(let fields) = json else {
+            throw StoreError(.invalidAction, "the action must be a JSON object, not \(json.typeName)", currentVersion: version)
+        }
+        guard let typeValue = fields["type"] else {
+            throw StoreError(.invalidAction, "the action is missing the field 'type'", currentVersion: version)
+        }
+        guard case .string(let type) = typeValue, let untagged = TaggedJSON.untag(json)?.untagged else {
+            throw StoreError(
+                .invalidAction, "the action's field 'type' must be a string, not \(typeValue.typeName)",
+                currentVersion: version)
+        }
+        do {
+            return try JSONDecoder().decode(F.Action.self, from: JSONCoding.encoder().encode(untagged))
+        } catch let error as DecodingError {
+            throw StoreError(.invalidAction, DecodingErrorText.action(type: type, error), currentVersion: version)
+        } catch {
+            throw StoreError(.invalidAction, "the action '\(type)' does not decode: \(error)", currentVersion: version)
+        }
+    }
+}
+
+/// Human sentences for `DecodingError`s, naming the field at fault.
+enum DecodingErrorText {
+    static func path(_ keys: [any CodingKey]) -> String {
+        keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
+            .replacingOccurrences(of: ".[", with: "[")
+    }
+
+    /// For an action decoded from `{type: {...fields}}`: the first path element is the type.
+    static func action(type: String, _ error: DecodingError) -> String {
+        func field(_ keys: [any CodingKey]) -> String { path(Array(keys.dropFirst())) }
+        switch error {
+        case .keyNotFound(let key, let context):
+            if context.codingPath.isEmpty { return "unknown action type '\(type)'" }
+            return "the action '\(type)' is missing the field '\(field(context.codingPath + [key]))'"
+        case .typeMismatch(let expected, let context):
+            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+            return "the field '\(field(context.codingPath))' of action '\(type)' must be \(typeName(expected))"
+        case .valueNotFound(let expected, let context):
+            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+            return "the field '\(field(context.codingPath))' of action '\(type)' must be \(typeName(expected)), not null"
+        case .dataCorrupted(let context):
+            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+            return "the field '\(field(context.codingPath))' of action '\(type)' is invalid: \(context.debugDescription)"
+        @unknown default:
+            return "the action '\(type)' does not decode"
+        }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "missing field '\(path(context.codingPath + [key]))'"
+        case .typeMismatch(let expected, let context):
+            return "field '\(path(context.codingPath))' must be \(typeName(expected))"
+        case .valueNotFound(let expected, let context):
+            return "field '\(path(context.codingPath))' must be \(typeName(expected)), not null"
+        case .dataCorrupted(let context):
+            return "field '\(path(context.codingPath))' is invalid: \(context.debugDescription)"
+        @unknown default:
+            return "\(error)"
+        }
+    }
+
+    static func typeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "a boolean"
+        case is Int.Type, is Int64.Type, is Int32.Type, is UInt.Type, is UInt64.Type: "an integer"
+        case is Double.Type, is Float.Type: "a number"
+        default: "of type \(type)"
+        }
+    }
+}

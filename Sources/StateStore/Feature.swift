@@ -1,0 +1,86 @@
+import Synchronization
+
+/// The result of applying one action: the next state and an optional one-shot effect
+/// (for example a toast), delivered once to observers of that change.
+public struct StateContainer<State: Sendable, Effect: Sendable>: Sendable {
+    public var state: State
+    public var effect: Effect?
+
+    public init(_ state: State, effect: Effect? = nil) {
+        self.state = state
+        self.effect = effect
+    }
+}
+
+/// A reducer refused an action because it breaks a rule of the feature (toggling a todo that
+/// does not exist, a counter that would overflow). Nothing is applied.
+public struct ActionRejected: Error, Sendable, Equatable {
+    public var message: String
+
+    public init(_ message: String) {
+        self.message = message
+    }
+}
+
+/// The deterministic heart of a feature: `(action, state) -> (state, effect)`.
+///
+/// A reducer does no I/O and reads no clock or random source: replaying the same actions gives
+/// the same states. Asynchronous work (a network call, a timer) is *declared* through
+/// `dispatch.run { send in ... }`; the store starts it after the change is applied, outside the
+/// store, and the work reports back by sending follow-up actions.
+public protocol StateReducer<State, Action, Effect>: Sendable {
+    associatedtype State: Codable & Sendable
+    associatedtype Action: Codable & Sendable
+    associatedtype Effect: Codable & Sendable = Never
+
+    func reduce(
+        _ action: Action, state: State, dispatch: Dispatcher<Action>
+    ) throws(ActionRejected) -> StateContainer<State, Effect>
+}
+
+/// A named state machine: a reducer with a name and an initial state.
+///
+/// `Action` and `Effect` are enums with labeled associated values; on the wire they are tagged
+/// objects (`{"type": "increment", "by": 2}`), see ``TaggedJSON``.
+public protocol Feature: StateReducer {
+    /// The feature's name in URLs and JSON (`counter`, `todos`).
+    var name: String { get }
+    /// The state a new store starts from, at version 0.
+    var initialState: State { get }
+}
+
+/// Follow-up actions sent back to the store by asynchronous work.
+public struct Send<Action: Sendable>: Sendable {
+    private let body: @Sendable (Action) async -> Void
+
+    public init(_ body: @escaping @Sendable (Action) async -> Void) {
+        self.body = body
+    }
+
+    public func callAsFunction(_ action: Action) async {
+        await body(action)
+    }
+}
+
+/// Handed to a reducer so it can declare asynchronous work. The work runs after the change is
+/// applied, never inside the reducer, and not at all when the store replays history with side
+/// effects off.
+public final class Dispatcher<Action: Sendable>: Sendable {
+    public typealias Work = @Sendable (_ send: Send<Action>) async -> Void
+    private let works = Mutex<[Work]>([])
+
+    public init() {}
+
+    /// Declares asynchronous work that may send follow-up actions.
+    public func run(_ work: @escaping Work) {
+        works.withLock { $0.append(work) }
+    }
+
+    /// The work declared so far, emptied.
+    package func take() -> [Work] {
+        works.withLock { list in
+            defer { list = [] }
+            return list
+        }
+    }
+}

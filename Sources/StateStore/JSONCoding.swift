@@ -1,0 +1,88 @@
+import Foundation
+
+/// The JSON encoders and decoders the store uses, in one place so every byte it writes has the
+/// same shape (sorted keys, no escaped slashes).
+public enum JSONCoding {
+    public static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+
+    /// Encodes a value to UTF-8 JSON bytes.
+    public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        Array(try encoder().encode(value))
+    }
+
+    /// Parses UTF-8 JSON bytes into a `JSONValue`; `nil` when they are not JSON.
+    public static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    /// Appends `string` as a JSON string literal (with quotes) to `out`.
+    public static func appendString(_ string: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
+            case UInt8(ascii: "\\"): out.append(contentsOf: [92, 92])
+            case 0x0A: out.append(contentsOf: [92, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [92, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [92, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// `string` as a JSON string literal.
+    public static func quoted(_ string: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(string.utf8.count + 2)
+        appendString(string, to: &out)
+        return out
+    }
+}
+
+/// Builds a JSON object byte by byte from fields whose values are already JSON bytes, so an
+/// encoded state is spliced into responses and events without being encoded again.
+public struct JSONObjectWriter {
+    public private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var first = true
+
+    public init(capacity: Int = 128) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    private mutating func key(_ key: String) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        JSONCoding.appendString(key, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// A field whose value is raw JSON bytes (`null` when `nil`).
+    public mutating func raw(_ name: String, _ json: [UInt8]?) {
+        key(name)
+        if let json { bytes.append(contentsOf: json) } else { bytes.append(contentsOf: Array("null".utf8)) }
+    }
+
+    public mutating func string(_ name: String, _ value: String) {
+        key(name)
+        JSONCoding.appendString(value, to: &bytes)
+    }
+
+    public mutating func int(_ name: String, _ value: Int) {
+        key(name)
+        bytes.append(contentsOf: Array(String(value).utf8))
+    }
+
+    /// The finished object.
+    public consuming func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+}
