@@ -1,1 +1,68 @@
 #include "mhd_shim.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
+                                   MHD_AccessHandlerCallback handler, void *handler_cls,
+                                   MHD_RequestCompletedCallback completed, void *completed_cls,
+                                   char *error, size_t error_size) {
+    struct addrinfo hints;
+    struct addrinfo *found = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(config->host, NULL, &hints, &found);
+    if (rc != 0 || found == NULL) {
+        snprintf(error, error_size, "cannot resolve host '%s': %s", config->host, gai_strerror(rc));
+        return NULL;
+    }
+    struct sockaddr_storage address;
+    memset(&address, 0, sizeof address);
+    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    if (found->ai_family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&address;
+        memcpy(in6, found->ai_addr, sizeof *in6);
+        in6->sin6_port = htons(config->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&address;
+        memcpy(in4, found->ai_addr, sizeof *in4);
+        in4->sin_port = htons(config->port);
+    }
+    freeaddrinfo(found);
+
+    struct MHD_OptionItem options[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, &address},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls},
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)config->connection_limit, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)config->connection_timeout, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL},
+        {MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL},
+        {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)(config->thread_pool_size > 1 ? config->thread_pool_size : 0), NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (config->thread_pool_size <= 1) {
+        /* no pool: drop the THREAD_POOL_SIZE entry */
+        options[6].option = MHD_OPTION_END;
+    }
+    errno = 0;
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, config->port, NULL, NULL, handler, handler_cls,
+                                                 MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+    if (daemon == NULL) {
+        int saved = errno;
+        snprintf(error, error_size, "cannot listen on %s port %u: %s", config->host,
+                 (unsigned)config->port, saved != 0 ? strerror(saved) : "libmicrohttpd refused to start");
+    }
+    return daemon;
+}
+
+uint16_t ss_daemon_port(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info == NULL ? 0 : info->port;
+}

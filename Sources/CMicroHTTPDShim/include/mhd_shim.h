@@ -1,1 +1,40 @@
+#ifndef STATESERVER_MHD_SHIM_H
+#define STATESERVER_MHD_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <microhttpd.h>
+
+/// Settings for ss_start_daemon. Every field has the exact C width MHD reads.
+typedef struct ss_daemon_config {
+    /// Numeric or named host to bind ("127.0.0.1", "::1", "0.0.0.0", "localhost").
+    const char *host;
+    uint16_t port;
+    /// Worker threads, each with its own epoll set (0 or 1: a single internal thread).
+    unsigned int thread_pool_size;
+    /// Maximum concurrent connections over all workers.
+    unsigned int connection_limit;
+    /// Seconds of inactivity before an (unsuspended) connection is closed; 0 = never.
+    unsigned int connection_timeout;
+    /// Bytes of memory per connection (headers, read buffer, chunk buffer).
+    size_t connection_memory_limit;
+} ss_daemon_config;
+
+/// Starts an epoll daemon with suspend/resume enabled. On failure returns NULL and writes a
+/// reason into `error` (at most `error_size` bytes, NUL-terminated).
+struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
+                                   MHD_AccessHandlerCallback handler, void *handler_cls,
+                                   MHD_RequestCompletedCallback completed, void *completed_cls,
+                                   char *error, size_t error_size);
+
+/// The port the daemon is bound to (useful with port 0), or 0 if unknown.
+uint16_t ss_daemon_port(struct MHD_Daemon *daemon);
+
+/// MHD_CONTENT_READER_END_OF_STREAM and _WITH_ERROR, which Swift cannot import as macros.
+static const ssize_t ss_content_reader_end_of_stream = -1;
+static const ssize_t ss_content_reader_end_with_error = -2;
+/// MHD_SIZE_UNKNOWN.
+static const uint64_t ss_size_unknown = UINT64_MAX;
+
+#endif

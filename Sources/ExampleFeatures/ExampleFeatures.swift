@@ -1,0 +1,17 @@
+import StateStore
+
+/// The four example features shipped with the server: `counter`, `todos`, `settings` and
+/// `login`. Copy one to write your own.
+public enum ExampleFeatures {
+    /// A registry with the example features, in the order counter, todos, settings, login.
+    ///
+    /// - Parameter loginCheckDelay: how long the login feature's simulated credential check takes.
+    public static func registry(loginCheckDelay: Duration = .milliseconds(200)) throws -> FeatureRegistry {
+        var registry = FeatureRegistry()
+        try registry.register(CounterFeature())
+        try registry.register(TodosFeature())
+        try registry.register(SettingsFeature())
+        try registry.register(LoginFeature(checkDelay: loginCheckDelay))
+        return registry
+    }
+}

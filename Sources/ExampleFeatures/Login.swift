@@ -1,0 +1,129 @@
+import StateStore
+
+/// A login form with a simulated credential check: the example of asynchronous work.
+///
+/// Wire shape:
+/// - state: `{"username": "", "isLoading": false, "isLoggedIn": false, "error": null}`
+/// - actions: `{"type": "submit", "username": "ada", "password": "..."}`, `{"type": "logout"}`,
+///   and the check's results `{"type": "succeeded"}` and `{"type": "failed", "reason": "..."}`
+/// - effect: `{"type": "toast", "message": "..."}` when a check fails
+///
+/// `submit` does not decide anything itself: it sets `isLoading` and *declares* the check with
+/// `dispatch.run`. The store runs the check after the change, outside the store; after
+/// `checkDelay` the check sends `succeeded` (a non-blank username and a password of at least
+/// 8 characters) or `failed`. The reducer accepts those results only while a check is in
+/// flight, so a client cannot log itself in by sending `succeeded`.
+public struct LoginFeature: Feature {
+    public let name = "login"
+    public let initialState = State()
+
+    /// How long the simulated credential check takes.
+    public let checkDelay: Duration
+
+    /// The fewest characters a password may have.
+    public static let minimumPasswordLength = 8
+
+    public init(checkDelay: Duration = .milliseconds(200)) {
+        self.checkDelay = checkDelay
+    }
+
+    public struct State: Codable, Sendable, Equatable {
+        public var username: String
+        /// A credential check is in flight.
+        public var isLoading: Bool
+        public var isLoggedIn: Bool
+        /// Why the last check failed; `null` on the wire when there is none.
+        public var error: String?
+
+        public init(username: String = "", isLoading: Bool = false, isLoggedIn: Bool = false, error: String? = nil) {
+            self.username = username
+            self.isLoading = isLoading
+            self.isLoggedIn = isLoggedIn
+            self.error = error
+        }
+
+        // The synthesized encoder omits a nil `error`; the wire shape has `"error": null`.
+        // (The synthesized decoder, kept, accepts `error` missing or null.)
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(username, forKey: .username)
+            try container.encode(isLoading, forKey: .isLoading)
+            try container.encode(isLoggedIn, forKey: .isLoggedIn)
+            try container.encode(error, forKey: .error)
+        }
+    }
+
+    public enum Action: Codable, Sendable, Equatable {
+        /// Starts a credential check. Rejected while a check is in flight or once logged in.
+        case submit(username: String, password: String)
+        /// The check accepted the credentials (sent by the check, not by clients).
+        case succeeded
+        /// The check refused the credentials (sent by the check, not by clients).
+        case failed(reason: String)
+        /// Returns to the initial state.
+        case logout
+    }
+
+    public enum Effect: Codable, Sendable, Equatable {
+        /// A message to show briefly.
+        case toast(message: String)
+    }
+
+    public func reduce(
+        _ action: Action, state: State, dispatch: Dispatcher<Action>
+    ) throws(ActionRejected) -> StateContainer<State, Effect> {
+        var state = state
+        switch action {
+        case .submit(let username, let password):
+            guard !state.isLoggedIn else {
+                throw ActionRejected("already logged in: log out before submitting again")
+            }
+            guard !state.isLoading else {
+                throw ActionRejected("a credential check is already in progress")
+            }
+            state.username = username
+            state.isLoading = true
+            state.error = nil
+            let delay = checkDelay
+            dispatch.run { send in
+                try? await Task.sleep(for: delay)
+                if let reason = Self.checkCredentials(username: username, password: password) {
+                    await send(.failed(reason: reason))
+                } else {
+                    await send(.succeeded)
+                }
+            }
+            return StateContainer(state)
+
+        case .succeeded:
+            guard state.isLoading else {
+                throw ActionRejected("no credential check is in progress")
+            }
+            state.isLoading = false
+            state.isLoggedIn = true
+            return StateContainer(state)
+
+        case .failed(let reason):
+            guard state.isLoading else {
+                throw ActionRejected("no credential check is in progress")
+            }
+            state.isLoading = false
+            state.error = reason
+            return StateContainer(state, effect: .toast(message: reason))
+
+        case .logout:
+            return StateContainer(initialState)
+        }
+    }
+
+    /// The simulated check: why the credentials are refused, or `nil` when they are accepted.
+    static func checkCredentials(username: String, password: String) -> String? {
+        if username.allSatisfy(\.isWhitespace) {
+            return "Enter a username."
+        }
+        if password.count < minimumPasswordLength {
+            return "The password must have at least \(minimumPasswordLength) characters."
+        }
+        return nil
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+import StateStore
+
+/// A to-do list.
+///
+/// Wire shape:
+/// - state: `{"items": [{"id": "1", "title": "Milk", "done": false}], "nextId": 2}`
+/// - actions: `{"type": "add", "title": "Milk"}`, `{"type": "toggle", "id": "1"}`,
+///   `{"type": "remove", "id": "1"}`, `{"type": "clearCompleted"}`
+///
+/// Ids are assigned by the reducer from `nextId` (`"1"`, `"2"`, ...), never from a clock or a
+/// random source, so replaying the same actions gives the same ids.
+public struct TodosFeature: Feature {
+    public let name = "todos"
+    public let initialState = State(items: [], nextId: 1)
+
+    /// The most characters a title may have, after trimming.
+    public static let maxTitleLength = 500
+    /// The most items a list may hold, so a client cannot grow a session without bound.
+    public static let maxItems = 10_000
+
+    public init() {}
+
+    public struct Item: Codable, Sendable, Equatable {
+        public var id: String
+        public var title: String
+        public var done: Bool
+
+        public init(id: String, title: String, done: Bool) {
+            self.id = id
+            self.title = title
+            self.done = done
+        }
+    }
+
+    public struct State: Codable, Sendable, Equatable {
+        public var items: [Item]
+        /// The number the next added item's id is made from.
+        public var nextId: Int
+
+        public init(items: [Item], nextId: Int) {
+            self.items = items
+            self.nextId = nextId
+        }
+    }
+
+    public enum Action: Codable, Sendable, Equatable {
+        /// Adds an item, not done, with `title` trimmed of surrounding whitespace.
+        case add(title: String)
+        /// Flips an item between done and not done.
+        case toggle(id: String)
+        case remove(id: String)
+        /// Removes every done item.
+        case clearCompleted
+    }
+
+    public typealias Effect = Never
+
+    public func reduce(
+        _ action: Action, state: State, dispatch: Dispatcher<Action>
+    ) throws(ActionRejected) -> StateContainer<State, Effect> {
+        var state = state
+        switch action {
+        case .add(let title):
+            let title = title.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !title.isEmpty else {
+                throw ActionRejected("a todo's title must not be empty")
+            }
+            guard title.count <= Self.maxTitleLength else {
+                throw ActionRejected(
+                    "a todo's title must have at most \(Self.maxTitleLength) characters, not \(title.count)")
+            }
+            guard state.items.count < Self.maxItems else {
+                throw ActionRejected("the list is full: it already has \(Self.maxItems) items")
+            }
+            let id = String(state.nextId)
+            let (nextId, overflow) = state.nextId.addingReportingOverflow(1)
+            guard !overflow else {
+                throw ActionRejected("no ids are left for new todos")
+            }
+            // Only possible after rehydrating a state whose nextId is behind its items' ids.
+            guard !state.items.contains(where: { $0.id == id }) else {
+                throw ActionRejected("the id '\(id)' is already in use: nextId must be above every item's id")
+            }
+            state.items.append(Item(id: id, title: title, done: false))
+            state.nextId = nextId
+        case .toggle(let id):
+            let index = try Self.index(of: id, in: state)
+            state.items[index].done.toggle()
+        case .remove(let id):
+            let index = try Self.index(of: id, in: state)
+            state.items.remove(at: index)
+        case .clearCompleted:
+            state.items.removeAll { $0.done }
+        }
+        return StateContainer(state)
+    }
+
+    private static func index(of id: String, in state: State) throws(ActionRejected) -> Int {
+        guard let index = state.items.firstIndex(where: { $0.id == id }) else {
+            let shown = id.count <= 32 ? id : id.prefix(32) + "…"
+            throw ActionRejected("there is no todo with id '\(shown)'")
+        }
+        return index
+    }
+}

@@ -1,0 +1,155 @@
+import CMicroHTTPD
+import CMicroHTTPDShim
+import DequeModule
+import Synchronization
+
+/// The body of a long-lived streaming response (server-sent events).
+///
+/// Producers on any thread call ``send(_:)``; libmicrohttpd pulls the bytes on its own thread.
+/// When nothing is queued the connection is suspended (no busy loop, no thread held) and the
+/// next `send` resumes it. Each stream has a bounded queue: a subscriber that stops reading is
+/// closed once `bufferLimit` bytes wait for it, so it never slows producers or other streams.
+///
+/// Thread-safety: all mutable state sits behind one lock. The connection is suspended and
+/// resumed only under that lock, with a flag that says whether it is suspended (resuming a
+/// connection that is not suspended is undefined behaviour in libmicrohttpd).
+public final class EventStream: Sendable {
+    struct State {
+        var queue = Deque<[UInt8]>()
+        /// Bytes of `queue.first` already handed to libmicrohttpd.
+        var headOffset = 0
+        var queuedBytes = 0
+        /// The connection while it is attached (between queuing the response and its end).
+        var connection: CHandle?
+        var suspended = false
+        /// No more sends are accepted; the stream ends once the queue drains.
+        var closing = false
+        /// libmicrohttpd is done with the stream (ended, or the client went away).
+        var finished = false
+        /// Whether bytes were sent since the last heartbeat tick.
+        var active = false
+        var onFinish: [@Sendable () -> Void] = []
+    }
+
+    let state = Mutex(State())
+    public let bufferLimit: Int
+
+    public init(bufferLimit: Int) {
+        self.bufferLimit = bufferLimit
+    }
+
+    /// Queues bytes. Returns `false` when the stream is closed, or when the queue would exceed
+    /// `bufferLimit` — then the stream is closed: queued bytes are dropped and it ends.
+    @discardableResult
+    public func send(_ bytes: [UInt8]) -> Bool {
+        state.withLock { state in
+            guard !state.closing, !state.finished else { return false }
+            if state.queuedBytes + bytes.count > bufferLimit {
+                state.queue.removeAll()
+                state.headOffset = 0
+                state.queuedBytes = 0
+                state.closing = true
+                Self.wake(&state)
+                return false
+            }
+            state.queue.append(bytes)
+            state.queuedBytes += bytes.count
+            state.active = true
+            Self.wake(&state)
+            return true
+        }
+    }
+
+    /// Ends the stream after the bytes already queued.
+    public func close() {
+        state.withLock { state in
+            guard !state.closing else { return }
+            state.closing = true
+            Self.wake(&state)
+        }
+    }
+
+    /// Whether the stream still accepts bytes.
+    public var isOpen: Bool {
+        state.withLock { !$0.closing && !$0.finished }
+    }
+
+    /// Calls `body` once when libmicrohttpd is done with the stream (at once if it already is).
+    public func onFinish(_ body: @escaping @Sendable () -> Void) {
+        let already = state.withLock { state in
+            if state.finished { return true }
+            state.onFinish.append(body)
+            return false
+        }
+        if already { body() }
+    }
+
+    /// Sends `bytes` if nothing was sent since the previous call (a heartbeat on idle streams).
+    func heartbeat(_ bytes: [UInt8]) {
+        let idle = state.withLock { state in
+            defer { state.active = false }
+            return !state.active
+        }
+        if idle { send(bytes) }
+    }
+
+    private static func wake(_ state: inout State) {
+        if state.suspended, let connection = state.connection {
+            state.suspended = false
+            MHD_resume_connection(connection.pointer)
+        }
+    }
+
+    // MARK: Called by the server on libmicrohttpd's threads
+
+    func attach(_ connection: OpaquePointer) {
+        let handle = CHandle(connection)
+        state.withLock { $0.connection = handle }
+    }
+
+    /// Fills `buffer` for libmicrohttpd; suspends the connection when there is nothing to send.
+    func read(into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        state.withLock { state in
+            if state.finished { return ss_content_reader_end_of_stream }
+            guard let first = state.queue.first else {
+                if state.closing { return ss_content_reader_end_of_stream }
+                if let connection = state.connection, !state.suspended {
+                    state.suspended = true
+                    MHD_suspend_connection(connection.pointer)
+                }
+                return 0
+            }
+            let count = min(max, first.count - state.headOffset)
+            first.withUnsafeBytes { raw in
+                if let base = raw.baseAddress {
+                    UnsafeMutableRawPointer(buffer).copyMemory(from: base + state.headOffset, byteCount: count)
+                }
+            }
+            state.headOffset += count
+            state.queuedBytes -= count
+            if state.headOffset == first.count {
+                state.queue.removeFirst()
+                state.headOffset = 0
+            }
+            return count
+        }
+    }
+
+    /// libmicrohttpd is done with the stream: the connection pointer is dead from here on.
+    func finish() {
+        let callbacks = state.withLock { state -> [@Sendable () -> Void] in
+            guard !state.finished else { return [] }
+            state.finished = true
+            state.closing = true
+            state.connection = nil
+            state.suspended = false
+            state.queue.removeAll()
+            state.queuedBytes = 0
+            defer { state.onFinish = [] }
+            return state.onFinish
+        }
+        for callback in callbacks { callback() }
+    }
+
+    var isFinished: Bool { state.withLock { $0.finished } }
+}

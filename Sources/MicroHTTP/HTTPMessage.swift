@@ -1,0 +1,80 @@
+/// One HTTP request, with its whole (bounded) body.
+public struct HTTPRequest: Sendable {
+    public let method: String
+    /// The path, percent-decoded by libmicrohttpd, without the query.
+    public let path: String
+    /// Header fields in arrival order, names lower-cased.
+    public let headers: [(name: String, value: String)]
+    /// Query arguments in arrival order (`?a=1&a=2` gives two entries).
+    public let query: [(name: String, value: String?)]
+    public let body: [UInt8]
+    /// The body was larger than the server's limit and was discarded.
+    public let bodyTooLarge: Bool
+
+    public init(
+        method: String, path: String, headers: [(name: String, value: String)] = [],
+        query: [(name: String, value: String?)] = [], body: [UInt8] = [], bodyTooLarge: Bool = false
+    ) {
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.query = query
+        self.body = body
+        self.bodyTooLarge = bodyTooLarge
+    }
+
+    /// The first value of a header, by case-insensitive name.
+    public func header(_ name: String) -> String? {
+        let lower = name.lowercased()
+        return headers.first { $0.name == lower }?.value
+    }
+
+    /// Every value of a query argument.
+    public func queryValues(_ name: String) -> [String] {
+        query.compactMap { $0.name == name ? ($0.value ?? "") : nil }
+    }
+}
+
+/// A response: a status, headers and either bytes or an event stream.
+public struct HTTPResponse: Sendable {
+    public enum Body: Sendable {
+        case bytes([UInt8])
+        /// A long-lived streaming body (server-sent events), sent chunked.
+        case stream(EventStream)
+    }
+
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: Body
+    /// The route template for the access log (`/v1/sessions/{id}/state`), never the raw path,
+    /// so ids and tokens stay out of logs.
+    public var route: String
+
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: Body = .bytes([]), route: String = "-") {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.route = route
+    }
+}
+
+/// What a responder returns: a response now (for quick, non-blocking work) or an async
+/// computation that produces one later. libmicrohttpd's threads never wait for the latter: the
+/// connection is suspended and resumed when the response is ready.
+public enum HTTPResult: Sendable {
+    case now(HTTPResponse)
+    case later(@Sendable () async -> HTTPResponse)
+}
+
+/// Answers requests. Called on libmicrohttpd's event threads: `respond` must not block.
+public protocol HTTPResponder: Sendable {
+    func respond(to request: HTTPRequest) -> HTTPResult
+}
+
+/// One finished request, for the access log.
+public struct HTTPAccessRecord: Sendable {
+    public let method: String
+    public let route: String
+    public let status: Int
+    public let duration: Duration
+}

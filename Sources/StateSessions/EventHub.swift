@@ -1,0 +1,161 @@
+import DequeModule
+import StateStore
+import Synchronization
+
+/// Where a session's events go: one open event stream. `send` must not block; it returns
+/// `false` when the sink is gone or refused the bytes (then the hub forgets it).
+public protocol EventSink: AnyObject, Sendable {
+    func send(_ bytes: [UInt8]) -> Bool
+    func close()
+}
+
+/// A session's event log: numbers every change (`seq`, strictly increasing across the session's
+/// features), keeps the last `replayLimit` frames for `Last-Event-ID` resumption, and fans each
+/// frame out to the subscribers that observe its feature.
+///
+/// Each change is framed once (`id:`/`event:`/`data:` lines) and the same bytes are queued on
+/// every subscriber. The hub also keeps the latest state bytes of every feature, so a snapshot
+/// needs no store lock (stores call `publish` while holding their own lock; the hub never calls
+/// back into a store, so the lock order is always store → hub).
+public final class EventHub: Sendable {
+    struct Frame {
+        let seq: Int
+        let feature: String
+        let bytes: [UInt8]
+    }
+
+    struct Subscriber {
+        let features: Set<String>?
+        let sink: any EventSink
+
+        func wants(_ feature: String) -> Bool { features?.contains(feature) ?? true }
+    }
+
+    struct State {
+        var seq: Int
+        var replay = Deque<Frame>()
+        var latest: [String: (version: Int, state: [UInt8])]
+        var subscribers: [UInt64: Subscriber] = [:]
+        var nextSubscriberID: UInt64 = 0
+        var closed = false
+    }
+
+    /// The features in registration order, for snapshots.
+    private let featureOrder: [String]
+    private let replayLimit: Int
+    private let state: Mutex<State>
+
+    /// - Parameters:
+    ///   - features: every registered feature with its initial state (version 0).
+    ///   - startSeq: the last sequence number already used (0 for a new session).
+    public init(features: [AnyFeature], replayLimit: Int, startSeq: Int = 0) {
+        featureOrder = features.map(\.name)
+        self.replayLimit = max(0, replayLimit)
+        var latest: [String: (version: Int, state: [UInt8])] = [:]
+        for feature in features { latest[feature.name] = (0, feature.initialStateJSON) }
+        state = Mutex(State(seq: startSeq, latest: latest))
+    }
+
+    /// Numbers a change, frames it, keeps it for replay and queues it on every subscriber
+    /// observing its feature. Subscribers whose sink refuses the bytes are dropped.
+    public func publish(_ change: EncodedChange) {
+        state.withLock { state in
+            guard !state.closed else { return }
+            state.seq += 1
+            state.latest[change.feature] = (change.version, change.state)
+            let frame = Frame(seq: state.seq, feature: change.feature, bytes: Self.stateFrame(seq: state.seq, change))
+            if replayLimit > 0 {
+                state.replay.append(frame)
+                if state.replay.count > replayLimit { state.replay.removeFirst() }
+            }
+            var dropped: [UInt64] = []
+            for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
+                if !subscriber.sink.send(frame.bytes) { dropped.append(id) }
+            }
+            for id in dropped { state.subscribers[id] = nil }
+        }
+    }
+
+    /// Adds a subscriber and sends what it must see first, atomically with respect to
+    /// `publish`: the changes after `lastEventID` when they are all still held, otherwise a
+    /// snapshot of the observed features. Returns `nil` when the hub is closed.
+    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink) -> UInt64? {
+        state.withLock { state in
+            guard !state.closed else { return nil }
+            let subscriber = Subscriber(features: features, sink: sink)
+            if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
+                for frame in frames where subscriber.wants(frame.feature) {
+                    guard sink.send(frame.bytes) else { return nil }
+                }
+            } else {
+                guard sink.send(snapshotFrame(features: features, state: state)) else { return nil }
+            }
+            state.nextSubscriberID += 1
+            state.subscribers[state.nextSubscriberID] = subscriber
+            return state.nextSubscriberID
+        }
+    }
+
+    public func unsubscribe(_ id: UInt64) {
+        _ = state.withLock { $0.subscribers.removeValue(forKey: id) }
+    }
+
+    /// Ends every subscriber's stream and refuses new ones (the session was deleted).
+    public func close() {
+        let sinks = state.withLock { state -> [any EventSink] in
+            state.closed = true
+            defer { state.subscribers = [:] }
+            return state.subscribers.values.map(\.sink)
+        }
+        for sink in sinks { sink.close() }
+    }
+
+    public var subscriberCount: Int { state.withLock { $0.subscribers.count } }
+
+    /// The last sequence number used.
+    public var seq: Int { state.withLock { $0.seq } }
+
+    /// The frames after `lastEventID`, or `nil` when some of them are no longer held (or the id
+    /// is from the future).
+    private static func replayable(after lastEventID: Int, in state: State) -> [Frame]? {
+        if lastEventID == state.seq { return [] }
+        guard lastEventID >= 0, lastEventID < state.seq, let first = state.replay.first,
+            first.seq <= lastEventID + 1
+        else { return nil }
+        return state.replay.filter { $0.seq > lastEventID }
+    }
+
+    private func snapshotFrame(features: Set<String>?, state: State) -> [UInt8] {
+        var inner = JSONObjectWriter()
+        for name in featureOrder where features?.contains(name) ?? true {
+            guard let latest = state.latest[name] else { continue }
+            var entry = JSONObjectWriter()
+            entry.int("version", latest.version)
+            entry.raw("state", latest.state)
+            inner.raw(name, entry.finish())
+        }
+        var data = JSONObjectWriter()
+        data.raw("features", inner.finish())
+        return Self.frame(seq: state.seq, event: "snapshot", data: data.finish())
+    }
+
+    static func stateFrame(seq: Int, _ change: EncodedChange) -> [UInt8] {
+        var data = JSONObjectWriter(capacity: change.state.count + 128)
+        data.string("feature", change.feature)
+        data.int("version", change.version)
+        data.string("cause", change.cause)
+        data.raw("action", change.action)
+        data.raw("state", change.state)
+        data.raw("effect", change.effect)
+        return frame(seq: seq, event: "state", data: data.finish())
+    }
+
+    static func frame(seq: Int, event: String, data: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(data.count + 40)
+        out.append(contentsOf: Array("id: \(seq)\nevent: \(event)\ndata: ".utf8))
+        out.append(contentsOf: data)
+        out.append(contentsOf: [10, 10])
+        return out
+    }
+}

@@ -1,0 +1,78 @@
+import Dispatch
+import Foundation
+import Logging
+import Synchronization
+
+/// Writes log lines to standard error from a background queue, so a slow or blocked reader of
+/// stderr never stalls the server: past `maxPending` lines waiting, new lines are dropped and
+/// counted (the count is reported in the next line written).
+final class StderrLogWriter: Sendable {
+    static let shared = StderrLogWriter()
+
+    private let queue = DispatchQueue(label: "state-server.log")
+    private let pending = Atomic<Int>(0)
+    private let dropped = Atomic<Int>(0)
+    private let maxPending = 10_000
+
+    func write(_ line: String) {
+        guard pending.add(1, ordering: .relaxed).newValue <= maxPending else {
+            pending.subtract(1, ordering: .relaxed)
+            dropped.add(1, ordering: .relaxed)
+            return
+        }
+        queue.async { [self] in
+            var text = line
+            let lost = dropped.exchange(0, ordering: .relaxed)
+            if lost > 0 { text = "(\(lost) log lines dropped: stderr was not being read)\n" + text }
+            var bytes = Array(text.utf8)
+            bytes.append(10)
+            bytes.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count, let base = raw.baseAddress {
+                    let written = Foundation.write(2, base + offset, raw.count - offset)
+                    if written <= 0 { break }
+                    offset += written
+                }
+            }
+            pending.subtract(1, ordering: .relaxed)
+        }
+    }
+
+    /// Waits until every queued line is written (at exit).
+    func flush() {
+        queue.sync {}
+    }
+}
+
+/// A swift-log handler printing one line per message, as text (`key=value` metadata) or as a
+/// JSON object.
+struct StderrLogHandler: LogHandler {
+    enum Format: Sendable { case text, json }
+
+    let label: String
+    let format: Format
+    var logLevel: Logger.Level
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var all = metadata
+        if let extra = event.metadata { all.merge(extra) { _, new in new } }
+        let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        switch format {
+        case .text:
+            var line = "\(time) \(event.level) \(event.message)"
+            for (key, value) in all.sorted(by: { $0.key < $1.key }) { line += " \(key)=\(value)" }
+            StderrLogWriter.shared.write(line)
+        case .json:
+            var object: [String: String] = ["time": time, "level": "\(event.level)", "message": "\(event.message)", "logger": label]
+            for (key, value) in all { object[key] = "\(value)" }
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
+            StderrLogWriter.shared.write(String(decoding: data, as: UTF8.self))
+        }
+    }
+}

@@ -1,0 +1,145 @@
+import Configuration
+import Foundation
+import SystemPackage
+
+/// Every setting of the server, with its key, environment variable and default.
+///
+/// Layers, highest first: command-line flags, environment variables (`STATE_SERVER_` + the key
+/// in upper snake case: `streams.bufferLimit` ↔ `STATE_SERVER_STREAMS_BUFFER_LIMIT`), the YAML
+/// file given by `--config` or `STATE_SERVER_CONFIG`, then the defaults below — which
+/// `config/state-server.yaml` restates and documents.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `host` | string | `127.0.0.1` |
+/// | `port` | int 0...65535 (0 = pick a free port) | `8080` |
+/// | `bodyLimit` | bytes | `65536` |
+/// | `heartbeat` | seconds | `15` |
+/// | `replayBuffer` | events per session | `1000` |
+/// | `streams.perSession` | event streams | `32` |
+/// | `streams.total` | event streams | `10000` |
+/// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
+/// | `sessions.max` | sessions | `100000` |
+/// | `idempotency.keys` | keys remembered per session | `1000` |
+/// | `login.checkDelay` | seconds | `0.2` |
+/// | `log.level` | trace…critical | `info` |
+/// | `log.format` | `text` or `json` | `text` |
+/// | `http.threads` | event threads, 0 = one per core | `0` |
+/// | `http.connectionLimit` | connections | `20000` |
+/// | `http.connectionTimeout` | seconds idle before close | `60` |
+/// | `http.connectionMemoryLimit` | bytes per connection | `32768` |
+struct ServerConfiguration: Equatable {
+    var host = "127.0.0.1"
+    var port = 8080
+    var bodyLimit = 65_536
+    var heartbeat = 15.0
+    var replayBuffer = 1000
+    var streamsPerSession = 32
+    var streamsTotal = 10_000
+    var streamBufferLimit = 1_048_576
+    var maxSessions = 100_000
+    var idempotencyKeys = 1000
+    var loginCheckDelay = 0.2
+    var logLevel = "info"
+    var logFormat = "text"
+    var httpThreads = 0
+    var connectionLimit = 20_000
+    var connectionTimeout = 60
+    var connectionMemoryLimit = 32_768
+
+    struct Invalid: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Reads every setting from `reader`, falling back to the defaults; a value of the wrong
+    /// type or out of range is an error naming the key.
+    static func load(from reader: ConfigReader) throws -> ServerConfiguration {
+        var c = ServerConfiguration()
+        c.host = try string(reader, "host", c.host)
+        c.port = try int(reader, "port", c.port, 0...65535)
+        c.bodyLimit = try int(reader, "bodyLimit", c.bodyLimit, 1...(64 << 20))
+        c.heartbeat = try double(reader, "heartbeat", c.heartbeat, 0.05...86_400)
+        c.replayBuffer = try int(reader, "replayBuffer", c.replayBuffer, 0...1_000_000)
+        c.streamsPerSession = try int(reader, "streams.perSession", c.streamsPerSession, 1...100_000)
+        c.streamsTotal = try int(reader, "streams.total", c.streamsTotal, 1...1_000_000)
+        c.streamBufferLimit = try int(reader, "streams.bufferLimit", c.streamBufferLimit, 1024...(1 << 30))
+        c.maxSessions = try int(reader, "sessions.max", c.maxSessions, 1...100_000_000)
+        c.idempotencyKeys = try int(reader, "idempotency.keys", c.idempotencyKeys, 0...1_000_000)
+        c.loginCheckDelay = try double(reader, "login.checkDelay", c.loginCheckDelay, 0...3600)
+        c.logLevel = try string(reader, "log.level", c.logLevel)
+        guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(c.logLevel) else {
+            throw Invalid(description: "log.level must be one of trace, debug, info, notice, warning, error, critical; got '\(c.logLevel)'")
+        }
+        c.logFormat = try string(reader, "log.format", c.logFormat)
+        guard ["text", "json"].contains(c.logFormat) else {
+            throw Invalid(description: "log.format must be text or json; got '\(c.logFormat)'")
+        }
+        c.httpThreads = try int(reader, "http.threads", c.httpThreads, 0...256)
+        c.connectionLimit = try int(reader, "http.connectionLimit", c.connectionLimit, 16...1_000_000)
+        c.connectionTimeout = try int(reader, "http.connectionTimeout", c.connectionTimeout, 0...86_400)
+        c.connectionMemoryLimit = try int(reader, "http.connectionMemoryLimit", c.connectionMemoryLimit, 4096...(16 << 20))
+        return c
+    }
+
+    private static func missing(_ error: any Error) -> Bool {
+        "\(error)".hasPrefix("Missing required config value")
+    }
+
+    private static func int(_ r: ConfigReader, _ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
+        let value: Int
+        do { value = try r.requiredInt(forKey: ConfigKey(key)) } catch where missing(error) { return fallback } catch {
+            throw Invalid(description: "setting '\(key)' must be an integer")
+        }
+        guard range.contains(value) else {
+            throw Invalid(description: "setting '\(key)' must be in \(range.lowerBound)...\(range.upperBound); got \(value)")
+        }
+        return value
+    }
+
+    private static func double(_ r: ConfigReader, _ key: String, _ fallback: Double, _ range: ClosedRange<Double>) throws -> Double {
+        let value: Double
+        do { value = try r.requiredDouble(forKey: ConfigKey(key)) } catch where missing(error) { return fallback } catch {
+            throw Invalid(description: "setting '\(key)' must be a number")
+        }
+        guard range.contains(value) else {
+            throw Invalid(description: "setting '\(key)' must be in \(range.lowerBound)...\(range.upperBound); got \(value)")
+        }
+        return value
+    }
+
+    private static func string(_ r: ConfigReader, _ key: String, _ fallback: String) throws -> String {
+        do { return try r.requiredString(forKey: ConfigKey(key)) } catch where missing(error) { return fallback } catch {
+            throw Invalid(description: "setting '\(key)' must be a string")
+        }
+    }
+
+    /// The environment variables that start with `STATE_SERVER_`, with that prefix removed, so
+    /// that `STATE_SERVER_BODY_LIMIT` answers the key `bodyLimit`.
+    static func prefixedEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> [String: String] {
+        var result: [String: String] = [:]
+        for (name, value) in environment where name.hasPrefix("STATE_SERVER_") {
+            result[String(name.dropFirst("STATE_SERVER_".count))] = value
+        }
+        return result
+    }
+
+    /// Builds the layered reader: flags, environment, file.
+    static func reader(flags: [AbsoluteConfigKey: ConfigValue], file: String?) async throws -> ConfigReader {
+        var providers: [any ConfigProvider] = [
+            InMemoryProvider(name: "flags", values: flags),
+            EnvironmentVariablesProvider(environmentVariables: prefixedEnvironment()),
+        ]
+        if let file {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
+                throw Invalid(description: "config file '\(file)' does not exist or is a directory")
+            }
+            do {
+                providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
+            } catch {
+                throw Invalid(description: "config file '\(file)' is not valid YAML: \(error)")
+            }
+        }
+        return ConfigReader(providers: providers)
+    }
+}

@@ -1,0 +1,182 @@
+import ArgumentParser
+import Configuration
+import Dispatch
+import ExampleFeatures
+import Foundation
+import Logging
+import Synchronization
+import MicroHTTP
+import StateSessions
+import StateServerHTTP
+import StateStore
+
+@main
+struct StateServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "state-server",
+        abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
+        discussion: """
+            Settings come from, highest first: these flags, environment variables \
+            (STATE_SERVER_PORT, STATE_SERVER_BODY_LIMIT, ... — see config/state-server.yaml), \
+            the YAML file given by --config or STATE_SERVER_CONFIG, then built-in defaults.
+            """,
+        version: StateServerVersion.current)
+
+    @Option(help: "Address to listen on (default 127.0.0.1). Env: STATE_SERVER_HOST.")
+    var host: String?
+
+    @Option(help: "Port to listen on; 0 picks a free one (default 8080). Env: STATE_SERVER_PORT.")
+    var port: Int?
+
+    @Option(help: "YAML configuration file. Env: STATE_SERVER_CONFIG.")
+    var config: String?
+
+    @Option(help: "Seconds between heartbeats on idle event streams (default 15). Env: STATE_SERVER_HEARTBEAT.")
+    var heartbeat: Double?
+
+    func run() async throws {
+        var flags: [AbsoluteConfigKey: ConfigValue] = [:]
+        if let host { flags["host"] = .init(.string(host), isSecret: false) }
+        if let port { flags["port"] = .init(.int(port), isSecret: false) }
+        if let heartbeat { flags["heartbeat"] = .init(.double(heartbeat), isSecret: false) }
+        let file = config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
+
+        let settings: ServerConfiguration
+        do {
+            settings = try ServerConfiguration.load(from: try await ServerConfiguration.reader(flags: flags, file: file))
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        try await Server(settings: settings).run()
+    }
+}
+
+enum StateServerVersion {
+    static let current = "1.0.0"
+}
+
+/// Wires the pieces together and runs until SIGTERM or SIGINT.
+struct Server {
+    let settings: ServerConfiguration
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: settings.logLevel) ?? .info
+        let format: StderrLogHandler.Format = settings.logFormat == "json" ? .json : .text
+        LoggingSystem.bootstrap { label in StderrLogHandler(label: label, format: format, logLevel: level) }
+        let logger = Logger(label: "state-server")
+        raiseFileLimit(logger: logger)
+
+        let registry = try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(settings.loginCheckDelay * 1000)))
+        var sessionSettings = SessionSettings()
+        sessionSettings.replayBuffer = settings.replayBuffer
+        sessionSettings.maxSessions = settings.maxSessions
+        sessionSettings.idempotencyKeys = settings.idempotencyKeys
+        let sessions = SessionManager(registry: registry, settings: sessionSettings) { _, error in
+            logger.warning("follow-up action rejected", metadata: ["error": "\(error)"])
+        }
+        var routeSettings = RouteSettings()
+        routeSettings.bodyLimit = settings.bodyLimit
+        routeSettings.maxStreamsPerSession = settings.streamsPerSession
+        routeSettings.maxStreams = settings.streamsTotal
+        routeSettings.streamBufferLimit = settings.streamBufferLimit
+        let responder = StateServerResponder(sessions: sessions, settings: routeSettings, logger: logger)
+
+        var http = HTTPServer.Configuration()
+        http.host = settings.host
+        http.port = settings.port
+        http.threads = settings.httpThreads
+        http.bodyLimit = settings.bodyLimit
+        http.connectionLimit = settings.connectionLimit
+        http.connectionTimeout = settings.connectionTimeout
+        http.connectionMemoryLimit = settings.connectionMemoryLimit
+        http.heartbeat = .milliseconds(Int(settings.heartbeat * 1000))
+        let accessLogger = logger
+        let server = HTTPServer(configuration: http, responder: responder) { record in
+            accessLogger.info(
+                "request",
+                metadata: [
+                    "http.method": "\(record.method)", "http.route": "\(record.route)",
+                    "http.status": "\(record.status)",
+                    "duration_ms": "\(Double(record.duration.components.attoseconds / 1_000_000_000_000) / 1000)",
+                ])
+        }
+
+        let port: Int
+        do {
+            port = try server.start()
+        } catch {
+            logger.critical("cannot start", metadata: ["error": "\(error)"])
+            StderrLogWriter.shared.flush()
+            throw ExitCode(1)
+        }
+        let shownHost = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
+        let line = "listening on http://\(shownHost):\(port)\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+        logger.info(
+            "listening on http://\(shownHost):\(port)",
+            metadata: ["features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)"])
+
+        let signal = await waitForTermination()
+        logger.info("shutting down", metadata: ["signal": "\(signal)", "event_streams": "\(server.openStreams)"])
+        await server.stop(grace: .seconds(2))
+        logger.info("stopped")
+        StderrLogWriter.shared.flush()
+    }
+
+    /// Suspends until SIGTERM or SIGINT arrives; returns its name.
+    private func waitForTermination() async -> String {
+        let signalled = Signalled()
+        let sources = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { number, name in
+            Foundation.signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { signalled.fire(name) }
+            source.resume()
+            return source
+        }
+        let name = await withCheckedContinuation { signalled.wait($0) }
+        withExtendedLifetime(sources) {}
+        return name
+    }
+
+    /// Event streams hold a descriptor each: raise the soft limit to the hard one.
+    private func raiseFileLimit(logger: Logger) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        if Int(limit.rlim_cur) < settings.connectionLimit + 64 {
+            logger.warning(
+                "open-file limit is below the connection limit",
+                metadata: ["nofile": "\(limit.rlim_cur)", "http.connectionLimit": "\(settings.connectionLimit)"])
+        }
+    }
+}
+
+/// The first signal received, handed to one waiting continuation.
+private final class Signalled: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<String, Never>?
+        var name: String?
+    }
+    private let state = Mutex(State())
+
+    func fire(_ name: String) {
+        let waiting = state.withLock { state -> CheckedContinuation<String, Never>? in
+            guard state.name == nil else { return nil }
+            state.name = name
+            return state.continuation.take()
+        }
+        waiting?.resume(returning: name)
+    }
+
+    func wait(_ continuation: CheckedContinuation<String, Never>) {
+        let ready = state.withLock { state -> String? in
+            if let name = state.name { return name }
+            state.continuation = continuation
+            return nil
+        }
+        if let ready { continuation.resume(returning: ready) }
+    }
+}
