@@ -1,0 +1,40 @@
+# StateServer — build, run and test.
+#
+#   make run    install missing system packages, build release, serve on 127.0.0.1:8080
+#   make test   install missing system packages, build, run the whole test suite
+#
+# System packages are installed with apt-get (as root, or through sudo).
+
+SWIFT        ?= swift
+APT_PACKAGES := libmicrohttpd-dev pkg-config curl
+SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The release build, shared word for word with the Dockerfile (a test checks it).
+RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
+
+.PHONY: all deps build release run test clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(RELEASE_BUILD)
+
+run: release
+	.build/release/state-server --config config/state-server.yaml
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test
+
+clean:
+	rm -rf .build
