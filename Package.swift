@@ -101,6 +101,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "RepositoryTests",
+            dependencies: ["state-server"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "StateServerIntegrationTests",
             dependencies: ["state-server"],
             swiftSettings: strictSettings

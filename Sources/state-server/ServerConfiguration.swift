@@ -47,6 +47,21 @@ struct ServerConfiguration: Equatable {
     var connectionTimeout = 60
     var connectionMemoryLimit = 32_768
 
+    /// The settings as a JSON object keyed like the config file (`streams.bufferLimit`).
+    var json: String {
+        let values: [String: Any] = [
+            "host": host, "port": port, "bodyLimit": bodyLimit, "heartbeat": heartbeat,
+            "replayBuffer": replayBuffer, "streams.perSession": streamsPerSession,
+            "streams.total": streamsTotal, "streams.bufferLimit": streamBufferLimit,
+            "sessions.max": maxSessions, "idempotency.keys": idempotencyKeys,
+            "login.checkDelay": loginCheckDelay, "log.level": logLevel, "log.format": logFormat,
+            "http.threads": httpThreads, "http.connectionLimit": connectionLimit,
+            "http.connectionTimeout": connectionTimeout, "http.connectionMemoryLimit": connectionMemoryLimit,
+        ]
+        let data = (try? JSONSerialization.data(withJSONObject: values, options: [.sortedKeys, .prettyPrinted])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
     struct Invalid: Error, CustomStringConvertible {
         let description: String
     }

@@ -34,6 +34,9 @@ struct StateServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds between heartbeats on idle event streams (default 15). Env: STATE_SERVER_HEARTBEAT.")
     var heartbeat: Double?
 
+    @Flag(help: "Print the effective settings as JSON and exit.")
+    var printConfig = false
+
     func run() async throws {
         var flags: [AbsoluteConfigKey: ConfigValue] = [:]
         if let host { flags["host"] = .init(.string(host), isSecret: false) }
@@ -46,6 +49,10 @@ struct StateServerCommand: AsyncParsableCommand {
             settings = try ServerConfiguration.load(from: try await ServerConfiguration.reader(flags: flags, file: file))
         } catch {
             throw ValidationError("\(error)")
+        }
+        if printConfig {
+            print(settings.json)
+            return
         }
         try await Server(settings: settings).run()
     }
