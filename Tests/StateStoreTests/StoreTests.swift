@@ -1,0 +1,222 @@
+import StateStore
+import Synchronization
+import Testing
+
+@Suite("DefaultStateStore")
+struct StoreTests {
+    @Test func startsAtTheInitialStateAndVersionZero() {
+        let store = DefaultStateStore(feature: Ledger())
+        #expect(store.version == 0)
+        #expect(store.state == Ledger().initialState)
+    }
+
+    @Test func startsFromARestoredStateAndVersion() throws {
+        let restored = Ledger.State(total: 5, finished: [], ratio: 0)
+        let store = DefaultStateStore(feature: Ledger(), state: restored, version: 7)
+        #expect(store.current.state == restored)
+        #expect(store.current.version == 7)
+        let change = try store.dispatch(.add(amount: 1))
+        #expect(change.version == 8)
+        #expect(change.state.total == 6)
+    }
+
+    @Test func everyChangeRaisesTheVersionByOne() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        #expect(try store.dispatch(.add(amount: 2)).version == 1)
+        #expect(try store.dispatch(.add(amount: 3)).version == 2)
+        #expect(try store.rehydrate(.init(total: 9, finished: [], ratio: 0)).version == 3)
+        #expect(try store.reset().version == 4)
+        #expect(store.version == 4)
+    }
+
+    @Test func theTestStoreChecksEachChange() {
+        let store = TestStore(Ledger())
+        store.send(.add(amount: 2)) { $0.total = 2 }
+        store.send(.add(amount: -5)) { $0.total = -3 }
+        store.send(.announce(message: "hi"), effect: .toast(message: "hi"))
+        store.sendRejected(.refuse(reason: "no"))
+        store.send(.setRatio(value: 0.5)) { $0.ratio = 0.5 }
+        store.finish()
+    }
+
+    @Test func aRejectedActionAppliesNothingAndCallsNoObserver() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let observed = Recorder<Int>()
+        _ = store.addObserver { observed.append($0.version) }
+        try store.dispatch(.add(amount: 1))
+        #expect(throws: StoreError(.actionRejected, "not today", currentVersion: 1)) {
+            try store.dispatch(.refuse(reason: "not today"))
+        }
+        #expect(store.current.version == 1)
+        #expect(store.current.state.total == 1)
+        #expect(observed.values == [1])
+    }
+
+    @Test func ifVersionAppliesOnlyAtThatVersion() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let observed = Recorder<Int>()
+        _ = store.addObserver { observed.append($0.version) }
+
+        #expect(try store.dispatch(.add(amount: 1), ifVersion: 0).version == 1)
+        let conflict = StoreError(.versionConflict, "the store is at version 1, not 0", currentVersion: 1)
+        #expect(throws: conflict) { try store.dispatch(.add(amount: 1), ifVersion: 0) }
+        #expect(throws: conflict) { try store.rehydrate(.init(total: 9, finished: [], ratio: 0), ifVersion: 0) }
+        #expect(throws: conflict) { try store.reset(ifVersion: 0) }
+        #expect(throws: conflict) { try store.dispatch(json: json(#"{"type":"add","amount":1}"#), ifVersion: 0) }
+        #expect(throws: conflict) { try store.resetJSON(ifVersion: 0) }
+        #expect(throws: conflict) {
+            try store.rehydrate(json: json(#"{"total":1,"finished":[],"ratio":0}"#), ifVersion: 0)
+        }
+
+        // Nothing was applied and nobody was told.
+        #expect(store.current.version == 1)
+        #expect(store.current.state.total == 1)
+        #expect(observed.values == [1])
+
+        #expect(try store.dispatch(.add(amount: 1), ifVersion: 1).version == 2)
+        #expect(try store.reset(ifVersion: 2).version == 3)
+        #expect(observed.values == [1, 2, 3])
+    }
+
+    @Test func aVersionConflictDoesNotStartDeclaredWork() async throws {
+        let started = Recorder<Int>()
+        let store = DefaultStateStore(feature: Ledger(started: started))
+        #expect(throws: StoreError.self) { try store.dispatch(.startWork(id: 1), ifVersion: 5) }
+        // Control: the same action at the right version starts its work.
+        try store.dispatch(.startWork(id: 2), ifVersion: 0)
+        #expect(await started.wait(forCount: 1))
+        #expect(started.values == [2])
+    }
+
+    @Test func concurrentDispatchesAreAppliedOneAtATime() async throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let observed = Recorder<Int>()
+        _ = store.addObserver { observed.append($0.version) }
+        let jsonObserved = Recorder<Int>()
+        _ = store.addJSONObserver { jsonObserved.append($0.version) }
+
+        let versions = try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<1000 {
+                group.addTask {
+                    // Half typed, half JSON: both paths take the same lock.
+                    if index.isMultiple(of: 2) {
+                        return try store.dispatch(.add(amount: 1)).version
+                    } else {
+                        return try store.dispatch(json: json(#"{"type":"add","amount":1}"#), ifVersion: nil).version
+                    }
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+
+        #expect(versions.sorted() == Array(1...1000))
+        #expect(observed.values == Array(1...1000))
+        #expect(jsonObserved.values == Array(1...1000))
+        #expect(store.current.version == 1000)
+        #expect(store.current.state.total == 1000)
+    }
+
+    @Test func rehydrateReplacesTheStateWithCauseRehydrate() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        try store.dispatch(.add(amount: 1))
+        let saved = Ledger.State(total: 42, finished: [7], ratio: 0.25)
+        let change = try store.rehydrate(saved)
+        #expect(change.version == 2)
+        #expect(change.state == saved)
+        #expect(change.effect == nil)
+        #expect(change.cause.name == "rehydrate")
+        #expect(store.state == saved)
+    }
+
+    @Test func resetReturnsToTheInitialStateWithCauseReset() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        try store.dispatch(.add(amount: 5))
+        try store.dispatch(.add(amount: 5))
+        let change = try store.reset()
+        #expect(change.version == 3)
+        #expect(change.state == Ledger().initialState)
+        #expect(change.cause.name == "reset")
+        #expect(store.state == Ledger().initialState)
+    }
+
+    @Test func theCauseCarriesTheDispatchedAction() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let change = try store.dispatch(.add(amount: 4))
+        guard case .dispatch(let action) = change.cause else {
+            Issue.record("expected a dispatch, got \(change.cause.name)")
+            return
+        }
+        #expect(action == .add(amount: 4))
+        #expect(change.cause.name == "dispatch")
+    }
+
+    @Test func anEffectIsDeliveredOnlyWithTheChangeThatProducedIt() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let effects = Recorder<Ledger.Effect?>()
+        _ = store.addObserver { effects.append($0.effect) }
+
+        let announced = try store.dispatch(.announce(message: "saved"))
+        #expect(announced.effect == .toast(message: "saved"))
+        let next = try store.dispatch(.add(amount: 1))
+        #expect(next.effect == nil)
+        try store.rehydrate(store.state)
+        try store.reset()
+
+        #expect(effects.values == [.toast(message: "saved"), nil, nil, nil])
+    }
+
+    @Test func observersAreCalledInTheOrderTheyWereAdded() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let log = Recorder<String>()
+        let first = store.addObserver { log.append("first \($0.version)") }
+        let second = store.addObserver { log.append("second \($0.version)") }
+        let json = store.addJSONObserver { log.append("json \($0.version)") }
+        let third = store.addObserver { log.append("third \($0.version)") }
+        #expect(Set([first, second, json, third]).count == 4)
+
+        try store.dispatch(.add(amount: 1))
+        #expect(log.values == ["first 1", "second 1", "third 1", "json 1"])
+
+        store.removeObserver(second)
+        store.removeObserver(json)
+        try store.dispatch(.add(amount: 1))
+        #expect(log.values.dropFirst(4) == ["first 2", "third 2"])
+
+        store.removeObserver(first)
+        store.removeObserver(third)
+        store.removeObserver(third)  // removing twice is harmless
+        try store.dispatch(.add(amount: 1))
+        #expect(log.count == 6)
+    }
+
+    @Test func observersSeeChangesOfEveryCause() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        let causes = Recorder<String>()
+        _ = store.addObserver { causes.append("\($0.version) \($0.cause.name)") }
+        try store.dispatch(.add(amount: 1))
+        try store.rehydrate(.init(total: 3, finished: [], ratio: 0))
+        try store.reset()
+        _ = try store.dispatch(json: json(#"{"type":"add","amount":1}"#), ifVersion: nil)
+        _ = try store.rehydrate(json: json(#"{"total":2,"finished":[],"ratio":0}"#), ifVersion: nil)
+        _ = try store.resetJSON(ifVersion: nil)
+        #expect(causes.values == ["1 dispatch", "2 rehydrate", "3 reset", "4 dispatch", "5 rehydrate", "6 reset"])
+    }
+
+    @Test func aStateThatCannotBeEncodedIsNotAppliedWhenObservedAsJSON() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        // Without JSON observers nothing needs encoding: the typed store accepts NaN.
+        #expect(try store.dispatch(.setRatio(value: .nan)).version == 1)
+        try store.dispatch(.setRatio(value: 0))
+
+        let encoded = Recorder<Int>()
+        _ = store.addJSONObserver { encoded.append($0.version) }
+        #expect {
+            try store.dispatch(.setRatio(value: .infinity))
+        } throws: { error in
+            (error as? StoreError)?.kind == .encodingFailed && (error as? StoreError)?.currentVersion == 2
+        }
+        #expect(store.current.version == 2)
+        #expect(store.current.state.ratio == 0)
+        #expect(encoded.values.isEmpty)
+    }
+}
