@@ -69,6 +69,14 @@ public struct LoginFeature: Feature {
         case toast(message: String)
     }
 
+    /// A restored state cannot be in the middle of a check: no check would ever finish it.
+    public func validated(_ state: State) throws(ActionRejected) -> State {
+        guard !state.isLoading else {
+            throw ActionRejected("isLoading must be false: a credential check cannot be restored")
+        }
+        return state
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {

@@ -45,6 +45,13 @@ public struct SettingsFeature: Feature {
         return StateContainer(state)
     }
 
+    /// A restored state must hold two `#RRGGBB` colours; they are stored upper-case.
+    public func validated(_ state: State) throws(ActionRejected) -> State {
+        State(
+            backgroundColor: try Self.normalizedColor(state.backgroundColor),
+            textColor: try Self.normalizedColor(state.textColor))
+    }
+
     /// `color` upper-cased when it is `#RRGGBB`; otherwise the action is rejected.
     static func normalizedColor(_ color: String) throws(ActionRejected) -> String {
         // Check the UTF-8 bytes: a valid colour is exactly seven ASCII bytes, so any other

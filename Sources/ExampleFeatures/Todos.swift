@@ -56,6 +56,27 @@ public struct TodosFeature: Feature {
 
     public typealias Effect = Never
 
+    /// A restored list must keep the rules `add` keeps: at most `maxItems` items, titles of 1 to
+    /// 500 characters, unique ids, and a `nextId` past every numeric id (so new ids never clash).
+    public func validated(_ state: State) throws(ActionRejected) -> State {
+        guard state.items.count <= Self.maxItems else {
+            throw ActionRejected("a list holds at most \(Self.maxItems) items")
+        }
+        var seen = Set<String>()
+        for item in state.items {
+            guard seen.insert(item.id).inserted else { throw ActionRejected("two items share an id") }
+            let length = item.title.trimmingCharacters(in: .whitespacesAndNewlines).count
+            guard (1...Self.maxTitleLength).contains(length) else {
+                throw ActionRejected("every title must have 1 to \(Self.maxTitleLength) characters")
+            }
+            if let number = Int(item.id), number >= state.nextId {
+                throw ActionRejected("nextId must be greater than every numeric item id")
+            }
+        }
+        guard state.nextId >= 1 else { throw ActionRejected("nextId must be at least 1") }
+        return state
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {

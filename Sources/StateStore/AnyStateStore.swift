@@ -85,7 +85,9 @@ extension DefaultStateStore: AnyStateStore {
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
                 currentVersion: version)
         }
-        return try encodedApply(ifVersion: ifVersion) { _, _ in (decoded, nil, .rehydrate) }
+        return try encodedApply(ifVersion: ifVersion) { _, version throws(StoreError) in
+            (try validated(decoded, version: version), nil, .rehydrate)
+        }
     }
 
     public func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange {
@@ -119,7 +121,8 @@ extension DefaultStateStore: AnyStateStore {
         do {
             return try JSONDecoder().decode(F.Action.self, from: JSONCoding.encoder().encode(untagged))
         } catch let error as DecodingError {
-            throw StoreError(.invalidAction, DecodingErrorText.action(type: type, error), currentVersion: version)
+            throw StoreError(
+                .invalidAction, DecodingErrorText.action(type: type, error, fields: fields, actionType: F.Action.self), currentVersion: version)
         } catch {
             throw StoreError(.invalidAction, "the action '\(type)' does not decode: \(error)", currentVersion: version)
         }
@@ -134,23 +137,41 @@ enum DecodingErrorText {
     }
 
     /// For an action decoded from `{type: {...fields}}`: the first path element is the type.
-    static func action(type: String, _ error: DecodingError) -> String {
+    /// An unknown type fails at the top level (empty path). Some decoders report a bad number
+    /// (1.5 or 1e30 for an `Int`) without the field's key; then the non-integer numbers of the
+    /// action are named as the suspects.
+    static func action(type: String, _ error: DecodingError, fields: [String: JSONValue], actionType: Any.Type) -> String {
         func field(_ keys: [any CodingKey]) -> String { path(Array(keys.dropFirst())) }
+        let context: DecodingError.Context
+        var missingKey: (any CodingKey)?
         switch error {
-        case .keyNotFound(let key, let context):
-            if context.codingPath.isEmpty { return "unknown action type '\(type)'" }
-            return "the action '\(type)' is missing the field '\(field(context.codingPath + [key]))'"
-        case .typeMismatch(let expected, let context):
-            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+        case .keyNotFound(let key, let c): context = c; missingKey = key
+        case .typeMismatch(_, let c), .valueNotFound(_, let c), .dataCorrupted(let c): context = c
+        @unknown default: return "the action '\(type)' does not decode"
+        }
+        // The synthesized enum decoder reports an unknown case as a type mismatch of the enum
+        // itself at the top level.
+        if case .typeMismatch(let expected, _) = error, context.codingPath.isEmpty, expected == actionType {
+            return "unknown action type '\(type)'"
+        }
+        if let missingKey {
+            return "the action '\(type)' is missing the field '\(field(context.codingPath + [missingKey]))'"
+        }
+        if context.codingPath.count <= 1 {
+            let suspects = fields.filter { if case .double = $0.value { true } else { false } }.keys.sorted()
+            if !suspects.isEmpty {
+                let names = suspects.map { "'\($0)'" }.joined(separator: ", ")
+                return "the field \(names) of action '\(type)' must be a whole number that fits in 64 bits"
+            }
+            return "the action '\(type)' has an invalid field: \(context.debugDescription)"
+        }
+        switch error {
+        case .typeMismatch(let expected, _):
             return "the field '\(field(context.codingPath))' of action '\(type)' must be \(typeName(expected))"
-        case .valueNotFound(let expected, let context):
-            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+        case .valueNotFound(let expected, _):
             return "the field '\(field(context.codingPath))' of action '\(type)' must be \(typeName(expected)), not null"
-        case .dataCorrupted(let context):
-            if context.codingPath.count <= 1 { return "unknown action type '\(type)'" }
+        default:
             return "the field '\(field(context.codingPath))' of action '\(type)' is invalid: \(context.debugDescription)"
-        @unknown default:
-            return "the action '\(type)' does not decode"
         }
     }
 

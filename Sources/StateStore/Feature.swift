@@ -47,6 +47,14 @@ public protocol Feature: StateReducer {
     var name: String { get }
     /// The state a new store starts from, at version 0.
     var initialState: State { get }
+
+    /// Checks (and may normalize) a state given to `rehydrate`. Throw to refuse a state that
+    /// decodes but breaks a rule of the feature. The default accepts every state.
+    func validated(_ state: State) throws(ActionRejected) -> State
+}
+
+extension Feature {
+    public func validated(_ state: State) throws(ActionRejected) -> State { state }
 }
 
 /// Follow-up actions sent back to the store by asynchronous work.

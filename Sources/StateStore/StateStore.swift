@@ -116,9 +116,21 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         try dispatch(action, ifVersion: ifVersion, encode: false).change
     }
 
+    /// Replaces the state without an action, after the feature's ``Feature/validated(_:)``
+    /// check (a refused state throws `.invalidState`).
     @discardableResult
     public func rehydrate(_ state: F.State, ifVersion: Int? = nil) throws(StoreError) -> Change {
-        try apply(ifVersion: ifVersion, encode: false) { _, _ in (state, nil, .rehydrate) }.change
+        try apply(ifVersion: ifVersion, encode: false) { _, version throws(StoreError) in
+            (try validated(state, version: version), nil, .rehydrate)
+        }.change
+    }
+
+    func validated(_ state: F.State, version: Int) throws(StoreError) -> F.State {
+        do throws(ActionRejected) {
+            return try feature.validated(state)
+        } catch {
+            throw StoreError(.invalidState, "the state breaks a rule of \(feature.name): \(error.message)", currentVersion: version)
+        }
     }
 
     @discardableResult
