@@ -69,6 +69,13 @@ public struct LoginFeature: Feature {
         case toast(message: String)
     }
 
+    /// Events and journals show `submit` with the password masked: it never reaches the state,
+    /// so replaying the masked action gives the same state.
+    public func publicAction(_ action: Action) -> Action {
+        if case .submit(let username, _) = action { return .submit(username: username, password: "********") }
+        return action
+    }
+
     /// A restored state cannot be in the middle of a check: no check would ever finish it.
     public func validated(_ state: State) throws(ActionRejected) -> State {
         guard !state.isLoading else {

@@ -7,14 +7,16 @@ public struct EncodedChange: Sendable {
     public let version: Int
     /// `dispatch`, `rehydrate` or `reset`.
     public let cause: String
-    /// The action as a tagged object, for dispatches.
+    /// The action as a tagged object, for dispatches, in its public form
+    /// (``Feature/publicAction(_:)``: secrets such as passwords masked).
     public let action: [UInt8]?
     public let state: [UInt8]
     /// The one-shot effect as a tagged object, if the change produced one.
     public let effect: [UInt8]?
 
     init<State: Encodable, Action: Encodable, Effect: Encodable>(
-        feature: String, change: StoreChange<State, Action, Effect>, currentVersion: Int
+        feature: String, change: StoreChange<State, Action, Effect>, currentVersion: Int,
+        publicAction: (Action) -> Action = { $0 }
     ) throws(StoreError) {
         self.feature = feature
         self.version = change.version
@@ -22,7 +24,7 @@ public struct EncodedChange: Sendable {
         do {
             state = try JSONCoding.encode(change.state)
             if case .dispatch(let action) = change.cause {
-                self.action = try Self.tagged(action)
+                self.action = try Self.tagged(publicAction(action))
             } else {
                 self.action = nil
             }

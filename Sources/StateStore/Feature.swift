@@ -51,10 +51,16 @@ public protocol Feature: StateReducer {
     /// Checks (and may normalize) a state given to `rehydrate`. Throw to refuse a state that
     /// decodes but breaks a rule of the feature. The default accepts every state.
     func validated(_ state: State) throws(ActionRejected) -> State
+
+    /// The action as observers see it (events, journals): mask secrets such as passwords here.
+    /// Replaying the public form must give the same state as the original (keep secrets out of
+    /// state). The default shows the action as it is.
+    func publicAction(_ action: Action) -> Action
 }
 
 extension Feature {
     public func validated(_ state: State) throws(ActionRejected) -> State { state }
+    public func publicAction(_ action: Action) -> Action { action }
 }
 
 /// Follow-up actions sent back to the store by asynchronous work.

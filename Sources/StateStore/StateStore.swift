@@ -199,7 +199,9 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
             var encoded: EncodedChange?
             if encode || !inner.jsonObservers.isEmpty {
-                encoded = try EncodedChange(feature: feature.name, change: change, currentVersion: inner.version)
+                encoded = try EncodedChange(
+                    feature: feature.name, change: change, currentVersion: inner.version,
+                    publicAction: feature.publicAction)
             }
             inner.state = state
             inner.version += 1
