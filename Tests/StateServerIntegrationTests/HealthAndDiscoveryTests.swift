@@ -21,7 +21,8 @@ struct HealthAndDiscoveryTests {
         for feature in features {
             let name = try #require(feature["name"]?.string, "feature without name: \(feature)")
             #expect(byName[name] == nil, "\(name) listed twice")
-            byName[name] = try #require(feature["initialState"], "\(name) without initialState")
+            let initialState = try #require(feature["initialState"], "\(name) without initialState")
+            byName[name] = initialState
         }
         #expect(Set(byName.keys) == Examples.names)
         #expect(byName["counter"] == Examples.counter)

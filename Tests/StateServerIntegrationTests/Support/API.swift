@@ -6,7 +6,7 @@ enum Examples {
     static let names: Set<String> = ["counter", "todos", "settings", "login"]
     static let counter: JSON = ["count": 0]
     static let settings: JSON = ["backgroundColor": "#FF0000", "textColor": "#FFFFFF"]
-    static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": nil]
+    static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": .null]
 }
 
 /// Requests to one server, each on a fresh connection.

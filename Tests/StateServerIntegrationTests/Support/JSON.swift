@@ -3,7 +3,8 @@ import Foundation
 /// A JSON value decoded from a response or built (with literals) for a request body.
 ///
 /// Numbers that fit an `Int` decode as `.int`, others as `.double`, so states compare exactly
-/// with literals such as `["count": 3]`.
+/// with literals such as `["count": 3]`. Not `ExpressibleByNilLiteral` on purpose: JSON `null`
+/// is `.null`, and `nil` always means an absent key.
 enum JSON: Sendable, Hashable {
     case null
     case bool(Bool)
@@ -140,11 +141,10 @@ extension JSON: CustomStringConvertible {
     var description: String { text }
 }
 
-extension JSON: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+extension JSON: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
     ExpressibleByDictionaryLiteral
 {
-    init(nilLiteral: ()) { self = .null }
     init(booleanLiteral value: Bool) { self = .bool(value) }
     init(integerLiteral value: Int) { self = .int(value) }
     init(floatLiteral value: Double) { self = .double(value) }
@@ -153,4 +153,9 @@ extension JSON: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, Expressibl
     init(dictionaryLiteral elements: (String, JSON)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
+}
+
+/// The compact UTF-8 text of a JSON value, for request bodies.
+func jsonBytes(_ value: JSON) -> [UInt8] {
+    value.bytes
 }

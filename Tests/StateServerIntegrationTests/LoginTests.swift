@@ -1,0 +1,142 @@
+import Testing
+
+/// Login's simulated credential check runs 1 s here, so "in flight" is easy to hit.
+@Suite("Login: asynchronous follow-up actions", .localServer(environment: ["STATE_SERVER_LOGIN_CHECK_DELAY": "1"]))
+struct LoginTests {
+    /// Waits for the check to finish: `isLoading` false again.
+    func settled(_ session: Session) async throws -> StoreSnapshot {
+        var last = try await session.store("login")
+        let done = try await eventually(timeout: .seconds(8)) {
+            last = try await session.store("login")
+            return last.state["isLoading"] == false
+        }
+        try #require(done, "the credential check never finished: \(last)")
+        return last
+    }
+
+    @Test("submit with good credentials: isLoading, then succeeded after the delay")
+    func success() async throws {
+        let session = try await SharedServer.api().createSession()
+        let (stream, _) = try await session.subscribe(query: "feature=login")
+        defer { stream.close() }
+        let body = try await session.dispatchOK("login", ["type": "submit", "username": "alice", "password": "correct horse"])
+        #expect(body["version"] == 1)
+        #expect(body["state"] == ["username": "alice", "isLoading": true, "isLoggedIn": false, "error": .null])
+        #expect(body["effect"] == .null)
+
+        let submitted = try await stream.nextEvent()
+        #expect(submitted.json?["action"]?["type"] == "submit", "\(submitted)")
+        #expect(submitted.json?["cause"] == "dispatch")
+        let succeeded = try await stream.nextEvent(timeout: .seconds(8))
+        let change = try #require(succeeded.json, "\(succeeded)")
+        #expect(succeeded.event == "state")
+        #expect(change["feature"] == "login")
+        #expect(change["cause"] == "dispatch")
+        #expect(change["action"]?["type"] == "succeeded", "\(succeeded)")
+        #expect(change["version"] == 2)
+        #expect(change["state"] == ["username": "alice", "isLoading": false, "isLoggedIn": true, "error": .null])
+        #expect(change["effect"] == .null)
+        #expect(try await session.store("login") == StoreSnapshot(version: 2, state: change["state"]!))
+    }
+
+    @Test("failed check: failed {reason} with a toast effect delivered once, never in GET state")
+    func failure() async throws {
+        let session = try await SharedServer.api().createSession()
+        let (stream, _) = try await session.subscribe(query: "feature=login")
+        defer { stream.close() }
+        try await session.dispatchOK("login", ["type": "submit", "username": "bob", "password": "short"])
+        let submitted = try await stream.nextEvent()
+        #expect(submitted.json?["effect"] == .null)
+        let failed = try await stream.nextEvent(timeout: .seconds(8))
+        let change = try #require(failed.json, "\(failed)")
+        #expect(change["action"]?["type"] == "failed", "\(failed)")
+        #expect(change["action"]?["reason"]?.string != nil, "failed carries a reason: \(failed)")
+        #expect(change["version"] == 2)
+        #expect(change["state"]?["isLoading"] == false)
+        #expect(change["state"]?["isLoggedIn"] == false)
+        #expect(change["state"]?["username"] == "bob")
+        #expect(change["state"]?["error"]?.string?.isEmpty == false, "error holds the reason: \(failed)")
+        let effect = try #require(change["effect"]?.object, "the toast effect: \(failed)")
+        #expect(effect["type"] == "toast")
+        #expect(effect["message"]?.string?.isEmpty == false)
+        #expect(Set(effect.keys) == ["type", "message"])
+
+        // GET state never shows effects.
+        let one = try await session.request("GET", "/state/login")
+        #expect(one.json?["effect"] == nil, "\(one)")
+        #expect(one.json?["state"] == change["state"])
+        let all = try await session.request("GET", "/state")
+        #expect(all.json?["features"]?["login"]?["effect"] == nil, "\(all)")
+        #expect(all.json?["features"]?["login"]?.object?.keys.sorted() == ["state", "version"])
+
+        // Delivered once: the next change has no effect, and a new subscriber's snapshot has none.
+        try await session.dispatchOK("login", ["type": "submit", "username": "bob", "password": "longer password"])
+        let next = try await stream.nextEvent()
+        #expect(next.json?["effect"] == .null, "\(next)")
+        #expect(next.json?["state"]?["isLoading"] == true)
+        let (late, snapshot) = try await session.subscribe(query: "feature=login")
+        late.close()
+        #expect(!snapshot.data.contains("toast"), "\(snapshot)")
+        let success = try await stream.nextEvent(timeout: .seconds(8))
+        #expect(success.json?["action"]?["type"] == "succeeded", "\(success)")
+        #expect(success.json?["state"]?["isLoggedIn"] == true, "\(success)")
+    }
+
+    @Test("an empty username fails the check")
+    func emptyUsername() async throws {
+        let session = try await SharedServer.api().createSession()
+        try await session.dispatchOK("login", ["type": "submit", "username": "", "password": "long enough password"])
+        let final = try await settled(session)
+        #expect(final.state["isLoggedIn"] == false)
+        #expect(final.state["error"]?.string != nil, "\(final)")
+        #expect(final.version == 2)
+    }
+
+    @Test("a password of exactly 8 characters passes; 7 fail")
+    func passwordLength() async throws {
+        let api = try SharedServer.api()
+        let eight = try await api.createSession()
+        let seven = try await api.createSession()
+        try await eight.dispatchOK("login", ["type": "submit", "username": "u", "password": "12345678"])
+        try await seven.dispatchOK("login", ["type": "submit", "username": "u", "password": "1234567"])
+        #expect(try await settled(eight).state["isLoggedIn"] == true)
+        #expect(try await settled(seven).state["isLoggedIn"] == false)
+    }
+
+    @Test("submit while a check is in flight, or while logged in: 422 action_rejected")
+    func submitRules() async throws {
+        let session = try await SharedServer.api().createSession()
+        try await session.dispatchOK("login", ["type": "submit", "username": "carol", "password": "password123"])
+        let during = try await session.dispatch("login", ["type": "submit", "username": "mallory", "password": "password123"])
+        expectError(during, 422, "action_rejected", "submit during the check")
+        // The store keeps accepting dispatches while the work runs.
+        try await session.dispatchOK("counter", ["type": "increment"])
+        let final = try await settled(session)
+        #expect(final == StoreSnapshot(version: 2, state: ["username": "carol", "isLoading": false, "isLoggedIn": true, "error": .null]))
+
+        let loggedIn = try await session.dispatch("login", ["type": "submit", "username": "carol", "password": "password123"])
+        expectError(loggedIn, 422, "action_rejected", "submit while logged in")
+        expectError(try await session.dispatch("login", ["type": "succeeded"]), 422, "action_rejected", "client succeeded")
+        expectError(
+            try await session.dispatch("login", ["type": "failed", "reason": "x"]), 422, "action_rejected", "client failed")
+        #expect(try await session.store("login") == final)
+
+        let logout = try await session.dispatchOK("login", ["type": "logout"])
+        #expect(logout["state"]?["isLoggedIn"] == false)
+        #expect(logout["version"] == 3)
+        // After logout, submit works again.
+        try await session.dispatchOK("login", ["type": "submit", "username": "carol", "password": "password123"])
+        #expect(try await settled(session).state["isLoggedIn"] == true)
+    }
+
+    @Test("deleting a session while its check runs does not break the server")
+    func deleteDuringCheck() async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        try await session.dispatchOK("login", ["type": "submit", "username": "dave", "password": "password123"])
+        #expect(try await session.delete().status == 204)
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(await api.isHealthy())
+        expectError(try await session.request("GET", "/state/login"), 404, "session_not_found")
+    }
+}

@@ -1,0 +1,58 @@
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Shutdown on SIGTERM and SIGINT")
+struct ShutdownTests {
+    @Test("SIGTERM with open event streams: the streams end and the process exits 0 within 5 s", arguments: [SIGTERM, SIGINT])
+    func signal(_ signal: Int32) async throws {
+        let server = try await ServerProcess.start()
+        do {
+            let session = try await server.api.createSession()
+            let (first, _) = try await session.subscribe()
+            let (second, _) = try await session.subscribe(query: "feature=counter")
+            defer { first.close(); second.close() }
+            try await session.dispatchOK("counter", ["type": "increment"])
+            #expect(try await first.nextEvent().json?["version"] == 1)
+            // A keep-alive connection and a half-sent request are open too.
+            let idle = try await HTTPConnection.open(port: server.port)
+            defer { idle.close() }
+            #expect(try await idle.request("GET", "/healthz").status == 200)
+            let partial = try await HTTPConnection.open(port: server.port)
+            defer { partial.close() }
+            try await partial.send(Array("GET /healthz HTTP/1.1\r\n".utf8))
+
+            let exit = await server.stop(signal: signal, timeout: .seconds(5))
+            #expect(exit.exitedByItself, "still running 5 s after the signal: \(exit); stderr: \(server.output.stderrText.suffix(2000))")
+            #expect(!exit.bySignal && exit.status == 0, "\(exit)")
+            #expect(try await first.waitForEnd(timeout: .seconds(2)), "stream still open after exit")
+            #expect(try await second.waitForEnd(timeout: .seconds(2)), "stream still open after exit")
+        } catch {
+            await server.stop(signal: SIGKILL)
+            throw error
+        }
+    }
+
+    @Test("an idle server exits 0 on SIGTERM")
+    func idle() async throws {
+        let server = try await ServerProcess.start()
+        #expect(await server.api.isHealthy())
+        let exit = await server.stop(signal: SIGTERM, timeout: .seconds(5))
+        #expect(exit.exitedByItself && !exit.bySignal && exit.status == 0, "\(exit)")
+        // Nothing listens any more.
+        await #expect(throws: (any Error).self) { try await HTTPConnection.open(port: server.port).request("GET", "/healthz") }
+    }
+
+    @Test("the first stdout line is exactly `listening on http://127.0.0.1:PORT`; logs go to stderr")
+    func startupLine() async throws {
+        try await withServer { server in
+            #expect(server.output.firstStdoutLine == "listening on http://127.0.0.1:\(server.port)")
+            for _ in 0..<3 { _ = try await server.api.request("GET", "/v1/nope") }
+            #expect(await server.api.isHealthy())
+            let stdout = server.output.stdoutText
+            #expect(stdout.split(separator: "\n").count <= 1, "only the port line on stdout: \(stdout.prefix(500))")
+        }
+    }
+}
