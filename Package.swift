@@ -57,11 +57,32 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
+        // MARK: Persistence: a storage protocol, SQLite and an in-memory twin (no HTTP)
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        // SHA-256 for token hashes, from the GnuTLS that libmicrohttpd already links.
+        .systemLibrary(
+            name: "CGnuTLS",
+            pkgConfig: "gnutls",
+            providers: [.apt(["libgnutls28-dev"])]
+        ),
+        .target(
+            name: "StatePersistence",
+            dependencies: [
+                "CSQLite", "CGnuTLS", "StateStore",
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
         // MARK: Sessions, event hub, idempotency (no HTTP)
         .target(
             name: "StateSessions",
             dependencies: [
-                "StateStore",
+                "StateStore", "StatePersistence",
                 .product(name: "DequeModule", package: "swift-collections"),
             ],
             swiftSettings: strictSettings
