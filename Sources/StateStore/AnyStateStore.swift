@@ -55,6 +55,22 @@ public protocol AnyStateStore: AnyObject, Sendable {
     func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange
     func addJSONObserver(_ observer: @escaping @Sendable (EncodedChange) -> Void) -> ObserverToken
     func removeObserver(_ token: ObserverToken)
+
+    // MARK: Two-step changes, for owners that store a change before applying it
+
+    func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
+    func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
+    func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange
+    /// Applies a prepared change (observers are told, declared work starts when `startWork`).
+    /// Returns `false`, applying nothing, when the store is no longer at the change's base
+    /// version.
+    @discardableResult
+    func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool
+    /// Sends follow-up actions of asynchronous work through `route` instead of applying them
+    /// directly.
+    func routeFollowUps(_ route: @escaping FollowUpRoute)
+    /// Re-applies a journaled change (its cause and payload) with side effects off.
+    func replay(cause: String, payload: [UInt8]?) throws(StoreError)
 }
 
 extension DefaultStateStore: AnyStateStore {
@@ -104,6 +120,61 @@ extension DefaultStateStore: AnyStateStore {
             throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
         }
         return encoded
+    }
+
+    public func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
+        try prepare(try Self.decodeAction(action, version: version), ifVersion: ifVersion)
+    }
+
+    public func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
+        let decoded = try decodeState(state)
+        return try prepare(ifVersion: ifVersion, works: { [] }) { _, version throws(StoreError) in
+            (try validated(decoded, version: version), nil, .rehydrate)
+        }
+    }
+
+    public func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange {
+        try prepare(ifVersion: ifVersion, works: { [] }) { _, _ in (feature.initialState, nil, .reset) }
+    }
+
+    @discardableResult
+    public func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool {
+        prepared.apply(startWork)
+    }
+
+    public func routeFollowUps(_ route: @escaping FollowUpRoute) {
+        followUpRoute.withLock { $0 = route }
+    }
+
+    public func replay(cause: String, payload: [UInt8]?) throws(StoreError) {
+        let prepared: PreparedChange
+        switch cause {
+        case "dispatch":
+            guard let payload, let json = JSONCoding.parse(payload) else {
+                throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: version)
+            }
+            prepared = try prepareDispatch(json: json, ifVersion: nil)
+        case "rehydrate":
+            guard let payload, let json = JSONCoding.parse(payload) else {
+                throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)
+            }
+            prepared = try prepareRehydrate(json: json, ifVersion: nil)
+        case "reset":
+            prepared = try prepareReset(ifVersion: nil)
+        default:
+            throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
+        }
+        commit(prepared, startWork: false)
+    }
+
+    func decodeState(_ state: JSONValue) throws(StoreError) -> F.State {
+        do {
+            return try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(state))
+        } catch {
+            throw StoreError(
+                .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
+                currentVersion: version)
+        }
     }
 
     /// Decodes a tagged action (`{"type": "set", "value": 3}`) as the feature's `Action`, with a

@@ -56,9 +56,24 @@ public protocol Feature: StateReducer {
     /// Replaying the public form must give the same state as the original (keep secrets out of
     /// state). The default shows the action as it is.
     func publicAction(_ action: Action) -> Action
+
+    /// The version of `State`'s shape in saved snapshots. Raise it when the shape changes and
+    /// teach ``migrate(_:from:)`` the way from older versions. The default is 1.
+    var stateVersion: Int { get }
+
+    /// Turns a state saved at an older `stateVersion` (as JSON) into the current shape. Throw
+    /// when there is no way; the store is then rebuilt from its journal, or reset as a last
+    /// resort. The default has no migrations.
+    func migrate(_ state: JSONValue, from version: Int) throws(ActionRejected) -> JSONValue
 }
 
 extension Feature {
+    public var stateVersion: Int { 1 }
+
+    public func migrate(_ state: JSONValue, from version: Int) throws(ActionRejected) -> JSONValue {
+        throw ActionRejected("\(name) has no migration from state version \(version) to \(stateVersion)")
+    }
+
     public func validated(_ state: State) throws(ActionRejected) -> State { state }
     public func publicAction(_ action: Action) -> Action { action }
 }

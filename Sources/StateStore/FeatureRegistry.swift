@@ -1,3 +1,5 @@
+import Foundation
+
 /// A feature with its types erased: what a server needs to list features and create stores.
 public struct AnyFeature: Sendable {
     public let name: String
@@ -5,10 +7,53 @@ public struct AnyFeature: Sendable {
     public let initialStateJSON: [UInt8]
     private let make: @Sendable (_ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void) -> any AnyStateStore
 
+    /// The version of the feature's state shape (see ``Feature/stateVersion``).
+    public let stateVersion: Int
+    private let restoreBody: @Sendable (
+        _ state: [UInt8]?, _ stateVersion: Int, _ version: Int,
+        _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
+    ) throws(StoreError) -> any AnyStateStore
+
     public init<F: Feature>(_ feature: F) throws {
         name = feature.name
         initialStateJSON = try JSONCoding.encode(feature.initialState)
+        stateVersion = feature.stateVersion
         make = { onRejected in DefaultStateStore(feature: feature, onFollowUpRejected: onRejected) }
+        restoreBody = { bytes, savedVersion, version, onRejected throws(StoreError) in
+            guard let bytes else {
+                return DefaultStateStore(feature: feature, version: version, onFollowUpRejected: onRejected)
+            }
+            guard var json = JSONCoding.parse(bytes) else {
+                throw StoreError(.invalidState, "the saved state of \(feature.name) is not JSON", currentVersion: version)
+            }
+            if savedVersion != feature.stateVersion {
+                do throws(ActionRejected) {
+                    json = try feature.migrate(json, from: savedVersion)
+                } catch {
+                    throw StoreError(.invalidState, error.message, currentVersion: version)
+                }
+            }
+            let state: F.State
+            do {
+                state = try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(json))
+            } catch {
+                throw StoreError(
+                    .invalidState,
+                    "the saved state of \(feature.name) does not decode: \(DecodingErrorText.describe(error))",
+                    currentVersion: version)
+            }
+            return DefaultStateStore(feature: feature, state: state, version: version, onFollowUpRejected: onRejected)
+        }
+    }
+
+    /// A store at `version` with a saved state (migrated from `stateVersion` if it is older),
+    /// or at the initial state when `state` is nil. Throws `.invalidState` when the saved state
+    /// neither decodes nor migrates.
+    public func restoreStore(
+        state: [UInt8]?, stateVersion: Int, version: Int,
+        onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
+    ) throws(StoreError) -> any AnyStateStore {
+        try restoreBody(state, stateVersion, version, onFollowUpRejected)
     }
 
     /// A new store at the initial state, version 0.

@@ -80,7 +80,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     public typealias Action = F.Action
     public typealias Effect = F.Effect
 
-    private struct Inner {
+    struct Inner {
         var state: F.State
         var version: Int
         var observers: [(token: ObserverToken, call: @Sendable (Change) -> Void)] = []
@@ -89,9 +89,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     }
 
     public let feature: F
-    private let inner: Mutex<Inner>
+    let inner: Mutex<Inner>
     private let runsSideEffects: Bool
-    private let onFollowUpRejected: @Sendable (StoreError) -> Void
+    let onFollowUpRejected: @Sendable (StoreError) -> Void
+    let followUpRoute = Mutex<FollowUpRoute?>(nil)
 
     /// - Parameters:
     ///   - state: a restored state (defaults to the feature's initial state).
@@ -213,11 +214,16 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         }
     }
 
-    private func start(_ works: [Dispatcher<F.Action>.Work]) {
+    func start(_ works: [Dispatcher<F.Action>.Work]) {
         guard runsSideEffects, !works.isEmpty else { return }
+        let route = followUpRoute.withLock { $0 }
         let send = Send<F.Action> { [weak self] action in
             guard let self else { return }
-            do throws(StoreError) { try self.dispatch(action) } catch { self.onFollowUpRejected(error) }
+            if let route {
+                await route { ifVersion throws(StoreError) in try self.prepare(action, ifVersion: ifVersion) }
+            } else {
+                do throws(StoreError) { try self.dispatch(action) } catch { self.onFollowUpRejected(error) }
+            }
         }
         for work in works {
             Task.detached { await work(send) }
