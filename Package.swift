@@ -92,7 +92,7 @@ let package = Package(
         .target(
             name: "StateServerHTTP",
             dependencies: [
-                "StateStore", "StateSessions", "MicroHTTP",
+                "StateStore", "StateSessions", "StatePersistence", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -102,7 +102,7 @@ let package = Package(
         .executableTarget(
             name: "state-server",
             dependencies: [
-                "StateServerHTTP", "ExampleFeatures", "StateStore",
+                "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),

@@ -1,5 +1,6 @@
 import Logging
 import MicroHTTP
+import StatePersistence
 import StateSessions
 import StateStore
 import Synchronization
@@ -20,8 +21,12 @@ public struct RouteSettings: Sendable {
 }
 
 /// The routes of the v1 contract (`../shared/contract/http-api-v1.md`, restated in
-/// `docs/API.md`), answering on libmicrohttpd's threads without blocking: every route works on
-/// in-memory stores behind short locks.
+/// `docs/API.md`).
+///
+/// Memory mode answers on libmicrohttpd's threads without blocking: every route works on
+/// in-memory stores behind short locks. Durable mode answers session routes from a task
+/// (`HTTPResult.later`): loading a session or committing a change waits for storage, and the
+/// event threads never do.
 public final class StateServerResponder: HTTPResponder {
     let sessions: SessionManager
     let settings: RouteSettings
@@ -50,141 +55,275 @@ public final class StateServerResponder: HTTPResponder {
     /// Event streams open now.
     public var streamCount: Int { openStreams.load(ordering: .relaxed) }
 
-    public func respond(to request: HTTPRequest) -> HTTPResult {
-        .now(route(request))
-    }
-
     // MARK: Routing
 
-    func route(_ request: HTTPRequest) -> HTTPResponse {
+    public func respond(to request: HTTPRequest) -> HTTPResult {
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count >= 2, parts[0].isEmpty, !parts.dropFirst().contains(where: \.isEmpty) else {
-            return notFound(request)
+            return .now(notFound())
         }
         switch parts.count {
         case 2 where parts[1] == "healthz":
-            return only(["GET", "HEAD"], request, "/healthz") {
+            return .now(only(["GET", "HEAD"], request, "/healthz") {
                 Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz")
-            }
+            })
         case 3 where parts[1] == "v1" && parts[2] == "features":
-            return only(["GET", "HEAD"], request, "/v1/features") {
+            return .now(only(["GET", "HEAD"], request, "/v1/features") {
                 Reply.json(200, featuresBody, route: "/v1/features")
-            }
+            })
         case 3 where parts[1] == "v1" && parts[2] == "sessions":
-            return only(["POST"], request, "/v1/sessions") { createSession(request) }
+            return createSession(request)
         case 4...6 where parts[1] == "v1" && parts[2] == "sessions":
             return sessionRoute(request, id: String(parts[3]), rest: parts.dropFirst(4).map(String.init))
         default:
-            return notFound(request)
+            return .now(notFound())
         }
     }
 
-    private func sessionRoute(_ request: HTTPRequest, id: String, rest: [String]) -> HTTPResponse {
+    /// The session routes, after method and credential checks.
+    private enum SessionRoute: Sendable {
+        case delete
+        case allState
+        case featureState(String)
+        case dispatch
+        case events
+
+        var template: String {
+            switch self {
+            case .delete: "/v1/sessions/{id}"
+            case .allState: "/v1/sessions/{id}/state"
+            case .featureState: "/v1/sessions/{id}/state/{feature}"
+            case .dispatch: "/v1/sessions/{id}/dispatch"
+            case .events: "/v1/sessions/{id}/events"
+            }
+        }
+
+        var methods: [String] {
+            switch self {
+            case .delete: ["DELETE"]
+            case .allState: ["GET", "HEAD"]
+            case .featureState: ["GET", "HEAD", "PUT", "DELETE"]
+            case .dispatch: ["POST"]
+            case .events: ["GET"]
+            }
+        }
+    }
+
+    private func sessionRoute(_ request: HTTPRequest, id: String, rest: [String]) -> HTTPResult {
+        let route: SessionRoute
         switch rest.count {
-        case 0:
-            let route = "/v1/sessions/{id}"
-            return only(["DELETE"], request, route) {
-                authorized(request, id: id, route: route) { session in
-                    sessions.delete(id: session.id)
-                    return Reply.empty(204, route: route)
-                }
+        case 0: route = .delete
+        case 1 where rest[0] == "state": route = .allState
+        case 2 where rest[0] == "state": route = .featureState(rest[1])
+        case 1 where rest[0] == "dispatch": route = .dispatch
+        case 1 where rest[0] == "events": route = .events
+        default: return .now(notFound())
+        }
+        let template = route.template
+        guard route.methods.contains(request.method) else {
+            return .now(methodNotAllowed(request, route.methods, template))
+        }
+        guard let token = credentials(request, allowQueryToken: { if case .events = route { true } else { false } }()) else {
+            return .now(Reply.error(
+                401, "unauthorized", "this request needs the header 'Authorization: Bearer <token>'",
+                route: template, headers: [("WWW-Authenticate", "Bearer")]))
+        }
+        if let session = sessions.session(id: id, token: token), !session.isDurable {
+            return .now(memoryRoute(route, request, session))
+        }
+        guard sessions.isDurable else { return .now(sessionNotFound(template)) }
+        return .later { [self] in
+            do throws(StorageError) {
+                guard let session = try await sessions.load(id: id, token: token) else { return sessionNotFound(template) }
+                return await durableRoute(route, request, session)
+            } catch {
+                return storageUnavailable(error, route: template)
             }
-        case 1 where rest[0] == "state":
-            let route = "/v1/sessions/{id}/state"
-            return only(["GET", "HEAD"], request, route) {
-                authorized(request, id: id, route: route) { allState($0, route: route) }
-            }
-        case 2 where rest[0] == "state":
-            let route = "/v1/sessions/{id}/state/{feature}"
-            return only(["GET", "HEAD", "PUT", "DELETE"], request, route) {
-                authorized(request, id: id, route: route) { session in
-                    featureState(request, session, feature: rest[1], route: route)
-                }
-            }
-        case 1 where rest[0] == "dispatch":
-            let route = "/v1/sessions/{id}/dispatch"
-            return only(["POST"], request, route) {
-                authorized(request, id: id, route: route) { dispatch(request, $0, route: route) }
-            }
-        case 1 where rest[0] == "events":
-            let route = "/v1/sessions/{id}/events"
-            return only(["GET"], request, route) {
-                authorized(request, id: id, route: route, allowQueryToken: true) { events(request, $0, route: route) }
-            }
-        default:
-            return notFound(request)
         }
     }
 
-    private func notFound(_ request: HTTPRequest) -> HTTPResponse {
-        Reply.error(404, "not_found", "there is no resource at this path", route: "-")
-    }
-
-    /// Runs `body` for the allowed methods; 405 with `Allow` otherwise.
-    private func only(
-        _ methods: [String], _ request: HTTPRequest, _ route: String, _ body: () -> HTTPResponse
-    ) -> HTTPResponse {
-        guard methods.contains(request.method) else {
-            return Reply.error(
-                405, "method_not_allowed", "\(request.method) is not allowed here; use \(methods.joined(separator: ", "))",
-                route: route, headers: [("Allow", methods.joined(separator: ", "))])
-        }
-        return body()
-    }
-
-    /// 401 without credentials; 404 `session_not_found` for an unknown session or another
-    /// session's token (indistinguishable on purpose).
-    private func authorized(
-        _ request: HTTPRequest, id: String, route: String, allowQueryToken: Bool = false,
-        _ body: (Session) -> HTTPResponse
-    ) -> HTTPResponse {
-        var token: String?
+    private func credentials(_ request: HTTPRequest, allowQueryToken: Bool) -> String? {
         if let header = request.header("authorization") {
             let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
             if parts.count == 2, parts[0].lowercased() == "bearer" {
-                token = parts[1].trimmingWhitespace()
+                let token = parts[1].trimmingWhitespace()
+                if !token.isEmpty { return token }
             }
         }
-        if token == nil, allowQueryToken, let value = request.queryValues("access_token").first, !value.isEmpty {
-            token = value
+        if allowQueryToken, let value = request.queryValues("access_token").first, !value.isEmpty {
+            return value
         }
-        guard let token, !token.isEmpty else {
-            return Reply.error(
-                401, "unauthorized", "this request needs the header 'Authorization: Bearer <token>'",
-                route: route, headers: [("WWW-Authenticate", "Bearer")])
-        }
-        guard let session = sessions.session(id: id, token: token) else {
-            return Reply.error(404, "session_not_found", "no session with this id and token", route: route)
-        }
-        if request.bodyTooLarge {
-            return Reply.error(
-                413, "payload_too_large", "the request body is larger than the limit of \(settings.bodyLimit) bytes",
-                route: route)
-        }
-        return body(session)
+        return nil
     }
 
-    // MARK: Sessions
+    // MARK: Memory mode (synchronous)
 
-    private func createSession(_ request: HTTPRequest) -> HTTPResponse {
+    private func memoryRoute(_ route: SessionRoute, _ request: HTTPRequest, _ session: Session) -> HTTPResponse {
+        let template = route.template
+        if request.bodyTooLarge { return tooLarge(template) }
+        switch route {
+        case .delete:
+            sessions.delete(id: session.id)
+            return Reply.empty(204, route: template)
+        case .allState:
+            return allState(session, route: template)
+        case .featureState(let feature):
+            guard let store = session.loadedStore(feature) else { return unknownFeature(feature, route: template) }
+            return featureState(request, store, feature: feature, route: template) { prepare, ifVersion in
+                Self.applyNow(store, prepare, ifVersion)
+            }
+        case .dispatch:
+            return dispatch(request, session, route: template) { store, command in
+                let run = {
+                    self.changeResponse(
+                        Self.applyNow(store, { v throws(StoreError) in try store.prepareDispatch(json: command.action, ifVersion: v) }, command.ifVersion),
+                        withEffect: true, route: template)
+                }
+                guard let key = command.idempotencyKey else { return run() }
+                let (reply, replayed) = session.idempotent(key: key) {
+                    let response = run()
+                    return (Self.reply(of: response), response.status == 200)
+                }
+                return self.replied(reply, replayed: replayed, route: template)
+            }
+        case .events:
+            return events(request, session, route: template)
+        }
+    }
+
+    private static func applyNow(
+        _ store: any AnyStateStore, _ prepare: (Int?) throws(StoreError) -> PreparedChange, _ ifVersion: IfMatch
+    ) -> Result<EncodedChange, SessionFailure> {
+        do throws(StoreError) {
+            let version = try ifVersion.resolve(store)
+            // In memory, prepare + commit under no other lock can race with another request;
+            // retry when the store moved on (only without a precondition).
+            while true {
+                let prepared = try prepare(version)
+                if store.commit(prepared, startWork: true) { return .success(prepared.encoded) }
+                if version != nil {
+                    throw StoreError(.versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion)
+                }
+            }
+        } catch {
+            return .failure(.store(error))
+        }
+    }
+
+    // MARK: Durable mode (asynchronous)
+
+    private func durableRoute(_ route: SessionRoute, _ request: HTTPRequest, _ session: Session) async -> HTTPResponse {
+        let template = route.template
+        if request.bodyTooLarge { return tooLarge(template) }
+        do throws(SessionFailure) {
+            switch route {
+            case .delete:
+                do throws(StorageError) {
+                    try await sessions.delete(id: session.id)
+                } catch {
+                    return storageUnavailable(error, route: template)
+                }
+                return Reply.empty(204, route: template)
+            case .allState:
+                try await session.loadAll()
+                return allState(session, route: template)
+            case .featureState(let feature):
+                guard let store = try await session.store(feature) else { return unknownFeature(feature, route: template) }
+                if request.method == "GET" || request.method == "HEAD" {
+                    return featureState(request, store, feature: feature, route: template) { _, _ in
+                        .failure(.store(StoreError(.invalidState, "unreachable", currentVersion: 0)))
+                    }
+                }
+                guard let parsed = parseStateChange(request, store, route: template) else {
+                    return featureState(request, store, feature: feature, route: template) { _, _ in
+                        .failure(.store(StoreError(.invalidState, "unreachable", currentVersion: 0)))
+                    }
+                }
+                let result = await Self.applyDurably(session, store, parsed.prepare, parsed.ifVersion)
+                return changeResponse(result, withEffect: false, route: template)
+            case .dispatch:
+                let command: DispatchCommand
+                switch parseDispatch(request, session, route: template) {
+                case .success(let parsed): command = parsed
+                case .failure(let failure): return failure.response
+                }
+                guard let store = try await session.store(command.feature) else {
+                    return unknownFeature(command.feature, route: template)
+                }
+                let prepare: @Sendable (Int?) throws(StoreError) -> PreparedChange = { v throws(StoreError) in
+                    try store.prepareDispatch(json: command.action, ifVersion: v)
+                }
+                guard let key = command.idempotencyKey else {
+                    let result = await Self.applyDurably(session, store, prepare, command.ifVersion)
+                    return changeResponse(result, withEffect: true, route: template)
+                }
+                return await session.withKeyTurn {
+                    do throws(SessionFailure) {
+                        if let reply = try await session.rememberedReply(key: key) {
+                            return replied(reply, replayed: true, route: template)
+                        }
+                    } catch {
+                        return failure(error, route: template)
+                    }
+                    let result = await Self.applyDurably(session, store, prepare, command.ifVersion, key: key)
+                    return changeResponse(result, withEffect: true, route: template)
+                }
+            case .events:
+                let filter = request.queryValues("feature")
+                try await session.loadAll(filter.isEmpty ? nil : filter.filter { sessions.registry[$0] != nil })
+                return events(request, session, route: template)
+            }
+        } catch {
+            return failure(error, route: template)
+        }
+    }
+
+    private static func applyDurably(
+        _ session: Session, _ store: any AnyStateStore,
+        _ prepare: @escaping @Sendable (Int?) throws(StoreError) -> PreparedChange, _ ifMatch: IfMatch,
+        key: String? = nil
+    ) async -> Result<EncodedChange, SessionFailure> {
+        do throws(SessionFailure) {
+            let version: Int?
+            do throws(StoreError) { version = try ifMatch.resolve(store) } catch { throw .store(error) }
+            let reply: (@Sendable (EncodedChange) -> StoredReply)? =
+                key == nil ? nil : { @Sendable change in StoredReply(status: 200, body: Reply.changeBody(change, withEffect: true), version: change.version) }
+            return .success(try await session.commitDurably(store, idempotencyKey: key, reply: reply, prepare: prepare, ifVersion: version))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    // MARK: Shared route logic
+
+    private func createSession(_ request: HTTPRequest) -> HTTPResult {
         let route = "/v1/sessions"
-        if request.bodyTooLarge {
-            return Reply.error(
-                413, "payload_too_large", "the request body is larger than the limit of \(settings.bodyLimit) bytes",
-                route: route)
+        guard request.method == "POST" else { return .now(methodNotAllowed(request, ["POST"], route)) }
+        if request.bodyTooLarge { return .now(tooLarge(route)) }
+        guard sessions.isDurable else {
+            guard let (session, token) = sessions.create() else {
+                return .now(Reply.error(
+                    503, "session_limit_reached", "the server holds its maximum number of sessions; try again later",
+                    route: route, headers: [("Retry-After", "60")]))
+            }
+            return .now(created(session, token))
         }
-        guard let (session, token) = sessions.create() else {
-            return Reply.error(
-                503, "session_limit_reached", "the server holds its maximum number of sessions; try again later",
-                route: route, headers: [("Retry-After", "60")])
+        return .later { [self] in
+            do throws(StorageError) {
+                let (session, token) = try await sessions.createDurably()
+                return created(session, token)
+            } catch {
+                return storageUnavailable(error, route: route)
+            }
         }
+    }
+
+    private func created(_ session: Session, _ token: String) -> HTTPResponse {
         var body = JSONObjectWriter()
         body.string("id", session.id)
         body.string("token", token)
-        return Reply.json(201, body.finish(), route: route, headers: [("Location", "/v1/sessions/\(session.id)")])
+        return Reply.json(201, body.finish(), route: "/v1/sessions", headers: [("Location", "/v1/sessions/\(session.id)")])
     }
-
-    // MARK: State
 
     private func allState(_ session: Session, route: String) -> HTTPResponse {
         do {
@@ -204,12 +343,12 @@ public final class StateServerResponder: HTTPResponder {
         }
     }
 
-    private func featureState(_ request: HTTPRequest, _ session: Session, feature: String, route: String) -> HTTPResponse {
-        guard let store = session.store(feature) else {
-            return unknownFeature(feature, route: route)
-        }
-        switch request.method {
-        case "GET", "HEAD":
+    /// GET answers from the store; PUT and DELETE parse and hand the change to `apply`.
+    private func featureState(
+        _ request: HTTPRequest, _ store: any AnyStateStore, feature: String, route: String,
+        apply: (_ prepare: (Int?) throws(StoreError) -> PreparedChange, _ ifMatch: IfMatch) -> Result<EncodedChange, SessionFailure>
+    ) -> HTTPResponse {
+        if request.method == "GET" || request.method == "HEAD" {
             do {
                 let (state, version) = try store.currentJSON()
                 if let header = request.header("if-none-match"), EntityTagCondition(header).matches(version) {
@@ -223,101 +362,125 @@ public final class StateServerResponder: HTTPResponder {
             } catch {
                 return internalError(error, route: route)
             }
-        case "PUT":
-            guard let json = JSONCoding.parse(request.body) else { return malformed(route) }
-            guard case .object(let fields) = json else {
-                return invalidRequest("the body must be a JSON object like {\"state\": {...}}", route)
-            }
-            guard let state = fields["state"] else {
-                return invalidRequest("the body is missing the field 'state'", route)
-            }
-            return apply(request, store, route: route, withEffect: false) { ifVersion throws(StoreError) in
-                try store.rehydrate(json: state, ifVersion: ifVersion)
-            }
-        default:  // DELETE
-            return apply(request, store, route: route, withEffect: false) { ifVersion throws(StoreError) in
-                try store.resetJSON(ifVersion: ifVersion)
-            }
+        }
+        switch parseStateChange(request, store, route: route) {
+        case .none:
+            return errorFromParse(request, route: route)
+        case .some(let parsed):
+            return changeResponse(apply(parsed.prepare, parsed.ifVersion), withEffect: false, route: route)
         }
     }
 
-    // MARK: Dispatch
+    /// A PUT (rehydrate) or DELETE (reset) as a prepare function; `nil` when the body is bad
+    /// (see ``errorFromParse(_:route:)``).
+    private func parseStateChange(
+        _ request: HTTPRequest, _ store: any AnyStateStore, route: String
+    ) -> (prepare: @Sendable (Int?) throws(StoreError) -> PreparedChange, ifVersion: IfMatch)? {
+        let ifMatch = IfMatch(request.header("if-match"))
+        if request.method == "DELETE" {
+            return ({ v throws(StoreError) in try store.prepareReset(ifVersion: v) }, ifMatch)
+        }
+        guard let json = JSONCoding.parse(request.body), case .object(let fields) = json, let state = fields["state"] else {
+            return nil
+        }
+        return ({ v throws(StoreError) in try store.prepareRehydrate(json: state, ifVersion: v) }, ifMatch)
+    }
 
-    private func dispatch(_ request: HTTPRequest, _ session: Session, route: String) -> HTTPResponse {
+    private func errorFromParse(_ request: HTTPRequest, route: String) -> HTTPResponse {
         guard let json = JSONCoding.parse(request.body) else { return malformed(route) }
         guard case .object(let fields) = json else {
-            return invalidRequest("the body must be a JSON object like {\"feature\": \"counter\", \"action\": {\"type\": \"increment\"}}", route)
+            return invalidRequest("the body must be a JSON object like {\"state\": {...}}", route)
         }
-        guard let featureValue = fields["feature"] else {
-            return invalidRequest("the body is missing the field 'feature'", route)
-        }
-        guard case .string(let feature) = featureValue else {
-            return invalidRequest("the field 'feature' must be a string, not \(featureValue.typeName)", route)
-        }
-        guard let action = fields["action"] else {
-            return invalidRequest("the body is missing the field 'action'", route)
-        }
-        guard case .object = action else {
-            return invalidRequest("the field 'action' must be an object, not \(action.typeName)", route)
-        }
-        guard let store = session.store(feature) else {
-            return unknownFeature(feature, route: route)
-        }
-        let run = {
-            self.apply(request, store, route: route, withEffect: true) { ifVersion throws(StoreError) in
-                try store.dispatch(json: action, ifVersion: ifVersion)
-            }
-        }
-        guard let key = request.header("idempotency-key") else { return run() }
-        guard !key.isEmpty, key.utf8.count <= settings.maxIdempotencyKeyLength else {
-            return invalidRequest(
-                "the header 'Idempotency-Key' must have 1 to \(settings.maxIdempotencyKeyLength) characters", route)
-        }
-        let (reply, replayed) = session.idempotent(key: key) {
-            let response = run()
-            guard case .bytes(let body) = response.body else {
-                return (IdempotentReply(status: response.status, body: [], version: 0), false)
-            }
-            let version = response.headers.first { $0.name == "ETag" }.flatMap { Int($0.value.dropFirst().dropLast()) } ?? 0
-            return (IdempotentReply(status: response.status, body: body, version: version), response.status == 200)
-        }
-        var headers = [Reply.etag(reply.version)]
-        if replayed { headers.append(("Idempotent-Replayed", "true")) }
-        return Reply.json(reply.status, reply.body, route: route, headers: reply.status == 200 ? headers : [])
+        _ = fields
+        return invalidRequest("the body is missing the field 'state'", route)
     }
 
-    /// Applies a change with the request's `If-Match` precondition and answers with the change.
-    private func apply(
-        _ request: HTTPRequest, _ store: any AnyStateStore, route: String, withEffect: Bool,
-        _ change: (Int?) throws(StoreError) -> EncodedChange
-    ) -> HTTPResponse {
-        var ifVersion: Int?
-        if let header = request.header("if-match") {
-            switch EntityTagCondition(header) {
-            case .any:
-                break
-            case .versions(let versions):
-                // A list of several tags cannot be checked atomically; one tag can.
-                guard versions.count == 1, let only = versions.first else {
-                    let current = (try? store.currentJSON().version) ?? 0
-                    return Reply.error(
-                        412, "version_conflict", "If-Match does not name the store's version \(current)",
-                        route: route, headers: [Reply.etag(current)])
-                }
-                ifVersion = only
-            }
+    struct DispatchCommand: Sendable {
+        let feature: String
+        let action: JSONValue
+        let ifVersion: IfMatch
+        let idempotencyKey: String?
+    }
+
+    private func parseDispatch(_ request: HTTPRequest, _ session: Session, route: String) -> Result<DispatchCommand, ParseFailure> {
+        guard let json = JSONCoding.parse(request.body) else { return .failure(ParseFailure(malformed(route))) }
+        guard case .object(let fields) = json else {
+            return .failure(ParseFailure(invalidRequest(
+                "the body must be a JSON object like {\"feature\": \"counter\", \"action\": {\"type\": \"increment\"}}", route)))
         }
-        do {
-            let applied = try change(ifVersion)
-            return Reply.json(
-                200, Reply.changeBody(applied, withEffect: withEffect), route: route,
-                headers: [Reply.etag(applied.version)])
-        } catch {
+        guard let featureValue = fields["feature"] else {
+            return .failure(ParseFailure(invalidRequest("the body is missing the field 'feature'", route)))
+        }
+        guard case .string(let feature) = featureValue else {
+            return .failure(ParseFailure(invalidRequest("the field 'feature' must be a string, not \(featureValue.typeName)", route)))
+        }
+        guard let action = fields["action"] else {
+            return .failure(ParseFailure(invalidRequest("the body is missing the field 'action'", route)))
+        }
+        guard case .object = action else {
+            return .failure(ParseFailure(invalidRequest("the field 'action' must be an object, not \(action.typeName)", route)))
+        }
+        guard sessions.registry[feature] != nil else { return .failure(ParseFailure(unknownFeature(feature, route: route))) }
+        var key: String?
+        if let header = request.header("idempotency-key") {
+            guard !header.isEmpty, header.utf8.count <= settings.maxIdempotencyKeyLength else {
+                return .failure(ParseFailure(invalidRequest(
+                    "the header 'Idempotency-Key' must have 1 to \(settings.maxIdempotencyKeyLength) characters", route)))
+            }
+            key = header
+        }
+        return .success(DispatchCommand(feature: feature, action: action, ifVersion: IfMatch(request.header("if-match")), idempotencyKey: key))
+    }
+
+    struct ParseFailure: Error {
+        let response: HTTPResponse
+        init(_ response: HTTPResponse) { self.response = response }
+    }
+
+    private func dispatch(
+        _ request: HTTPRequest, _ session: Session, route: String,
+        _ apply: (any AnyStateStore, DispatchCommand) -> HTTPResponse
+    ) -> HTTPResponse {
+        switch parseDispatch(request, session, route: route) {
+        case .failure(let failure):
+            return failure.response
+        case .success(let command):
+            guard let store = session.loadedStore(command.feature) else { return unknownFeature(command.feature, route: route) }
+            return apply(store, command)
+        }
+    }
+
+    private func changeResponse(_ result: Result<EncodedChange, SessionFailure>, withEffect: Bool, route: String) -> HTTPResponse {
+        switch result {
+        case .success(let change):
+            return Reply.json(200, Reply.changeBody(change, withEffect: withEffect), route: route, headers: [Reply.etag(change.version)])
+        case .failure(let error):
+            return failure(error, route: route)
+        }
+    }
+
+    private func failure(_ error: SessionFailure, route: String) -> HTTPResponse {
+        switch error {
+        case .store(let error):
             let (status, code) = Reply.storeError(error)
             if status == 500 { return internalError(error, route: route) }
             let headers = error.kind == .versionConflict ? [Reply.etag(error.currentVersion)] : []
             return Reply.error(status, code, error.message, route: route, headers: headers)
+        case .storage(let error):
+            return storageUnavailable(error, route: route)
         }
+    }
+
+    private static func reply(of response: HTTPResponse) -> StoredReply {
+        guard case .bytes(let body) = response.body else { return StoredReply(status: response.status, body: [], version: 0) }
+        let version = response.headers.first { $0.name == "ETag" }.flatMap { Int($0.value.dropFirst().dropLast()) } ?? 0
+        return StoredReply(status: response.status, body: body, version: version)
+    }
+
+    private func replied(_ reply: StoredReply, replayed: Bool, route: String) -> HTTPResponse {
+        var headers = reply.status == 200 ? [Reply.etag(reply.version)] : []
+        if replayed { headers.append(("Idempotent-Replayed", "true")) }
+        return Reply.json(reply.status, reply.body, route: route, headers: headers)
     }
 
     // MARK: Events
@@ -347,7 +510,7 @@ public final class StateServerResponder: HTTPResponder {
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         guard let subscription = session.hub.subscribe(features: filter, lastEventID: lastEventID, sink: stream) else {
             openStreams.subtract(1, ordering: .relaxed)
-            return Reply.error(404, "session_not_found", "no session with this id and token", route: route)
+            return sessionNotFound(route)
         }
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
@@ -365,6 +528,34 @@ public final class StateServerResponder: HTTPResponder {
 
     // MARK: Errors
 
+    private func notFound() -> HTTPResponse {
+        Reply.error(404, "not_found", "there is no resource at this path", route: "-")
+    }
+
+    private func methodNotAllowed(_ request: HTTPRequest, _ methods: [String], _ route: String) -> HTTPResponse {
+        Reply.error(
+            405, "method_not_allowed", "\(request.method) is not allowed here; use \(methods.joined(separator: ", "))",
+            route: route, headers: [("Allow", methods.joined(separator: ", "))])
+    }
+
+    /// Runs `body` for the allowed methods; 405 with `Allow` otherwise.
+    private func only(
+        _ methods: [String], _ request: HTTPRequest, _ route: String, _ body: () -> HTTPResponse
+    ) -> HTTPResponse {
+        guard methods.contains(request.method) else { return methodNotAllowed(request, methods, route) }
+        return body()
+    }
+
+    private func sessionNotFound(_ route: String) -> HTTPResponse {
+        Reply.error(404, "session_not_found", "no session with this id and token", route: route)
+    }
+
+    private func tooLarge(_ route: String) -> HTTPResponse {
+        Reply.error(
+            413, "payload_too_large", "the request body is larger than the limit of \(settings.bodyLimit) bytes",
+            route: route)
+    }
+
     private func malformed(_ route: String) -> HTTPResponse {
         Reply.error(400, "malformed_json", "the request body is not valid JSON", route: route)
     }
@@ -377,9 +568,46 @@ public final class StateServerResponder: HTTPResponder {
         Reply.error(404, "unknown_feature", "there is no feature named '\(name)'", route: route)
     }
 
+    private func storageUnavailable(_ error: StorageError, route: String) -> HTTPResponse {
+        logger.error("storage unavailable", metadata: ["http.route": "\(route)", "error": "\(error)"])
+        return Reply.error(
+            503, "storage_unavailable", "the server cannot store changes right now; nothing was applied, try again",
+            route: route, headers: [("Retry-After", "1")])
+    }
+
     private func internalError(_ error: any Error, route: String) -> HTTPResponse {
         logger.error("internal error", metadata: ["http.route": "\(route)", "error": "\(error)"])
         return Reply.error(500, "internal_error", "the server failed to answer this request", route: route)
+    }
+}
+
+/// An `If-Match` header resolved against a store: no precondition, any version (`*`), one
+/// version, or a list that cannot be checked atomically (never matches).
+enum IfMatch: Sendable {
+    case none
+    case version(Int)
+    case never
+
+    init(_ header: String?) {
+        guard let header else {
+            self = .none
+            return
+        }
+        switch EntityTagCondition(header) {
+        case .any: self = .none
+        case .versions(let versions): self = versions.count == 1 ? .version(versions.first ?? -1) : .never
+        }
+    }
+
+    /// The version to require, or a version conflict for `.never`.
+    func resolve(_ store: any AnyStateStore) throws(StoreError) -> Int? {
+        switch self {
+        case .none: return nil
+        case .version(let version): return version
+        case .never:
+            let current = (try? store.currentJSON().version) ?? 0
+            throw StoreError(.versionConflict, "If-Match does not name the store's version \(current)", currentVersion: current)
+        }
     }
 }
 

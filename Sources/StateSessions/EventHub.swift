@@ -48,12 +48,31 @@ public final class EventHub: Sendable {
     /// - Parameters:
     ///   - features: every registered feature with its initial state (version 0).
     ///   - startSeq: the last sequence number already used (0 for a new session).
-    public init(features: [AnyFeature], replayLimit: Int, startSeq: Int = 0) {
+    ///   - recent: the latest journaled changes (seq, feature, event data), oldest first, to
+    ///     serve `Last-Event-ID` after a restart.
+    public init(
+        features: [AnyFeature], replayLimit: Int, startSeq: Int = 0,
+        recent: [(seq: Int, feature: String, data: [UInt8])] = []
+    ) {
         featureOrder = features.map(\.name)
         self.replayLimit = max(0, replayLimit)
         var latest: [String: (version: Int, state: [UInt8])] = [:]
         for feature in features { latest[feature.name] = (0, feature.initialStateJSON) }
-        state = Mutex(State(seq: startSeq, latest: latest))
+        var initial = State(seq: startSeq, latest: latest)
+        for entry in recent.suffix(self.replayLimit) {
+            initial.replay.append(Frame(seq: entry.seq, feature: entry.feature, bytes: Self.frame(seq: entry.seq, event: "state", data: entry.data)))
+        }
+        state = Mutex(initial)
+    }
+
+    /// Moves the sequence forward (a change journaled without being published).
+    public func advance(to seq: Int) {
+        state.withLock { $0.seq = max($0.seq, seq) }
+    }
+
+    /// Records a store's state loaded from storage, for snapshots.
+    public func seed(feature: String, version: Int, state stateJSON: [UInt8]) {
+        state.withLock { $0.latest[feature] = (version, stateJSON) }
     }
 
     /// Numbers a change, frames it, keeps it for replay and queues it on every subscriber
@@ -140,6 +159,11 @@ public final class EventHub: Sendable {
     }
 
     static func stateFrame(seq: Int, _ change: EncodedChange) -> [UInt8] {
+        frame(seq: seq, event: "state", data: eventData(change))
+    }
+
+    /// The `data` JSON of a change's `state` event.
+    public static func eventData(_ change: EncodedChange) -> [UInt8] {
         var data = JSONObjectWriter(capacity: change.state.count + 128)
         data.string("feature", change.feature)
         data.int("version", change.version)
@@ -147,10 +171,10 @@ public final class EventHub: Sendable {
         data.raw("action", change.action)
         data.raw("state", change.state)
         data.raw("effect", change.effect)
-        return frame(seq: seq, event: "state", data: data.finish())
+        return data.finish()
     }
 
-    static func frame(seq: Int, event: String, data: [UInt8]) -> [UInt8] {
+    public static func frame(seq: Int, event: String, data: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(data.count + 40)
         out.append(contentsOf: Array("id: \(seq)\nevent: \(event)\ndata: ".utf8))

@@ -12,6 +12,12 @@ import SystemPackage
 /// | key | type | default |
 /// | --- | --- | --- |
 /// | `host` | string | `127.0.0.1` |
+/// | `storage` | `memory` or `sqlite:PATH` | `memory` |
+/// | `persistence.snapshotEvery` | changes per store between snapshots | `100` |
+/// | `persistence.maxBytes` | bytes the database may grow to, 0 = no limit | `0` |
+/// | `sessions.idleTimeout` | seconds before an unused durable session leaves memory | `300` |
+/// | `sessions.ttl` | seconds of inactivity before a session is deleted | `2592000` |
+/// | `sessions.sweepInterval` | seconds between eviction and TTL sweeps | `30` |
 /// | `port` | int 0...65535 (0 = pick a free port) | `8080` |
 /// | `bodyLimit` | bytes | `65536` |
 /// | `heartbeat` | seconds | `15` |
@@ -30,6 +36,12 @@ import SystemPackage
 /// | `http.connectionMemoryLimit` | bytes per connection | `32768` |
 struct ServerConfiguration: Equatable {
     var host = "127.0.0.1"
+    var storage = "memory"
+    var snapshotEvery = 100
+    var storageMaxBytes = 0
+    var idleTimeout = 300.0
+    var ttl = 2_592_000.0
+    var sweepInterval = 30.0
     var port = 8080
     var bodyLimit = 65_536
     var heartbeat = 15.0
@@ -50,7 +62,9 @@ struct ServerConfiguration: Equatable {
     /// The settings as a JSON object keyed like the config file (`streams.bufferLimit`).
     var json: String {
         let values: [String: Any] = [
-            "host": host, "port": port, "bodyLimit": bodyLimit, "heartbeat": heartbeat,
+            "host": host, "port": port, "storage": storage, "persistence.snapshotEvery": snapshotEvery,
+            "persistence.maxBytes": storageMaxBytes, "sessions.idleTimeout": idleTimeout, "sessions.ttl": ttl,
+            "sessions.sweepInterval": sweepInterval, "bodyLimit": bodyLimit, "heartbeat": heartbeat,
             "replayBuffer": replayBuffer, "streams.perSession": streamsPerSession,
             "streams.total": streamsTotal, "streams.bufferLimit": streamBufferLimit,
             "sessions.max": maxSessions, "idempotency.keys": idempotencyKeys,
@@ -72,6 +86,15 @@ struct ServerConfiguration: Equatable {
         var c = ServerConfiguration()
         c.host = try string(reader, "host", c.host)
         c.port = try int(reader, "port", c.port, 0...65535)
+        c.storage = try string(reader, "storage", c.storage)
+        guard c.storage == "memory" || (c.storage.hasPrefix("sqlite:") && c.storage.count > "sqlite:".count) else {
+            throw Invalid(description: "storage must be 'memory' or 'sqlite:PATH'; got '\(c.storage)'")
+        }
+        c.snapshotEvery = try int(reader, "persistence.snapshotEvery", c.snapshotEvery, 1...1_000_000)
+        c.storageMaxBytes = try int(reader, "persistence.maxBytes", c.storageMaxBytes, 0...Int.max)
+        c.idleTimeout = try double(reader, "sessions.idleTimeout", c.idleTimeout, 0.1...31_536_000)
+        c.ttl = try double(reader, "sessions.ttl", c.ttl, 1...3_153_600_000)
+        c.sweepInterval = try double(reader, "sessions.sweepInterval", c.sweepInterval, 0.05...86_400)
         c.bodyLimit = try int(reader, "bodyLimit", c.bodyLimit, 1...(64 << 20))
         c.heartbeat = try double(reader, "heartbeat", c.heartbeat, 0.05...86_400)
         c.replayBuffer = try int(reader, "replayBuffer", c.replayBuffer, 0...1_000_000)

@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import Synchronization
 import MicroHTTP
+import StatePersistence
 import StateSessions
 import StateServerHTTP
 import StateStore
@@ -28,6 +29,9 @@ struct StateServerCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one (default 8080). Env: STATE_SERVER_PORT.")
     var port: Int?
 
+    @Option(help: "Where sessions live: memory (default) or sqlite:PATH. Env: STATE_SERVER_STORAGE.")
+    var storage: String?
+
     @Option(help: "YAML configuration file. Env: STATE_SERVER_CONFIG.")
     var config: String?
 
@@ -41,6 +45,7 @@ struct StateServerCommand: AsyncParsableCommand {
         var flags: [AbsoluteConfigKey: ConfigValue] = [:]
         if let host { flags["host"] = .init(.string(host), isSecret: false) }
         if let port { flags["port"] = .init(.int(port), isSecret: false) }
+        if let storage { flags["storage"] = .init(.string(storage), isSecret: false) }
         if let heartbeat { flags["heartbeat"] = .init(.double(heartbeat), isSecret: false) }
         let file = config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
 
@@ -78,8 +83,34 @@ struct Server {
         sessionSettings.replayBuffer = settings.replayBuffer
         sessionSettings.maxSessions = settings.maxSessions
         sessionSettings.idempotencyKeys = settings.idempotencyKeys
-        let sessions = SessionManager(registry: registry, settings: sessionSettings) { _, error in
-            logger.warning("follow-up action rejected", metadata: ["error": "\(error)"])
+        sessionSettings.snapshotEvery = settings.snapshotEvery
+        sessionSettings.idleTimeout = .milliseconds(Int(settings.idleTimeout * 1000))
+        sessionSettings.ttl = .milliseconds(Int(settings.ttl * 1000))
+
+        let storage: (any SessionStorage)?
+        if settings.storage.hasPrefix("sqlite:") {
+            do {
+                storage = try SQLiteStorage(
+                    path: String(settings.storage.dropFirst("sqlite:".count)),
+                    maxBytes: settings.storageMaxBytes > 0 ? settings.storageMaxBytes : nil)
+            } catch {
+                logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage)", "error": "\(error)"])
+                StderrLogWriter.shared.flush()
+                throw ExitCode(1)
+            }
+        } else {
+            storage = nil
+        }
+        let sessions = SessionManager(registry: registry, settings: sessionSettings, storage: storage) { notice in
+            switch notice {
+            case .followUpRejected(let session, let error):
+                logger.warning("follow-up action rejected", metadata: ["session.id": "\(session)", "error": "\(error)"])
+            case .followUpNotStored(let session, let error):
+                logger.error("follow-up action not stored", metadata: ["session.id": "\(session)", "error": "\(error)"])
+            case .storeRecovered(let session, let feature, let how, let reason):
+                logger.warning(
+                    "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])
+            }
         }
         var routeSettings = RouteSettings()
         routeSettings.bodyLimit = settings.bodyLimit
@@ -121,11 +152,28 @@ struct Server {
         FileHandle.standardOutput.write(Data(line.utf8))
         logger.info(
             "listening on http://\(shownHost):\(port)",
-            metadata: ["features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)"])
+            metadata: [
+                "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
+                "storage": "\(settings.storage)",
+            ])
+
+        let interval = Duration.milliseconds(Int(settings.sweepInterval * 1000))
+        let sweeper = Task.detached {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                if Task.isCancelled { return }
+                let (evicted, purged) = await sessions.sweep()
+                if evicted + purged > 0 {
+                    logger.info("swept sessions", metadata: ["evicted": "\(evicted)", "purged": "\(purged)"])
+                }
+            }
+        }
 
         let signal = await waitForTermination()
         logger.info("shutting down", metadata: ["signal": "\(signal)", "event_streams": "\(server.openStreams)"])
+        sweeper.cancel()
         await server.stop(grace: .seconds(2))
+        await storage?.close()
         logger.info("stopped")
         StderrLogWriter.shared.flush()
     }
