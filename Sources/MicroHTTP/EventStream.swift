@@ -44,7 +44,8 @@ public final class EventStream: Sendable {
     public func send(_ bytes: [UInt8]) -> Bool {
         state.withLock { state in
             guard !state.closing, !state.finished else { return false }
-            if state.queuedBytes + bytes.count > bufferLimit {
+            // The limit bounds the backlog: one frame is always accepted on an empty queue.
+            if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit {
                 state.queue.removeAll()
                 state.headOffset = 0
                 state.queuedBytes = 0
@@ -52,6 +53,20 @@ public final class EventStream: Sendable {
                 Self.wake(&state)
                 return false
             }
+            state.queue.append(bytes)
+            state.queuedBytes += bytes.count
+            state.active = true
+            Self.wake(&state)
+            return true
+        }
+    }
+
+    /// Queues bytes only if they fit in the buffer (always on an empty queue); returns `false`,
+    /// changing nothing, when they do not or the stream is closed.
+    public func offer(_ bytes: [UInt8]) -> Bool {
+        state.withLock { state in
+            guard !state.closing, !state.finished else { return false }
+            if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return false }
             state.queue.append(bytes)
             state.queuedBytes += bytes.count
             state.active = true

@@ -168,6 +168,7 @@ public final class StateServerResponder: HTTPResponder {
         case .allState:
             return allState(session, route: template)
         case .featureState(let feature):
+            if let refused = refusedStateBody(request, route: template) { return refused }
             guard let store = session.loadedStore(feature) else { return unknownFeature(feature, route: template) }
             return featureState(request, store, feature: feature, route: template) { prepare, ifVersion in
                 Self.applyNow(store, prepare, ifVersion)
@@ -228,6 +229,7 @@ public final class StateServerResponder: HTTPResponder {
                 try await session.loadAll()
                 return allState(session, route: template)
             case .featureState(let feature):
+                if let refused = refusedStateBody(request, route: template) { return refused }
                 guard let store = try await session.store(feature) else { return unknownFeature(feature, route: template) }
                 if request.method == "GET" || request.method == "HEAD" {
                     return featureState(request, store, feature: feature, route: template) { _, _ in
@@ -387,12 +389,19 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     private func errorFromParse(_ request: HTTPRequest, route: String) -> HTTPResponse {
+        refusedStateBody(request, route: route) ?? invalidRequest("the body is missing the field 'state'", route)
+    }
+
+    /// For PUT: the error for a body that is not `{"state": ...}` (checked before the feature,
+    /// like dispatch bodies); `nil` when it is fine or the method has no body.
+    private func refusedStateBody(_ request: HTTPRequest, route: String) -> HTTPResponse? {
+        guard request.method == "PUT" else { return nil }
         guard let json = JSONCoding.parse(request.body) else { return malformed(route) }
         guard case .object(let fields) = json else {
             return invalidRequest("the body must be a JSON object like {\"state\": {...}}", route)
         }
-        _ = fields
-        return invalidRequest("the body is missing the field 'state'", route)
+        guard fields["state"] != nil else { return invalidRequest("the body is missing the field 'state'", route) }
+        return nil
     }
 
     struct DispatchCommand: Sendable {
@@ -508,15 +517,19 @@ public final class StateServerResponder: HTTPResponder {
         }
         let lastEventID = request.header("last-event-id").flatMap { Int($0.trimmingCharacters(in: " ")) }
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
-        guard let subscription = session.hub.subscribe(features: filter, lastEventID: lastEventID, sink: stream) else {
-            openStreams.subtract(1, ordering: .relaxed)
-            return sessionNotFound(route)
-        }
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
-        stream.onFinish {
-            hub.unsubscribe(subscription)
-            counter.release()
+        switch hub.subscribe(features: filter, lastEventID: lastEventID, sink: stream) {
+        case .closed:
+            openStreams.subtract(1, ordering: .relaxed)
+            return sessionNotFound(route)
+        case .caughtUpPartially:
+            stream.onFinish { counter.release() }
+        case .subscribed(let subscription):
+            stream.onFinish {
+                hub.unsubscribe(subscription)
+                counter.release()
+            }
         }
         return HTTPResponse(
             status: 200,

@@ -5,8 +5,23 @@ import Synchronization
 /// Where a session's events go: one open event stream. `send` must not block; it returns
 /// `false` when the sink is gone or refused the bytes (then the hub forgets it).
 public protocol EventSink: AnyObject, Sendable {
+    /// Queues live bytes; `false` when the sink is gone or over its limit (it then closes).
     func send(_ bytes: [UInt8]) -> Bool
+    /// Queues bytes only if they fit; `false`, changing nothing, otherwise.
+    func offer(_ bytes: [UInt8]) -> Bool
+    /// Ends the stream after what is queued.
     func close()
+}
+
+/// The outcome of ``EventHub/subscribe(features:lastEventID:sink:)``.
+public enum Subscription: Sendable, Equatable {
+    /// Subscribed; the id unsubscribes.
+    case subscribed(UInt64)
+    /// What the subscriber had to catch up on did not fit in its buffer: it got what fit and
+    /// its stream ends, so the client resumes from the last event it received.
+    case caughtUpPartially
+    /// The hub is closed (the session was deleted).
+    case closed
 }
 
 /// A session's event log: numbers every change (`seq`, strictly increasing across the session's
@@ -98,21 +113,23 @@ public final class EventHub: Sendable {
     /// Adds a subscriber and sends what it must see first, atomically with respect to
     /// `publish`: the changes after `lastEventID` when they are all still held, otherwise a
     /// snapshot of the observed features. Returns `nil` when the hub is closed.
-    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink) -> UInt64? {
-        state.withLock { state in
-            guard !state.closed else { return nil }
+    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink) -> Subscription {
+        let outcome = state.withLock { state -> Subscription in
+            guard !state.closed else { return .closed }
             let subscriber = Subscriber(features: features, sink: sink)
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
-                    guard sink.send(frame.bytes) else { return nil }
+                    guard sink.offer(frame.bytes) else { return .caughtUpPartially }
                 }
             } else {
-                guard sink.send(snapshotFrame(features: features, state: state)) else { return nil }
+                guard sink.offer(snapshotFrame(features: features, state: state)) else { return .caughtUpPartially }
             }
             state.nextSubscriberID += 1
             state.subscribers[state.nextSubscriberID] = subscriber
-            return state.nextSubscriberID
+            return .subscribed(state.nextSubscriberID)
         }
+        if outcome == .caughtUpPartially { sink.close() }
+        return outcome
     }
 
     public func unsubscribe(_ id: UInt64) {

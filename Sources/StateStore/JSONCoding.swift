@@ -14,9 +14,10 @@ public enum JSONCoding {
         Array(try encoder().encode(value))
     }
 
-    /// Parses UTF-8 JSON bytes into a `JSONValue`; `nil` when they are not JSON.
+    /// Parses UTF-8 JSON bytes into a `JSONValue` with the strict ``JSONParser``; `nil` when
+    /// they are not JSON.
     public static func parse(_ bytes: [UInt8]) -> JSONValue? {
-        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        try? JSONParser.parse(bytes)
     }
 
     /// Appends `string` as a JSON string literal (with quotes) to `out`.
