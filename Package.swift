@@ -122,6 +122,16 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "PersistenceTests",
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "DurabilityTests",
+            dependencies: ["state-server", "StatePersistence"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "RepositoryTests",
             dependencies: ["state-server"],
             swiftSettings: strictSettings

@@ -100,6 +100,12 @@ public final class SQLiteStorage: SessionStorage {
         SELECT count(*) FROM sqlite_master;
         """
 
+    /// `PRAGMA integrity_check` of the database at `path`, opened read-only: `"ok"` when sound.
+    public static func integrityCheck(path: String) throws(StorageError) -> String {
+        let connection = try SQLiteConnection(path: path, readOnly: true)
+        return try connection.query("PRAGMA integrity_check", []) { $0.text(0) }.joined(separator: "; ")
+    }
+
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
         let result: Result<Void, StorageError> = await withCheckedContinuation { continuation in
