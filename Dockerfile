@@ -4,7 +4,7 @@
 # ---- build stage -----------------------------------------------------------------------
 FROM swift:6.3.1-bookworm AS build
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libmicrohttpd-dev pkg-config \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libmicrohttpd-dev libsqlite3-dev pkg-config \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -17,7 +17,7 @@ RUN swift build -c release --product state-server --static-swift-stdlib \
 # ---- runtime stage ---------------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libmicrohttpd12 curl ca-certificates \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libmicrohttpd12 libsqlite3-0 curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /app --shell /usr/sbin/nologin stateserver \
  && mkdir -p /app/config /data \
@@ -28,7 +28,8 @@ WORKDIR /app
 # Configuration through the environment (any key: STATE_SERVER_<KEY>, see the config file).
 ENV STATE_SERVER_CONFIG=/app/config/state-server.yaml \
     STATE_SERVER_HOST=0.0.0.0 \
-    STATE_SERVER_PORT=8080
+    STATE_SERVER_PORT=8080 \
+    STATE_SERVER_STORAGE=sqlite:/data/state-server.db
 VOLUME ["/data"]
 EXPOSE 8080
 USER stateserver

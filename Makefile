@@ -30,7 +30,8 @@ release: deps
 	$(RELEASE_BUILD)
 
 run: release
-	.build/release/state-server --config config/state-server.yaml
+	mkdir -p data
+	.build/release/state-server --config config/state-server.yaml --storage sqlite:data/state-server.db
 
 test: deps
 	$(SWIFT) build --build-tests
