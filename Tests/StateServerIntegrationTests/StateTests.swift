@@ -96,6 +96,7 @@ struct StateTests {
         var state = try #require(added["state"])
         guard case .object(var fields) = state else { Issue.record("todos state \(state)"); return }
         fields["items"] = [["id": "1", "title": "first", "done": true], ["id": "2", "title": "second", "done": false]]
+        fields["nextId"] = 3
         state = .object(fields)
         let response = try await session.request("PUT", "/state/todos", body: jsonBytes(["state": state]))
         #expect(response.status == 200, "\(response)")

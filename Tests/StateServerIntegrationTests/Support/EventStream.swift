@@ -29,22 +29,37 @@ struct SSEParser {
     private var event: String?
     private var data: [String] = []
     private var hasFields = false
-    private(set) var items: [SSEItem] = []
+    private var items: [SSEItem] = []
+    private var taken = 0
 
     mutating func feed(_ bytes: [UInt8]) {
-        for byte in bytes {
-            if byte == UInt8(ascii: "\n") {
+        var start = bytes.startIndex
+        while let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            var end = newline
+            if partialLine.isEmpty {
+                if end > start, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+                line(String(decoding: bytes[start..<end], as: UTF8.self))
+            } else {
+                partialLine += bytes[start..<newline]
                 if partialLine.last == UInt8(ascii: "\r") { partialLine.removeLast() }
                 line(String(decoding: partialLine, as: UTF8.self))
                 partialLine.removeAll(keepingCapacity: true)
-            } else {
-                partialLine.append(byte)
             }
+            start = newline + 1
         }
+        partialLine += bytes[start...]
     }
 
     mutating func take() -> SSEItem? {
-        items.isEmpty ? nil : items.removeFirst()
+        guard taken < items.count else { return nil }
+        defer {
+            taken += 1
+            if taken == items.count {
+                items.removeAll(keepingCapacity: true)
+                taken = 0
+            }
+        }
+        return items[taken]
     }
 
     private mutating func line(_ line: String) {

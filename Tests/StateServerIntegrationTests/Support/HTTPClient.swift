@@ -157,6 +157,23 @@ final class HTTPConnection: @unchecked Sendable {
         }
     }
 
+    /// Reads until a response head has arrived or the server closes. Returns the bytes read
+    /// and whether the server closed; throws `timedOut` when neither happens in time.
+    func readHeadOrClose(timeout: Duration = .seconds(5)) async throws -> (bytes: [UInt8], closed: Bool) {
+        try await run { socket in
+            let deadline = ContinuousClock.now + timeout
+            let end: [UInt8] = [13, 10, 13, 10]
+            while true {
+                if let headEnd = socket.buffer.indices.dropLast(3).first(where: { Array(socket.buffer[$0..<$0 + 4]) == end }) {
+                    return (Array(socket.buffer[..<(headEnd + 4)]), false)
+                }
+                if try !socket.fill(deadline: deadline, what: "a response head or a close") {
+                    return (socket.buffer, true)
+                }
+            }
+        }
+    }
+
     /// Half-closes our side: the server sees end of input.
     func shutdownWrite() async throws {
         try await run { socket in socket.shutdownWrite() }
