@@ -95,6 +95,11 @@ let package = Package(
                 "StateStore", "StateSessions", "StatePersistence", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            resources: [
+                .embedInCode("Resources/index.html"),
+                .embedInCode("Resources/client.js"),
+                .embedInCode("Resources/openapi.json"),
+            ],
             swiftSettings: strictSettings
         ),
 

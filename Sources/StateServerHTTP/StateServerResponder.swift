@@ -58,6 +58,11 @@ public final class StateServerResponder: HTTPResponder {
     // MARK: Routing
 
     public func respond(to request: HTTPRequest) -> HTTPResult {
+        if request.path == "/" {
+            return .now(only(["GET", "HEAD"], request, "/") {
+                StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/")
+            })
+        }
         let parts = request.path.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count >= 2, parts[0].isEmpty, !parts.dropFirst().contains(where: \.isEmpty) else {
             return .now(notFound())
@@ -66,6 +71,14 @@ public final class StateServerResponder: HTTPResponder {
         case 2 where parts[1] == "healthz":
             return .now(only(["GET", "HEAD"], request, "/healthz") {
                 Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz")
+            })
+        case 2 where parts[1] == "openapi.json":
+            return .now(only(["GET", "HEAD"], request, "/openapi.json") {
+                Reply.json(200, StaticAssets.openAPI, route: "/openapi.json")
+            })
+        case 2 where parts[1] == "client.js":
+            return .now(only(["GET", "HEAD"], request, "/client.js") {
+                StaticAssets.response(StaticAssets.clientJS, type: "text/javascript; charset=utf-8", route: "/client.js")
             })
         case 3 where parts[1] == "v1" && parts[2] == "features":
             return .now(only(["GET", "HEAD"], request, "/v1/features") {

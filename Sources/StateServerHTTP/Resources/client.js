@@ -1,0 +1,1 @@
+// StateServer client (placeholder)
