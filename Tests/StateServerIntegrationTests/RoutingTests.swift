@@ -23,12 +23,13 @@ struct RouteCase: Sendable, CustomTestStringConvertible {
 
 @Suite("Routing: 404 not_found and 405 method_not_allowed", .localServer())
 struct RoutingTests {
+    /// (`/` itself may serve a page for people: it is not part of the API.)
     @Test("unknown paths are 404 not_found")
     func unknownPaths() async throws {
         let api = try SharedServer.api()
         let session = try await api.createSession()
         let paths = [
-            "/", "/nope", "/v1", "/v1/", "/v2/features", "/v1/nope", "/healthz/extra", "/v1/features/counter/x",
+            "/nope", "/index.html.bak", "/v1", "/v1/", "/v2/features", "/v1/nope", "/healthz/extra", "/v1/features/counter/x",
             session.path + "/nope", session.path + "/state/counter/extra", session.path + "/dispatch/counter",
             session.path + "/events/x",
         ]

@@ -1,3 +1,14 @@
+// Integration tests of the HTTP API v1 contract (shared/contract/http-api-v1.md) over real HTTP.
+//
+// Each suite starts the real `state-server` binary on a free port (`.localServer` trait: one
+// process per suite, stopped with SIGTERM after it; `withServer` for tests that need special
+// settings or stop the server). Requests go through a small HTTP/1.1 client over POSIX sockets
+// (`HTTPConnection`, `EventStream`) whose every wait has a deadline, and whose blocking calls run
+// off Swift's cooperative pool. The binary is `$STATE_SERVER_BIN`, else `state-server` next to
+// the test bundle, else `.build/debug/state-server`.
+//
+//     swift build && swift test --filter StateServerIntegrationTests
+
 import Foundation
 import Synchronization
 import Testing
