@@ -1,4 +1,5 @@
 import CSQLite
+import CoreMetrics
 import DequeModule
 import Dispatch
 import Foundation
@@ -263,7 +264,17 @@ extension SQLiteStorage {
             }
         }
 
+        /// Time from BEGIN to the end of COMMIT (the fsync) of each group.
+        private let commitTimer = Timer(label: "stateserver_storage_commit_duration_seconds")
+        private let groupSize = Recorder(label: "stateserver_storage_commit_batches")
+
         private func commit(_ jobs: [(batch: [StorageWrite], done: Completion)]) {
+            let started = ContinuousClock.now
+            defer {
+                let elapsed = ContinuousClock.now - started
+                commitTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+                groupSize.record(jobs.count)
+            }
             var results: [Result<Void, StorageError>] = []
             do {
                 try connection.exec("BEGIN IMMEDIATE")

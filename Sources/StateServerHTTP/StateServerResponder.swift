@@ -33,11 +33,18 @@ public final class StateServerResponder: HTTPResponder {
     let logger: Logger
     let openStreams = Atomic<Int>(0)
     private let featuresBody: [UInt8]
+    private let metrics: (@Sendable () -> [UInt8])?
 
-    public init(sessions: SessionManager, settings: RouteSettings, logger: Logger) {
+    /// - Parameter metrics: the Prometheus text exposition served at `GET /metrics`
+    ///   (404 when `nil`).
+    public init(
+        sessions: SessionManager, settings: RouteSettings, logger: Logger,
+        metrics: (@Sendable () -> [UInt8])? = nil
+    ) {
         self.sessions = sessions
         self.settings = settings
         self.logger = logger
+        self.metrics = metrics
         var list: [UInt8] = [UInt8(ascii: "[")]
         for (index, feature) in sessions.registry.features.enumerated() {
             if index > 0 { list.append(UInt8(ascii: ",")) }
@@ -71,6 +78,12 @@ public final class StateServerResponder: HTTPResponder {
         case 2 where parts[1] == "healthz":
             return .now(only(["GET", "HEAD"], request, "/healthz") {
                 Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz")
+            })
+        case 2 where parts[1] == "metrics" && metrics != nil:
+            return .now(only(["GET", "HEAD"], request, "/metrics") {
+                HTTPResponse(
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                    body: .bytes(metrics?() ?? []), route: "/metrics")
             })
         case 2 where parts[1] == "openapi.json":
             return .now(only(["GET", "HEAD"], request, "/openapi.json") {

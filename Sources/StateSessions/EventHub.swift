@@ -1,3 +1,4 @@
+import CoreMetrics
 import DequeModule
 import StateStore
 import Synchronization
@@ -11,6 +12,19 @@ public protocol EventSink: AnyObject, Sendable {
     func offer(_ bytes: [UInt8]) -> Bool
     /// Ends the stream after what is queued.
     func close()
+}
+
+/// Counters every hub of a server shares (through swift-metrics).
+public struct HubMetrics: Sendable {
+    /// Events queued on subscribers.
+    let eventsSent: Counter
+    /// Subscribers dropped because their stream refused an event (too slow, or gone).
+    let subscribersDropped: Counter
+
+    public init() {
+        eventsSent = Counter(label: "stateserver_events_sent_total")
+        subscribersDropped = Counter(label: "stateserver_subscribers_dropped_total")
+    }
 }
 
 /// The outcome of ``EventHub/subscribe(features:lastEventID:sink:)``.
@@ -58,6 +72,7 @@ public final class EventHub: Sendable {
     /// The features in registration order, for snapshots.
     private let featureOrder: [String]
     private let replayLimit: Int
+    private let metrics: HubMetrics
     private let state: Mutex<State>
 
     /// - Parameters:
@@ -67,8 +82,9 @@ public final class EventHub: Sendable {
     ///     serve `Last-Event-ID` after a restart.
     public init(
         features: [AnyFeature], replayLimit: Int, startSeq: Int = 0,
-        recent: [(seq: Int, feature: String, data: [UInt8])] = []
+        recent: [(seq: Int, feature: String, data: [UInt8])] = [], metrics: HubMetrics = HubMetrics()
     ) {
+        self.metrics = metrics
         featureOrder = features.map(\.name)
         self.replayLimit = max(0, replayLimit)
         var latest: [String: (version: Int, state: [UInt8])] = [:]
@@ -103,10 +119,13 @@ public final class EventHub: Sendable {
                 if state.replay.count > replayLimit { state.replay.removeFirst() }
             }
             var dropped: [UInt64] = []
+            var sent = 0
             for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
-                if !subscriber.sink.send(frame.bytes) { dropped.append(id) }
+                if subscriber.sink.send(frame.bytes) { sent += 1 } else { dropped.append(id) }
             }
             for id in dropped { state.subscribers[id] = nil }
+            if sent > 0 { metrics.eventsSent.increment(by: Int64(sent)) }
+            if !dropped.isEmpty { metrics.subscribersDropped.increment(by: Int64(dropped.count)) }
         }
     }
 

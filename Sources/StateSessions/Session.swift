@@ -52,14 +52,16 @@ public final class Session: Sendable {
         id: String, tokenHash: [UInt8], registry: FeatureRegistry, settings: SessionSettings,
         storage: (any SessionStorage)?, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
-        notify: @escaping @Sendable (SessionNotice) -> Void
+        metrics: HubMetrics = HubMetrics(), notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
         self.id = id
         self.tokenHash = tokenHash
         self.registry = registry
         self.settings = settings
         self.storage = storage
-        self.hub = EventHub(features: registry.features, replayLimit: settings.replayBuffer, startSeq: startSeq, recent: recent)
+        self.hub = EventHub(
+            features: registry.features, replayLimit: settings.replayBuffer, startSeq: startSeq, recent: recent,
+            metrics: metrics)
         self.idempotency = Mutex(IdempotencyTable(limit: settings.idempotencyKeys))
         self.notify = notify
         self.lastUsed = Atomic(WallClock.now)
@@ -93,6 +95,8 @@ public final class Session: Sendable {
     }
 
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
+    /// Stores in memory.
+    public var storeCount: Int { stores.withLock { $0.count } }
     var isBusy: Bool { writeLock.isLocked || hub.subscriberCount > 0 }
 
     // MARK: Stores

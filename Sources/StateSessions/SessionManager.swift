@@ -33,6 +33,7 @@ public final class SessionManager: Sendable {
     public let storage: (any SessionStorage)?
     private let sessions = Mutex<[String: Session]>([:])
     private let notify: @Sendable (SessionNotice) -> Void
+    private let metrics = HubMetrics()
 
     public init(
         registry: FeatureRegistry, settings: SessionSettings = SessionSettings(),
@@ -80,7 +81,7 @@ public final class SessionManager: Sendable {
     private func makeSession(id: String, token: String) -> Session {
         Session(
             id: id, tokenHash: SHA256.hash(token), registry: registry, settings: settings, storage: storage,
-            notify: notify)
+            metrics: metrics, notify: notify)
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,
@@ -111,7 +112,7 @@ public final class SessionManager: Sendable {
         let fresh = Session(
             id: id, tokenHash: stored.tokenHash, registry: registry, settings: settings, storage: storage,
             startSeq: lastSeq, recent: recent.map { ($0.seq, $0.feature, $0.event) },
-            lastStoredActivity: stored.lastActiveAt, notify: notify)
+            lastStoredActivity: stored.lastActiveAt, metrics: metrics, notify: notify)
         let session = sessions.withLock { sessions in
             if let existing = sessions[id] { return existing }
             sessions[id] = fresh
@@ -142,6 +143,11 @@ public final class SessionManager: Sendable {
 
     /// Sessions in memory.
     public var count: Int { sessions.withLock { $0.count } }
+
+    /// Stores in memory, over all sessions (walks the sessions: for metrics scrapes).
+    public var storeCount: Int {
+        sessions.withLock { Array($0.values) }.reduce(0) { $0 + $1.storeCount }
+    }
 
     // MARK: Sweeping
 

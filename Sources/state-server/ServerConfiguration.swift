@@ -76,6 +76,56 @@ struct ServerConfiguration: Equatable {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Every key with its environment variable, for `--help`.
+    static let keys: [(key: String, meaning: String)] = [
+        ("host", "listen address"), ("port", "port, 0 = any free"),
+        ("storage", "memory or sqlite:PATH"), ("bodyLimit", "max body bytes"),
+        ("heartbeat", "seconds between pings"),
+        ("replayBuffer", "events kept for resume"),
+        ("streams.perSession", "streams per session"), ("streams.total", "streams in all"),
+        ("streams.bufferLimit", "bytes per slow subscriber"),
+        ("sessions.max", "sessions (memory storage)"),
+        ("sessions.idleTimeout", "idle seconds to evict"),
+        ("sessions.ttl", "idle seconds to delete"),
+        ("sessions.sweepInterval", "seconds between sweeps"),
+        ("persistence.snapshotEvery", "changes per snapshot"),
+        ("persistence.maxBytes", "db size cap, 0 = none"),
+        ("idempotency.keys", "keys kept per session"),
+        ("login.checkDelay", "login check seconds"),
+        ("log.level", "trace ... critical"), ("log.format", "text or json"),
+        ("http.threads", "threads, 0 = cores"), ("http.connectionLimit", "max connections"),
+        ("http.connectionTimeout", "idle connection seconds"),
+        ("http.connectionMemoryLimit", "buffer bytes/connection"),
+    ]
+
+    /// `STATE_SERVER_` + the key in upper snake case.
+    static func environmentName(_ key: String) -> String {
+        var out = "STATE_SERVER_"
+        for character in key {
+            if character == "." {
+                out += "_"
+            } else if character.isUppercase {
+                out += "_" + String(character)
+            } else {
+                out += character.uppercased()
+            }
+        }
+        return out
+    }
+
+    static var helpText: String {
+        var text = """
+            Settings come from, highest first: these flags, environment variables, the YAML file \
+            given by --config or STATE_SERVER_CONFIG (config/state-server.yaml documents every \
+            key), then built-in defaults. Environment variables:
+
+            """
+        for (key, meaning) in keys {
+            text += "  \(environmentName(key).padding(toLength: 43, withPad: " ", startingAt: 0)) \(meaning)\n"
+        }
+        return text
+    }
+
     struct Invalid: Error, CustomStringConvertible {
         let description: String
     }

@@ -4,6 +4,8 @@ import Dispatch
 import ExampleFeatures
 import Foundation
 import Logging
+import Metrics
+import Prometheus
 import Synchronization
 import MicroHTTP
 import StatePersistence
@@ -16,12 +18,9 @@ struct StateServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state-server",
         abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
-        discussion: """
-            Settings come from, highest first: these flags, environment variables \
-            (STATE_SERVER_PORT, STATE_SERVER_BODY_LIMIT, ... — see config/state-server.yaml), \
-            the YAML file given by --config or STATE_SERVER_CONFIG, then built-in defaults.
-            """,
-        version: StateServerVersion.current)
+        discussion: ServerConfiguration.helpText,
+        version: StateServerVersion.current,
+        subcommands: [FeaturesCommand.self])
 
     @Option(help: "Address to listen on (default 127.0.0.1). Env: STATE_SERVER_HOST.")
     var host: String?
@@ -38,6 +37,12 @@ struct StateServerCommand: AsyncParsableCommand {
     @Option(help: "Seconds between heartbeats on idle event streams (default 15). Env: STATE_SERVER_HEARTBEAT.")
     var heartbeat: Double?
 
+    @Option(help: "Log format: text or json (default text). Env: STATE_SERVER_LOG_FORMAT.")
+    var logFormat: String?
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info). Env: STATE_SERVER_LOG_LEVEL.")
+    var logLevel: String?
+
     @Flag(help: "Print the effective settings as JSON and exit.")
     var printConfig = false
 
@@ -47,6 +52,8 @@ struct StateServerCommand: AsyncParsableCommand {
         if let port { flags["port"] = .init(.int(port), isSecret: false) }
         if let storage { flags["storage"] = .init(.string(storage), isSecret: false) }
         if let heartbeat { flags["heartbeat"] = .init(.double(heartbeat), isSecret: false) }
+        if let logFormat { flags["log.format"] = .init(.string(logFormat), isSecret: false) }
+        if let logLevel { flags["log.level"] = .init(.string(logLevel), isSecret: false) }
         let file = config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
 
         let settings: ServerConfiguration
@@ -60,6 +67,21 @@ struct StateServerCommand: AsyncParsableCommand {
             return
         }
         try await Server(settings: settings).run()
+    }
+}
+
+/// `state-server features`: the registered features and their initial states.
+struct FeaturesCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "features", abstract: "Print the registered features with their initial states, as JSON lines.")
+
+    func run() throws {
+        for feature in try ExampleFeatures.registry().features {
+            var line = JSONObjectWriter()
+            line.string("name", feature.name)
+            line.raw("initialState", feature.initialStateJSON)
+            print(String(decoding: line.finish(), as: UTF8.self))
+        }
     }
 }
 
@@ -77,6 +99,8 @@ struct Server {
         LoggingSystem.bootstrap { label in StderrLogHandler(label: label, format: format, logLevel: level) }
         let logger = Logger(label: "state-server")
         raiseFileLimit(logger: logger)
+        let prometheus = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: prometheus))
 
         let registry = try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(settings.loginCheckDelay * 1000)))
         var sessionSettings = SessionSettings()
@@ -117,7 +141,20 @@ struct Server {
         routeSettings.maxStreamsPerSession = settings.streamsPerSession
         routeSettings.maxStreams = settings.streamsTotal
         routeSettings.streamBufferLimit = settings.streamBufferLimit
-        let responder = StateServerResponder(sessions: sessions, settings: routeSettings, logger: logger)
+        let gauges = (
+            sessions: Gauge(label: "stateserver_sessions_in_memory"),
+            stores: Gauge(label: "stateserver_stores_in_memory"),
+            streams: Gauge(label: "stateserver_event_streams_open")
+        )
+        let streamCount = Mutex<(@Sendable () -> Int)?>(nil)
+        let responder = StateServerResponder(sessions: sessions, settings: routeSettings, logger: logger) {
+            gauges.sessions.record(sessions.count)
+            gauges.stores.record(sessions.storeCount)
+            gauges.streams.record(streamCount.withLock { $0 }?() ?? 0)
+            return prometheus.emitToBuffer()
+        }
+        streamCount.withLock { $0 = { responder.streamCount } }
+        let dispatchTimer = Timer(label: "stateserver_dispatch_duration_seconds")
 
         var http = HTTPServer.Configuration()
         http.host = settings.host
@@ -130,6 +167,14 @@ struct Server {
         http.heartbeat = .milliseconds(Int(settings.heartbeat * 1000))
         let accessLogger = logger
         let server = HTTPServer(configuration: http, responder: responder) { record in
+            Counter(
+                label: "stateserver_http_requests_total",
+                dimensions: [("route", record.route), ("status", String(record.status))]
+            ).increment()
+            if record.route == "/v1/sessions/{id}/dispatch" {
+                let (seconds, attoseconds) = record.duration.components
+                dispatchTimer.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+            }
             accessLogger.info(
                 "request",
                 metadata: [
