@@ -36,6 +36,8 @@ run: release
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+	@echo "== the HTTP behaviour suite again, against SQLite storage =="
+	STATE_SERVER_TEST_STORAGE=sqlite $(SWIFT) test --skip-build --filter StateServerIntegrationTests
 
 clean:
 	rm -rf .build

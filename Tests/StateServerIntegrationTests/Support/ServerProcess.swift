@@ -157,6 +157,14 @@ final class ServerProcess: @unchecked Sendable {
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
+        var arguments = arguments
+        // The same behaviour suite runs against both storages: STATE_SERVER_TEST_STORAGE=sqlite
+        // gives every server its own fresh SQLite database.
+        if ProcessInfo.processInfo.environment["STATE_SERVER_TEST_STORAGE"] == "sqlite", !arguments.contains("--storage") {
+            let directory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("state-server-tests-\(UUID().uuidString)")
+            arguments += ["--storage", "sqlite:\(directory.path)/state.db"]
+        }
         process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
         var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
         env.merge(environment) { _, new in new }
