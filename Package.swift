@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "StateStore", targets: ["StateStore"]),
         // The four example features shipped with the server.
         .library(name: "ExampleFeatures", targets: ["ExampleFeatures"]),
+        // A typed Swift client (Foundation only) for apps: RemoteStore<Feature>.
+        .library(name: "StateClient", targets: ["StateClient"]),
         .executable(name: "state-server", targets: ["state-server"]),
     ],
     dependencies: [
@@ -36,6 +38,13 @@ let package = Package(
         ),
         .target(
             name: "ExampleFeatures",
+            dependencies: ["StateStore"],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: The Swift client (Foundation only; shares the features' types with the server)
+        .target(
+            name: "StateClient",
             dependencies: ["StateStore"],
             swiftSettings: strictSettings
         ),
@@ -140,6 +149,11 @@ let package = Package(
         .testTarget(
             name: "DurabilityTests",
             dependencies: ["state-server", "StatePersistence"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "StateClientTests",
+            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server"],
             swiftSettings: strictSettings
         ),
         .testTarget(
