@@ -37,8 +37,8 @@ public struct EncodedChange: Sendable {
     }
 
     static func tagged<T: Encodable>(_ value: T) throws -> [UInt8] {
-        let plain = try JSONDecoder().decode(JSONValue.self, from: JSONCoding.encoder().encode(value))
-        return try JSONCoding.encode(TaggedJSON.tag(plain))
+        let plain = try JSONParser.parse(JSONCoding.encode(value))
+        return TaggedJSON.tag(plain).bytes
     }
 }
 
@@ -97,7 +97,7 @@ extension DefaultStateStore: AnyStateStore {
     public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
         let decoded: F.State
         do {
-            decoded = try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(state))
+            decoded = try JSONDecoder().decode(F.State.self, from: Data(state.bytes))
         } catch {
             throw StoreError(
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
@@ -169,7 +169,7 @@ extension DefaultStateStore: AnyStateStore {
 
     func decodeState(_ state: JSONValue) throws(StoreError) -> F.State {
         do {
-            return try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(state))
+            return try JSONDecoder().decode(F.State.self, from: Data(state.bytes))
         } catch {
             throw StoreError(
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
@@ -192,7 +192,7 @@ extension DefaultStateStore: AnyStateStore {
                 currentVersion: version)
         }
         do {
-            return try JSONDecoder().decode(F.Action.self, from: JSONCoding.encoder().encode(untagged))
+            return try JSONDecoder().decode(F.Action.self, from: Data(untagged.bytes))
         } catch let error as DecodingError {
             throw StoreError(
                 .invalidAction, DecodingErrorText.action(type: type, error, fields: fields, actionType: F.Action.self), currentVersion: version)

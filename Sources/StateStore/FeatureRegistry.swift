@@ -35,7 +35,7 @@ public struct AnyFeature: Sendable {
             }
             let state: F.State
             do {
-                state = try JSONDecoder().decode(F.State.self, from: JSONCoding.encoder().encode(json))
+                state = try JSONDecoder().decode(F.State.self, from: Data(json.bytes))
             } catch {
                 throw StoreError(
                     .invalidState,

@@ -61,3 +61,43 @@ public enum JSONValue: Sendable, Equatable, Codable {
         }
     }
 }
+
+extension JSONValue {
+    /// The value as compact UTF-8 JSON with sorted keys (the same shape `JSONCoding.encoder()`
+    /// writes), without a Foundation round trip.
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        write(to: &out)
+        return out
+    }
+
+    public func write(to out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: [110, 117, 108, 108])
+        case .bool(let value): out.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
+        case .int(let value): out.append(contentsOf: Array(String(value).utf8))
+        case .double(let value):
+            // Swift's shortest round-trip form ("0.1", "1e+30") is valid JSON; non-finite
+            // numbers cannot come from JSONParser.
+            out.append(contentsOf: Array((value.isFinite ? "\(value)" : "null").utf8))
+        case .string(let value): JSONCoding.appendString(value, to: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (index, item) in items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                item.write(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let fields):
+            out.append(UInt8(ascii: "{"))
+            for (index, key) in fields.keys.sorted().enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONCoding.appendString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                fields[key]?.write(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+}
