@@ -1,0 +1,122 @@
+import Foundation
+import Testing
+
+/// `config/state-server.yaml` restates the built-in defaults, and every setting is documented
+/// in the file and in the README's configuration table.
+@Suite("Configuration file and defaults")
+struct ConfigurationFileTests {
+    static let configPath = "config/state-server.yaml"
+
+    @Test("the committed config file gives exactly the built-in defaults")
+    func fileEqualsDefaults() throws {
+        let defaults = try ServerBinary.printedConfig()
+        let fromFile = try ServerBinary.printedConfig(["--config", Self.configPath])
+        #expect(!defaults.isEmpty)
+        let keys = Set(defaults.keys).union(fromFile.keys).sorted()
+        for key in keys {
+            let expected = defaults[key].map { "\($0)" } ?? "(absent)"
+            let actual = fromFile[key].map { "\($0)" } ?? "(absent)"
+            #expect(expected == actual, "\(key): built-in default \(expected), \(Self.configPath) gives \(actual)")
+        }
+        #expect(NSDictionary(dictionary: defaults).isEqual(to: fromFile))
+    }
+
+    @Test("every setting printed by --print-config is a key of the config file, and the reverse")
+    func everyKeyInFile() throws {
+        let printed = Set(try ServerBinary.printedConfig().keys)
+        let inFile = try YAMLKeys.leafKeys(Repository.text(Self.configPath))
+        for key in printed.sorted() {
+            #expect(inFile.contains(key), "\(key) is missing from \(Self.configPath)")
+        }
+        // A key the server does not know is silently ignored: catch typos in the file.
+        for key in inFile.subtracting(printed).sorted() {
+            Issue.record("\(Self.configPath) has '\(key)', which the server does not read")
+        }
+    }
+
+    @Test("every setting has a row in the README's configuration table, with its environment variable")
+    func everyKeyInReadme() throws {
+        let printed = try ServerBinary.printedConfig()
+        let readme = try Repository.text("README.md")
+        let tableRows = readme.split(separator: "\n").filter { $0.hasPrefix("|") }
+        for key in printed.keys.sorted() {
+            let row = tableRows.first { $0.contains("`\(key)`") }
+            guard let row else {
+                Issue.record("README.md has no table row for `\(key)`")
+                continue
+            }
+            let variable = YAMLKeys.environmentVariable(for: key)
+            #expect(row.contains(variable), "README.md's row for `\(key)` does not name \(variable): \(row)")
+        }
+    }
+
+    @Test("environment variable names follow the STATE_SERVER_ + upper snake case rule")
+    func environmentVariableNames() {
+        #expect(YAMLKeys.environmentVariable(for: "port") == "STATE_SERVER_PORT")
+        #expect(YAMLKeys.environmentVariable(for: "streams.bufferLimit") == "STATE_SERVER_STREAMS_BUFFER_LIMIT")
+        #expect(
+            YAMLKeys.environmentVariable(for: "http.connectionMemoryLimit")
+                == "STATE_SERVER_HTTP_CONNECTION_MEMORY_LIMIT")
+    }
+
+    @Test("an environment variable named by that rule really sets its key")
+    func environmentVariableWorks() throws {
+        guard let path = ServerBinary.locate() else { throw ServerBinary.NotFound() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--print-config"]
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        environment[YAMLKeys.environmentVariable(for: "streams.bufferLimit")] = "4096"
+        process.environment = environment
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        #expect(object["streams.bufferLimit"] as? Int == 4096, "\(object)")
+    }
+}
+
+/// The little YAML this project's config file uses: nested mappings of scalars, `#` comments.
+enum YAMLKeys {
+    /// Dotted paths of every key that holds a value (`host`, `streams.bufferLimit`).
+    static func leafKeys(_ text: String) -> Set<String> {
+        var stack: [(indent: Int, key: String)] = []
+        var leaves = Set<String>()
+        for raw in text.split(separator: "\n") {
+            let line = String(raw)
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            let indent = line.prefix { $0 == " " }.count
+            guard let colon = trimmed.firstIndex(of: ":") else { continue }
+            let key = String(trimmed[..<colon])
+            var value = String(trimmed[trimmed.index(after: colon)...])
+            if let hash = value.firstIndex(of: "#") { value = String(value[..<hash]) }
+            value = value.trimmingCharacters(in: .whitespaces)
+            while let last = stack.last, last.indent >= indent { stack.removeLast() }
+            let path = (stack.map(\.key) + [key]).joined(separator: ".")
+            if value.isEmpty {
+                stack.append((indent, key))
+            } else {
+                leaves.insert(path)
+            }
+        }
+        return leaves
+    }
+
+    /// `streams.bufferLimit` → `STATE_SERVER_STREAMS_BUFFER_LIMIT`.
+    static func environmentVariable(for key: String) -> String {
+        var name = "STATE_SERVER_"
+        for (index, part) in key.split(separator: ".").enumerated() {
+            if index > 0 { name += "_" }
+            var previousWasLower = false
+            for character in part {
+                if character.isUppercase, previousWasLower { name += "_" }
+                name += character.uppercased()
+                previousWasLower = character.isLowercase || character.isNumber
+            }
+        }
+        return name
+    }
+}
