@@ -1,0 +1,225 @@
+import Foundation
+import StatePersistence
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What only the SQLite storage has: a file, a writer thread with group commit, a size cap.
+@Suite("SQLiteStorage")
+struct SQLiteStorageTests {
+    @Test("500 concurrent commits all land (group commit), and a reopened file sees every one")
+    func concurrentCommitsLand() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        let sessions = 10
+        try await storage.commit((0..<sessions).map { .createSession(Rows.session("s\($0)")) })
+
+        let failures = await withTaskGroup(of: String?.self) { group in
+            for index in 0..<500 {
+                group.addTask {
+                    let session = "s\(index % sessions)"
+                    let version = index / sessions + 1
+                    let error = await storageError { () async throws(StorageError) in
+                        try await storage.commit([
+                            .append(
+                                Rows.entry(session, seq: version, version: version),
+                                idempotency: ("key-\(index)", StoredReply(status: 200, body: Array("\(index)".utf8), version: version))),
+                            .touch(session: session, at: Int64(10_000 + index)),
+                        ])
+                    }
+                    return error.map { "commit \(index): \($0)" }
+                }
+            }
+            var failures: [String] = []
+            for await failure in group { if let failure { failures.append(failure) } }
+            return failures
+        }
+        #expect(failures.isEmpty, "\(failures.prefix(5))")
+
+        func check(_ storage: SQLiteStorage, _ label: String) async throws {
+            #expect(try await storage.sessionCount() == sessions, "\(label)")
+            for index in 0..<sessions {
+                let versions = try await storage.journal(session: "s\(index)", feature: "counter", afterVersion: 0).map(\.version)
+                #expect(versions == Array(1...50), "\(label): s\(index) has \(versions.count) entries")
+                #expect(try await storage.lastSeq(session: "s\(index)") == 50, "\(label)")
+            }
+            #expect(try await storage.reply(session: "s3", key: "key-123")?.body == Array("123".utf8), "\(label)")
+            #expect(try await storage.session(id: "s9")?.lastActiveAt == 10_499, "\(label)")
+        }
+        try await check(storage, "before reopening")
+        await storage.close()
+
+        let reopened = try SQLiteStorage(path: path)
+        try await check(reopened, "after reopening")
+        await reopened.close()
+        #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")
+    }
+
+    @Test("close waits for pending commits; a commit after close fails as unavailable")
+    func closeDrainsThenRefuses() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        try await storage.commit([.createSession(Rows.session("s"))])
+        await storage.close()
+        let late = await storageError { () async throws(StorageError) in
+            try await storage.commit([.createSession(Rows.session("late"))])
+        }
+        #expect(late?.kind == .unavailable, "\(String(describing: late))")
+        let reopened = try SQLiteStorage(path: path)
+        #expect(try await reopened.session(id: "s") != nil)
+        #expect(try await reopened.session(id: "late") == nil)
+        await reopened.close()
+    }
+
+    @Test("a missing parent directory is created")
+    func createsParentDirectory() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("a/b/state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        try await storage.commit([.createSession(Rows.session("s"))])
+        await storage.close()
+        #expect(FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test("a path that is a directory is unusable, and the message names the path")
+    func directoryIsUnusable() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("db")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let error = Self.openError(path)
+        #expect(error?.kind == .unusable, "\(String(describing: error))")
+        #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+    }
+
+    @Test("a path that cannot be written is unusable, and the message names the path")
+    func unwritableIsUnusable() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        var paths: [String] = []
+        if geteuid() == 0 {
+            // Permissions do not stop root: use a file system nobody may create files in.
+            paths.append("/sys/state-server-test-\(UUID().uuidString).sqlite")
+        } else {
+            let locked = directory.path("locked")
+            try FileManager.default.createDirectory(atPath: locked, withIntermediateDirectories: true)
+            try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: locked)
+            paths.append(locked + "/state.sqlite")
+        }
+        // A parent that is a regular file cannot hold the database either.
+        let file = directory.path("plain-file")
+        try Data("x".utf8).write(to: URL(fileURLWithPath: file))
+        paths.append(file + "/state.sqlite")
+        for path in paths {
+            let error = Self.openError(path)
+            #expect(error?.kind == .unusable, "\(path): \(String(describing: error))")
+            #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+            #expect(!FileManager.default.fileExists(atPath: path))
+        }
+    }
+
+    @Test("a file of garbage bytes is unusable, the message names the path, and the file is left as it was")
+    func garbageIsUnusable() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("garbage.sqlite")
+        var generator = SystemRandomNumberGenerator()
+        let garbage = (0..<16_384).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        try Data(garbage).write(to: URL(fileURLWithPath: path))
+        let error = Self.openError(path)
+        #expect(error?.kind == .unusable, "\(String(describing: error))")
+        #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(garbage), "the file was not overwritten")
+    }
+
+    @Test("a database whose schema page is damaged is unusable")
+    func damagedSchemaIsUnusable() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        try await storage.commit([.createSession(Rows.session("s"))])
+        await storage.close()
+        // Keep the 100-byte header (so SQLite recognises the file) and scribble over the rest
+        // of page 1, where the schema lives.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: 100)
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096 - 100))
+        try handle.close()
+        try? FileManager.default.removeItem(atPath: path + "-wal")
+        try? FileManager.default.removeItem(atPath: path + "-shm")
+        let error = Self.openError(path)
+        #expect(error?.kind == .unusable, "\(String(describing: error))")
+        #expect(error?.message.contains(path) == true, "\(String(describing: error))")
+    }
+
+    @Test("past maxBytes commits fail as unavailable; deleting a session frees room and commits work again")
+    func sizeCap() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path, maxBytes: 128 * 1024)
+        try await storage.commit([.createSession(Rows.session("big")), .createSession(Rows.session("small"))])
+        try await storage.commit([.append(Rows.entry("small", seq: 1, version: 1), idempotency: nil)])
+
+        let payload = "{\"type\":\"add\",\"title\":\"\(String(repeating: "x", count: 3000))\"}"
+        var version = 0
+        var failure: StorageError?
+        while version < 1_000, failure == nil {
+            let next = version + 1
+            failure = await storageError { () async throws(StorageError) in
+                try await storage.commit([.append(Rows.entry("big", seq: next, feature: "todos", version: next, payload: payload), idempotency: nil)])
+            }
+            if failure == nil { version = next }
+        }
+        let full = try #require(failure, "128 KiB never filled up")
+        #expect(full.kind == .unavailable, "\(full)")
+        #expect(version > 5, "the cap left room for only \(version) entries")
+        // Nothing of the failed batch is stored.
+        #expect(try await storage.lastSeq(session: "big") == version)
+
+        // Still full for everyone.
+        let small = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, payload: payload), idempotency: nil)])
+        }
+        #expect(small?.kind == .unavailable, "\(String(describing: small))")
+        #expect(try await storage.lastSeq(session: "small") == 1)
+
+        // Deleting the big session frees its pages: commits succeed again, same storage.
+        try await storage.commit([.deleteSession(id: "big")])
+        try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, payload: payload), idempotency: nil)])
+        #expect(try await storage.lastSeq(session: "small") == 2)
+        await storage.close()
+        #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")
+    }
+
+    @Test("integrityCheck says ok for a sound database, and fails for a path that is not one")
+    func integrityCheck() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        try await storage.commit([.createSession(Rows.session("s"))])
+        await storage.close()
+        #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")
+        let missing = storageErrorSync { () throws(StorageError) in _ = try SQLiteStorage.integrityCheck(path: directory.path("missing")) }
+        #expect(missing != nil)
+    }
+
+    static func openError(_ path: String) -> StorageError? {
+        do {
+            let storage = try SQLiteStorage(path: path)
+            Issue.record("\(path) opened as \(storage.name)")
+            return nil
+        } catch {
+            return error
+        }
+    }
+}

@@ -1,0 +1,220 @@
+import ExampleFeatures
+import Foundation
+import StatePersistence
+import StateSessions
+import StateStore
+import Testing
+
+/// When storage fails, nothing is applied or acknowledged, memory does not run ahead of the
+/// disk, and the next change works once the disk does.
+@Suite("Storage failures during changes (InMemoryStorage.failNextCommits)")
+struct StorageFailureTests {
+    @Test("a failing commit leaves memory unchanged, publishes nothing, remembers no reply; the next change works")
+    func failingCommitChangesNothing() async throws {
+        let storage = InMemoryStorage()
+        let manager = try exampleManager(storage)
+        let (session, token) = try await manager.createDurably()
+        try await session.dispatch("counter", #"{"type":"increment"}"#)
+        try await session.dispatch("counter", #"{"type":"increment"}"#)
+        let sink = RecordingSink()
+        _ = session.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
+        #expect(sink.events.count == 1, "the snapshot")
+
+        storage.failNextCommits(3)
+        let dispatch = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("counter")!
+            let action = json(#"{"type":"increment","by":10}"#)
+            _ = try await session.commitDurably(
+                store, idempotencyKey: "retry-me", reply: rememberState,
+                prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+        }
+        #expect(dispatch?.storageKind == .unavailable, "\(String(describing: dispatch))")
+        let rehydrate = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("counter")!
+            let state = json(#"{"count":99}"#)
+            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareRehydrate(json: state, ifVersion: v) })
+        }
+        #expect(rehydrate?.storageKind == .unavailable)
+        let reset = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("counter")!
+            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareReset(ifVersion: v) })
+        }
+        #expect(reset?.storageKind == .unavailable)
+
+        #expect(try await session.current("counter") == Snapshot(2, #"{"count":2}"#))
+        #expect(sink.events.count == 1, "nothing published: \(sink.events)")
+        #expect(session.hub.seq == 2)
+        #expect(try await session.rememberedReply(key: "retry-me") == nil, "a failed change can be retried with its key")
+        #expect(try await storage.lastSeq(session: session.id) == 2)
+
+        // The disk is back: the retry applies once, with the next version and sequence number.
+        let retried = try await session.dispatch("counter", #"{"type":"increment","by":10}"#, key: "retry-me")
+        #expect(retried.version == 3)
+        #expect(try await session.current("counter") == Snapshot(3, #"{"count":12}"#))
+        #expect(sink.events.map(\.seq) == [2, 3])
+        #expect(try await session.rememberedReply(key: "retry-me")?.version == 3)
+        let journal = try await storage.journal(session: session.id, afterSeq: 0, limit: 10)
+        #expect(journal.map(\.seq) == [1, 2, 3])
+        #expect(journal.map(\.version) == [1, 2, 3])
+
+        // And a restart sees exactly the acknowledged changes.
+        let reloaded = try #require(try await exampleManager(storage).load(id: session.id, token: token))
+        #expect(try await reloaded.current("counter") == Snapshot(3, #"{"count":12}"#))
+    }
+
+    @Test("a failing commit with a snapshot due stores neither the change nor the snapshot")
+    func failingSnapshotCommit() async throws {
+        let storage = InMemoryStorage()
+        let manager = try exampleManager(storage, settings: testSettings(snapshotEvery: 2))
+        let (session, _) = try await manager.createDurably()
+        try await session.dispatch("counter", #"{"type":"increment"}"#)
+        storage.failNextCommits(1)
+        let failed = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("counter")!
+            let action = json(#"{"type":"increment"}"#)
+            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+        }
+        #expect(failed?.storageKind == .unavailable)
+        #expect(try await storage.latestSnapshot(session: session.id, feature: "counter") == nil)
+        try await session.dispatch("counter", #"{"type":"increment"}"#)
+        #expect(try await storage.latestSnapshot(session: session.id, feature: "counter")?.version == 2)
+    }
+
+    @Test("a refused change is a store error and touches storage not at all")
+    func refusedChange() async throws {
+        let storage = InMemoryStorage()
+        let (session, _) = try await exampleManager(storage).createDurably()
+        let refused = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("todos")!
+            let action = json(#"{"type":"toggle","id":"404"}"#)
+            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+        }
+        #expect(refused?.storeKind == .actionRejected, "\(String(describing: refused))")
+        let stale = await sessionFailure { () async throws(SessionFailure) in
+            let store = try await session.store("counter")!
+            let action = json(#"{"type":"increment"}"#)
+            _ = try await session.commitDurably(
+                store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) }, ifVersion: 5)
+        }
+        #expect(stale?.storeKind == .versionConflict)
+        #expect(try await storage.lastSeq(session: session.id) == 0)
+        #expect(session.hub.seq == 0)
+    }
+
+    @Test("a follow-up whose commit fails is not applied in memory and is reported")
+    func followUpNotStored() async throws {
+        let storage = InMemoryStorage()
+        let notices = NoticeLog()
+        let manager = try exampleManager(storage, loginCheckDelay: .milliseconds(100), notices: notices)
+        let (session, token) = try await manager.createDurably()
+        try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
+        storage.failNextCommits(1)  // the check's `succeeded`, 100 ms from now
+        let reported = await eventually { notices.followUpsNotStored == 1 }
+        #expect(reported, "\(notices.description)")
+        #expect(try await session.current("login").state["isLoading"] == .bool(true), "memory did not run ahead of the disk")
+        #expect(try await session.current("login").version == 1)
+        #expect(try await storage.lastSeq(session: session.id) == 1)
+        let reloaded = try #require(try await exampleManager(storage).load(id: session.id, token: token))
+        #expect(try await reloaded.current("login").version == 1)
+    }
+
+    @Test("a failing create stores no session and keeps none in memory; a failing delete keeps the session")
+    func failingCreateAndDelete() async throws {
+        let storage = InMemoryStorage()
+        let manager = try exampleManager(storage)
+        storage.failNextCommits(1)
+        do {
+            _ = try await manager.createDurably()
+            Issue.record("the create succeeded on a failing disk")
+        } catch {
+            #expect(error.kind == .unavailable)
+        }
+        #expect(manager.count == 0)
+        #expect(try await storage.sessionCount() == 0)
+
+        let (session, token) = try await manager.createDurably()
+        try await session.dispatch("counter", #"{"type":"increment"}"#)
+        storage.failNextCommits(1)
+        do {
+            try await manager.delete(id: session.id)
+            Issue.record("the delete succeeded on a failing disk")
+        } catch {
+            #expect(error.kind == .unavailable)
+        }
+        #expect(manager.isLoaded(id: session.id))
+        #expect(try await storage.session(id: session.id) != nil)
+        #expect(try await manager.load(id: session.id, token: token) === session)
+        try await manager.delete(id: session.id)
+        #expect(try await storage.session(id: session.id) == nil)
+    }
+}
+
+/// Idle sessions leave memory and come back; sessions past the TTL are purged everywhere.
+@Suite("Sweeping: idle eviction and TTL (memory and SQLite storage)")
+struct SweepTests {
+    @Test("idle sessions are evicted and reload with the same state; busy ones stay", arguments: Backend.allCases)
+    func idleEviction(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let manager = try exampleManager(fixture.storage, settings: testSettings(idleTimeout: .seconds(1), ttl: .seconds(3_600)))
+            let (idle, idleToken) = try await manager.createDurably()
+            let (watched, _) = try await manager.createDurably()
+            for _ in 0..<3 { try await idle.dispatch("counter", #"{"type":"increment"}"#, key: UUID().uuidString) }
+            try await idle.dispatch("todos", #"{"type":"add","title":"keep me"}"#)
+            _ = watched.hub.subscribe(features: nil, lastEventID: nil, sink: RecordingSink())
+            let before = try await idle.current("todos")
+
+            let nothing = await manager.sweep(now: WallClock.now)
+            #expect(nothing.evicted == 0 && nothing.purged == 0)
+
+            let swept = await manager.sweep(now: WallClock.now + 2_000)
+            #expect(swept.evicted == 1, "only the idle one; an event stream keeps a session busy")
+            #expect(swept.purged == 0)
+            #expect(!manager.isLoaded(id: idle.id))
+            #expect(manager.isLoaded(id: watched.id))
+            #expect(try await fixture.storage.session(id: idle.id) != nil, "eviction deletes nothing")
+
+            let back = try #require(try await manager.load(id: idle.id, token: idleToken))
+            #expect(back !== idle, "a fresh session object, loaded from storage")
+            #expect(try await back.current("counter") == Snapshot(3, #"{"count":3}"#))
+            #expect(try await back.current("todos") == before)
+            #expect(back.hub.seq == 4)
+            #expect(try await back.dispatch("counter", #"{"type":"increment"}"#).version == 4)
+            #expect(try await fixture.storage.lastSeq(session: idle.id) == 5)
+        }
+    }
+
+    @Test("sessions inactive past the TTL are purged from memory and storage, loaded or not", arguments: Backend.allCases)
+    func ttlPurge(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let settings = testSettings(idleTimeout: .seconds(3_600), ttl: .seconds(10))
+            let first = try exampleManager(fixture.storage, settings: settings)
+            let (loaded, loadedToken) = try await first.createDurably()
+            let (stored, storedToken) = try await first.createDurably()
+            for session in [loaded, stored] {
+                try await session.dispatch("counter", #"{"type":"increment"}"#, key: "k")
+            }
+
+            // A new manager holds `loaded` in memory; `stored` is only on disk.
+            let second = try exampleManager(try await fixture.reopen(), settings: settings)
+            let inMemory = try #require(try await second.load(id: loaded.id, token: loadedToken))
+            #expect(try await inMemory.current("counter").version == 1)
+            #expect(!second.isLoaded(id: stored.id))
+
+            let early = await second.sweep(now: WallClock.now + 5_000)
+            #expect(early.purged == 0, "still within the TTL")
+
+            let swept = await second.sweep(now: WallClock.now + 20_000)
+            #expect(swept.purged == 2)
+            #expect(!second.isLoaded(id: loaded.id))
+            let storage = fixture.storage
+            for id in [loaded.id, stored.id] {
+                #expect(try await storage.session(id: id) == nil)
+                #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10).isEmpty)
+                #expect(try await storage.reply(session: id, key: "k") == nil)
+            }
+            #expect(try await second.load(id: loaded.id, token: loadedToken) == nil)
+            #expect(try await second.load(id: stored.id, token: storedToken) == nil)
+            #expect(try await storage.sessionCount() == 0)
+        }
+    }
+}

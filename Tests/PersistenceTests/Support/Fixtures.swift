@@ -1,0 +1,157 @@
+import Foundation
+import StatePersistence
+import StateSessions
+import StateStore
+import Synchronization
+import Testing
+
+/// The two storages the behaviour suites run against.
+enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case memory
+    case sqlite
+
+    var testDescription: String { rawValue }
+}
+
+/// A temporary directory, removed by `remove()`.
+struct TemporaryDirectory: Sendable {
+    let url: URL
+
+    init(_ label: String = "persistence") throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("state-server-\(label)-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+
+    func remove() {
+        // A test may have made parts of the tree read-only.
+        if let paths = FileManager.default.subpaths(atPath: url.path) {
+            for sub in paths {
+                _ = try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path(sub))
+            }
+        }
+        try? FileManager.default.removeItem(at: url)
+    }
+}
+
+/// One storage under test, which can be "reopened" the way a restarted server would see it:
+/// the same instance for memory (nothing else survives), a new `SQLiteStorage` on the same
+/// file for SQLite.
+final class StorageFixture: Sendable {
+    let backend: Backend
+    let directory: TemporaryDirectory?
+    let maxBytes: Int?
+    private let current: Mutex<any SessionStorage>
+
+    var storage: any SessionStorage { current.withLock { $0 } }
+    var path: String? { directory?.path("state.sqlite") }
+
+    init(_ backend: Backend, maxBytes: Int? = nil) throws {
+        self.backend = backend
+        self.maxBytes = maxBytes
+        switch backend {
+        case .memory:
+            directory = nil
+            current = Mutex(InMemoryStorage())
+        case .sqlite:
+            let directory = try TemporaryDirectory()
+            self.directory = directory
+            current = Mutex(try SQLiteStorage(path: directory.path("state.sqlite"), maxBytes: maxBytes))
+        }
+    }
+
+    /// Closes the storage and opens it again (SQLite), or hands back the same one (memory).
+    @discardableResult
+    func reopen() async throws -> any SessionStorage {
+        guard backend == .sqlite, let path else { return storage }
+        await storage.close()
+        let fresh = try SQLiteStorage(path: path, maxBytes: maxBytes)
+        current.withLock { $0 = fresh }
+        return fresh
+    }
+
+    func tearDown() async {
+        await storage.close()
+        directory?.remove()
+    }
+}
+
+/// Runs `body` with a fresh storage of `backend`, closed and removed afterwards.
+func withStorage<T>(
+    _ backend: Backend, maxBytes: Int? = nil, _ body: (StorageFixture) async throws -> T
+) async throws -> T {
+    let fixture = try StorageFixture(backend, maxBytes: maxBytes)
+    do {
+        let result = try await body(fixture)
+        await fixture.tearDown()
+        return result
+    } catch {
+        await fixture.tearDown()
+        throw error
+    }
+}
+
+// MARK: - Building rows
+
+enum Rows {
+    static func session(_ id: String, token: String = "token", createdAt: Int64 = 1_000, lastActive: Int64? = nil) -> StoredSession {
+        StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: createdAt, lastActiveAt: lastActive ?? createdAt)
+    }
+
+    /// A counter increment journaled at `version` with session sequence `seq`.
+    static func entry(
+        _ session: String, seq: Int, feature: String = "counter", version: Int, cause: String = "dispatch",
+        payload: String? = #"{"type":"increment"}"#, time: Int64 = 5_000
+    ) -> JournalEntry {
+        JournalEntry(
+            session: session, seq: seq, feature: feature, version: version, cause: cause,
+            payload: payload.map { Array($0.utf8) },
+            event: Array(#"{"feature":"\#(feature)","version":\#(version)}"#.utf8), time: time)
+    }
+
+    static func snapshot(_ session: String, feature: String = "counter", version: Int, state: String, stateVersion: Int = 1) -> StoreSnapshot {
+        StoreSnapshot(session: session, feature: feature, version: version, stateVersion: stateVersion, state: Array(state.utf8), time: 7_000)
+    }
+}
+
+// MARK: - JSON
+
+/// Parses JSON text (test literals); fails the test on bad JSON.
+func json(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) -> JSONValue {
+    guard let value = JSONCoding.parse(Array(text.utf8)) else {
+        Issue.record("not JSON: \(text)", sourceLocation: sourceLocation)
+        return .null
+    }
+    return value
+}
+
+func json(_ bytes: [UInt8]?) -> JSONValue? {
+    bytes.flatMap { JSONCoding.parse($0) }
+}
+
+func text(_ bytes: [UInt8]?) -> String {
+    bytes.map { String(decoding: $0, as: UTF8.self) } ?? "nil"
+}
+
+// MARK: - Catching typed errors
+
+/// The `StorageError` `body` throws, or nil when it does not throw.
+func storageError(_ body: () async throws(StorageError) -> Void) async -> StorageError? {
+    do {
+        try await body()
+        return nil
+    } catch {
+        return error
+    }
+}
+
+func storageErrorSync(_ body: () throws(StorageError) -> Void) -> StorageError? {
+    do {
+        try body()
+        return nil
+    } catch {
+        return error
+    }
+}

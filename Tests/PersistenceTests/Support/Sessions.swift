@@ -1,0 +1,193 @@
+import ExampleFeatures
+import Foundation
+import StatePersistence
+import StateSessions
+import StateStore
+import Synchronization
+import Testing
+
+/// The notices a `SessionManager` reported (thread-safe).
+final class NoticeLog: Sendable {
+    private let notices = Mutex<[SessionNotice]>([])
+
+    var all: [SessionNotice] { notices.withLock { $0 } }
+
+    var callback: @Sendable (SessionNotice) -> Void {
+        { [self] notice in notices.withLock { $0.append(notice) } }
+    }
+
+    /// The `.storeRecovered` notices.
+    var recoveries: [(session: String, feature: String, how: String, reason: String)] {
+        all.compactMap {
+            if case .storeRecovered(let session, let feature, let how, let reason) = $0 { return (session, feature, how, reason) }
+            return nil
+        }
+    }
+
+    var followUpsNotStored: Int {
+        all.filter { if case .followUpNotStored = $0 { true } else { false } }.count
+    }
+
+    var description: String { "\(all)" }
+}
+
+/// An event sink that keeps every frame it is given (thread-safe).
+final class RecordingSink: EventSink {
+    private let frames = Mutex<[[UInt8]]>([])
+    private let closed = Atomic<Bool>(false)
+
+    func send(_ bytes: [UInt8]) -> Bool {
+        frames.withLock { $0.append(bytes) }
+        return true
+    }
+
+    func offer(_ bytes: [UInt8]) -> Bool { send(bytes) }
+
+    func close() { closed.store(true, ordering: .relaxed) }
+
+    var isClosed: Bool { closed.load(ordering: .relaxed) }
+
+    /// The frames parsed: `id:`, `event:` and `data:` lines.
+    var events: [Frame] {
+        frames.withLock { $0 }.map(Frame.init)
+    }
+
+    struct Frame: CustomStringConvertible {
+        var seq: Int?
+        var event: String
+        var data: JSONValue?
+
+        init(_ bytes: [UInt8]) {
+            var seq: Int?
+            var event = ""
+            var data: JSONValue?
+            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+                if line.hasPrefix("id: ") { seq = Int(line.dropFirst(4)) }
+                if line.hasPrefix("event: ") { event = String(line.dropFirst(7)) }
+                if line.hasPrefix("data: ") { data = JSONCoding.parse(Array(line.dropFirst(6).utf8)) }
+            }
+            self.seq = seq
+            self.event = event
+            self.data = data
+        }
+
+        var description: String { "\(seq.map(String.init) ?? "-") \(event) \(String(describing: data))" }
+    }
+}
+
+/// Settings for tests: snapshots and compaction off unless a test asks.
+func testSettings(
+    snapshotEvery: Int = 1_000, replayBuffer: Int = 1_000, idleTimeout: Duration = .seconds(300),
+    ttl: Duration = .seconds(86_400)
+) -> SessionSettings {
+    var settings = SessionSettings()
+    settings.snapshotEvery = snapshotEvery
+    settings.replayBuffer = replayBuffer
+    settings.idleTimeout = idleTimeout
+    settings.ttl = ttl
+    return settings
+}
+
+/// A durable manager of the example features over `storage`.
+func exampleManager(
+    _ storage: any SessionStorage, settings: SessionSettings = testSettings(),
+    loginCheckDelay: Duration = .milliseconds(20), notices: NoticeLog = NoticeLog()
+) throws -> SessionManager {
+    SessionManager(
+        registry: try ExampleFeatures.registry(loginCheckDelay: loginCheckDelay), settings: settings,
+        storage: storage, notify: notices.callback)
+}
+
+/// The `SessionFailure` `body` throws, or nil.
+func sessionFailure(_ body: () async throws(SessionFailure) -> Void) async -> SessionFailure? {
+    do {
+        try await body()
+        return nil
+    } catch {
+        return error
+    }
+}
+
+extension SessionFailure {
+    var storageKind: StorageError.Kind? {
+        if case .storage(let error) = self { return error.kind }
+        return nil
+    }
+
+    var storeKind: StoreError.Kind? {
+        if case .store(let error) = self { return error.kind }
+        return nil
+    }
+}
+
+/// The reply a durable server would remember for an idempotency key (the change's state).
+let rememberState: @Sendable (EncodedChange) -> StoredReply = { change in
+    StoredReply(status: 200, body: change.state, version: change.version)
+}
+
+extension Session {
+    /// The store of `feature`, loaded from storage when needed; fails the test when unknown.
+    func requireStore(_ feature: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> any AnyStateStore {
+        try #require(try await store(feature), "no store \(feature)", sourceLocation: sourceLocation)
+    }
+
+    /// Dispatches an action (JSON text) durably.
+    @discardableResult
+    func dispatch(_ feature: String, _ action: String, key: String? = nil, ifVersion: Int? = nil) async throws -> EncodedChange {
+        let store = try await requireStore(feature)
+        let value = json(action)
+        return try await commitDurably(
+            store, idempotencyKey: key, reply: key == nil ? nil : rememberState,
+            prepare: { version throws(StoreError) in try store.prepareDispatch(json: value, ifVersion: version) },
+            ifVersion: ifVersion)
+    }
+
+    /// Rehydrates a store with a state (JSON text) durably.
+    @discardableResult
+    func rehydrate(_ feature: String, _ state: String) async throws -> EncodedChange {
+        let store = try await requireStore(feature)
+        let value = json(state)
+        return try await commitDurably(store, prepare: { version throws(StoreError) in
+            try store.prepareRehydrate(json: value, ifVersion: version)
+        })
+    }
+
+    /// Resets a store durably.
+    @discardableResult
+    func reset(_ feature: String) async throws -> EncodedChange {
+        let store = try await requireStore(feature)
+        return try await commitDurably(store, prepare: { version throws(StoreError) in try store.prepareReset(ifVersion: version) })
+    }
+
+    /// A store's version and state, loading it when needed.
+    func current(_ feature: String) async throws -> Snapshot {
+        let (state, version) = try await requireStore(feature).currentJSON()
+        return Snapshot(version: version, state: try #require(JSONCoding.parse(state)))
+    }
+}
+
+/// A store's version and state.
+struct Snapshot: Equatable, CustomStringConvertible {
+    var version: Int
+    var state: JSONValue
+    var description: String { "v\(version) \(text(try? JSONCoding.encode(state)))" }
+
+    init(version: Int, state: JSONValue) {
+        self.version = version
+        self.state = state
+    }
+
+    init(_ version: Int, _ state: String) {
+        self.init(version: version, state: json(state))
+    }
+}
+
+/// Polls until `condition` holds or `timeout` passes.
+func eventually(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if try await condition() { return true }
+        if ContinuousClock.now >= deadline { return false }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+}
