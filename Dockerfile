@@ -34,6 +34,6 @@ VOLUME ["/data"]
 EXPOSE 8080
 USER stateserver
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+  CMD curl -fsS "http://127.0.0.1:${STATE_SERVER_PORT:-8080}/healthz" || exit 1
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/state-server"]

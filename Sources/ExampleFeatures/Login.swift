@@ -11,8 +11,8 @@ import StateStore
 /// `submit` does not decide anything itself: it sets `isLoading` and *declares* the check with
 /// `dispatch.run`. The store runs the check after the change, outside the store; after
 /// `checkDelay` the check sends `succeeded` (a non-blank username and a password of at least
-/// 8 characters) or `failed`. The reducer accepts those results only while a check is in
-/// flight, so a client cannot log itself in by sending `succeeded`.
+/// 8 characters) or `failed`. Clients cannot send those results (`acceptsFromClient`), and the
+/// reducer accepts them only while a check is in flight.
 public struct LoginFeature: Feature {
     public let name = "login"
     public let initialState = State()
@@ -74,6 +74,20 @@ public struct LoginFeature: Feature {
     public func publicAction(_ action: Action) -> Action {
         if case .submit(let username, _) = action { return .submit(username: username, password: "********") }
         return action
+    }
+
+    /// `succeeded` and `failed` are the check's results: only the server's own work sends them.
+    public func acceptsFromClient(_ action: Action) -> Bool {
+        switch action {
+        case .succeeded, .failed: false
+        case .submit, .logout: true
+        }
+    }
+
+    /// A check that was running when the server stopped never reports back: fail it, so the
+    /// user sees a toast and can try again instead of waiting forever.
+    public func recoveryAction(for state: State) -> Action? {
+        state.isLoading ? .failed(reason: "The server restarted during the check; please try again.") : nil
     }
 
     /// A restored state cannot be in the middle of a check: no check would ever finish it.

@@ -101,11 +101,15 @@ public final class EventStream: Sendable {
 
     /// Sends `bytes` if nothing was sent since the previous call (a heartbeat on idle streams).
     func heartbeat(_ bytes: [UInt8]) {
-        let idle = state.withLock { state in
+        state.withLock { state in
             defer { state.active = false }
-            return !state.active
+            // A ping does not count as activity, so an idle stream gets one every interval.
+            guard !state.active, !state.closing, !state.finished else { return }
+            if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return }
+            state.queue.append(bytes)
+            state.queuedBytes += bytes.count
+            Self.wake(&state)
         }
-        if idle { send(bytes) }
     }
 
     private static func wake(_ state: inout State) {

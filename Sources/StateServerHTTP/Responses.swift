@@ -61,7 +61,9 @@ enum EntityTagCondition: Equatable {
     case any
     case versions(Set<Int>)
 
-    init(_ header: String) {
+    /// - Parameter weak: whether weak tags (`W/"3"`) count: yes for `If-None-Match` (weak
+    ///   comparison), no for `If-Match` (strong comparison, RFC 9110 §13.1.1).
+    init(_ header: String, weak: Bool = true) {
         var versions = Set<Int>()
         for part in header.split(separator: ",") {
             var tag = part.trimmingWhitespace()
@@ -69,9 +71,12 @@ enum EntityTagCondition: Equatable {
                 self = .any
                 return
             }
-            if tag.hasPrefix("W/") { tag = String(tag.dropFirst(2)) }
-            if tag.count >= 2, tag.hasPrefix("\""), tag.hasSuffix("\"") { tag = String(tag.dropFirst().dropLast()) }
-            if let version = Int(tag) { versions.insert(version) }
+            if tag.hasPrefix("W/") {
+                guard weak else { continue }
+                tag = String(tag.dropFirst(2))
+            }
+            guard tag.count >= 2, tag.hasPrefix("\""), tag.hasSuffix("\"") else { continue }
+            if let version = Int(tag.dropFirst().dropLast()) { versions.insert(version) }
         }
         self = .versions(versions)
     }

@@ -207,10 +207,13 @@ public final class StateServerResponder: HTTPResponder {
                         withEffect: true, route: template)
                 }
                 guard let key = command.idempotencyKey else { return run() }
+                var fresh: HTTPResponse?
                 let (reply, replayed) = session.idempotent(key: key) {
                     let response = run()
+                    fresh = response
                     return (Self.reply(of: response), response.status == 200)
                 }
+                if !replayed, let fresh { return fresh }
                 return self.replied(reply, replayed: replayed, route: template)
             }
         case .events:
@@ -455,15 +458,15 @@ public final class StateServerResponder: HTTPResponder {
         guard case .object = action else {
             return .failure(ParseFailure(invalidRequest("the field 'action' must be an object, not \(action.typeName)", route)))
         }
-        guard sessions.registry[feature] != nil else { return .failure(ParseFailure(unknownFeature(feature, route: route))) }
         var key: String?
         if let header = request.header("idempotency-key") {
-            guard !header.isEmpty, header.utf8.count <= settings.maxIdempotencyKeyLength else {
+            guard !header.isEmpty, header.count <= settings.maxIdempotencyKeyLength else {
                 return .failure(ParseFailure(invalidRequest(
                     "the header 'Idempotency-Key' must have 1 to \(settings.maxIdempotencyKeyLength) characters", route)))
             }
             key = header
         }
+        guard sessions.registry[feature] != nil else { return .failure(ParseFailure(unknownFeature(feature, route: route))) }
         return .success(DispatchCommand(feature: feature, action: action, ifVersion: IfMatch(request.header("if-match")), idempotencyKey: key))
     }
 
@@ -632,7 +635,7 @@ enum IfMatch: Sendable {
             self = .none
             return
         }
-        switch EntityTagCondition(header) {
+        switch EntityTagCondition(header, weak: false) {
         case .any: self = .none
         case .versions(let versions): self = versions.count == 1 ? .version(versions.first ?? -1) : .never
         }

@@ -134,6 +134,15 @@ public final class Session: Sendable {
             hub.seed(feature: feature, version: version, state: state)
         }
         stores.withLock { $0[feature] = store }
+        // Work that was running in a previous process never comes back: settle its state now,
+        // journaled like any change (the write lock is held, so commit directly).
+        if let recovery = try? store.prepareRecovery() {
+            do throws(SessionFailure) {
+                _ = try await commitLocked(store, storage: storage, prepared: recovery, idempotency: nil)
+            } catch {
+                if case .storage(let e) = error { notify(.followUpNotStored(session: id, e)) }
+            }
+        }
         return store
     }
 
@@ -289,10 +298,19 @@ public final class Session: Sendable {
         } catch {
             throw .store(error)
         }
-        let now = WallClock.now
-        let seq = hub.seq + 1
         var remembered: (key: String, reply: StoredReply)?
         if let idempotencyKey, let reply { remembered = (idempotencyKey, reply(prepared.encoded)) }
+        return try await commitLocked(store, storage: storage, prepared: prepared, idempotency: remembered)
+    }
+
+    /// Journals a prepared change (with its idempotency reply, and a snapshot when due), then
+    /// applies it. The caller holds the write lock.
+    private func commitLocked(
+        _ store: any AnyStateStore, storage: any SessionStorage, prepared: PreparedChange,
+        idempotency remembered: (key: String, reply: StoredReply)?
+    ) async throws(SessionFailure) -> EncodedChange {
+        let now = WallClock.now
+        let seq = hub.seq + 1
         var batch: [StorageWrite] = [.append(journalEntry(prepared, seq: seq, time: now), idempotency: remembered)]
         let version = prepared.encoded.version
         if settings.snapshotEvery > 0, version % settings.snapshotEvery == 0 {

@@ -71,6 +71,9 @@ public protocol AnyStateStore: AnyObject, Sendable {
     func routeFollowUps(_ route: @escaping FollowUpRoute)
     /// Re-applies a journaled change (its cause and payload) with side effects off.
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
+    /// The change that settles a state left waiting by work lost in a restart
+    /// (``Feature/recoveryAction(for:)``), or nil.
+    func prepareRecovery() throws(StoreError) -> PreparedChange?
 }
 
 extension DefaultStateStore: AnyStateStore {
@@ -86,7 +89,7 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded = try Self.decodeAction(action, version: version)
+        let decoded = try clientAction(action, ifVersion: ifVersion)
         // `encode: true` always yields an encoded change.
         guard let encoded = try dispatch(decoded, ifVersion: ifVersion, encode: true).encoded else {
             throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
@@ -123,7 +126,28 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        try prepare(try Self.decodeAction(action, version: version), ifVersion: ifVersion)
+        try prepare(try clientAction(action, ifVersion: ifVersion), ifVersion: ifVersion)
+    }
+
+    public func prepareRecovery() throws(StoreError) -> PreparedChange? {
+        guard let action = feature.recoveryAction(for: state) else { return nil }
+        return try prepare(action, ifVersion: nil)
+    }
+
+    /// A client's action: the version precondition first (a stale `If-Match` is a conflict
+    /// whatever the body), then decoding, then the feature's client rule.
+    private func clientAction(_ json: JSONValue, ifVersion: Int?) throws(StoreError) -> F.Action {
+        let current = version
+        if let ifVersion, ifVersion != current {
+            throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
+        }
+        let action = try Self.decodeAction(json, version: current)
+        guard feature.acceptsFromClient(action) else {
+            let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
+            throw StoreError(
+                .actionRejected, "the action '\(type)' is sent by the server only, not by clients", currentVersion: current)
+        }
+        return action
     }
 
     public func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
@@ -153,7 +177,8 @@ extension DefaultStateStore: AnyStateStore {
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: version)
             }
-            prepared = try prepareDispatch(json: json, ifVersion: nil)
+            // Journaled actions include the server's own (follow-ups): no client rule here.
+            prepared = try prepare(try Self.decodeAction(json, version: version), ifVersion: nil)
         case "rehydrate":
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)

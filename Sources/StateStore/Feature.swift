@@ -65,10 +65,22 @@ public protocol Feature: StateReducer {
     /// when there is no way; the store is then rebuilt from its journal, or reset as a last
     /// resort. The default has no migrations.
     func migrate(_ state: JSONValue, from version: Int) throws(ActionRejected) -> JSONValue
+
+    /// Whether a client may send this action. Actions that only asynchronous work may send
+    /// (the result of a check) answer `false`; a client sending one gets `action_rejected`.
+    /// The default accepts every action.
+    func acceptsFromClient(_ action: Action) -> Bool
+
+    /// After a restart, a store whose state waits for asynchronous work that will never come
+    /// back (the work ran in the old process) can name an action that settles it; the server
+    /// applies and journals it when the store is loaded. The default is `nil`.
+    func recoveryAction(for state: State) -> Action?
 }
 
 extension Feature {
     public var stateVersion: Int { 1 }
+    public func acceptsFromClient(_ action: Action) -> Bool { true }
+    public func recoveryAction(for state: State) -> Action? { nil }
 
     public func migrate(_ state: JSONValue, from version: Int) throws(ActionRejected) -> JSONValue {
         throw ActionRejected("\(name) has no migration from state version \(version) to \(stateVersion)")

@@ -62,7 +62,7 @@ struct StderrLogHandler: LogHandler {
     func log(event: LogEvent) {
         var all = metadata
         if let extra = event.metadata { all.merge(extra) { _, new in new } }
-        let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        let time = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date())
         switch format {
         case .text:
             var line = "\(time) \(event.level) \(event.message)"

@@ -76,12 +76,20 @@ struct FeaturesCommand: ParsableCommand {
         commandName: "features", abstract: "Print the registered features with their initial states, as JSON lines.")
 
     func run() throws {
-        for feature in try ExampleFeatures.registry().features {
+        for feature in try Features.registry(loginCheckDelay: 0.2).features {
             var line = JSONObjectWriter()
             line.string("name", feature.name)
             line.raw("initialState", feature.initialStateJSON)
             print(String(decoding: line.finish(), as: UTF8.self))
         }
+    }
+}
+
+/// The features this server hosts. Register your own here (see README, "Write your own
+/// feature"); `serve` and `features` both use this list.
+enum Features {
+    static func registry(loginCheckDelay seconds: Double) throws -> FeatureRegistry {
+        try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(seconds * 1000)))
     }
 }
 
@@ -102,7 +110,7 @@ struct Server {
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: prometheus))
 
-        let registry = try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(settings.loginCheckDelay * 1000)))
+        let registry = try Features.registry(loginCheckDelay: settings.loginCheckDelay)
         var sessionSettings = SessionSettings()
         sessionSettings.replayBuffer = settings.replayBuffer
         sessionSettings.maxSessions = settings.maxSessions

@@ -70,7 +70,10 @@ struct DockerfileTests {
         let healthcheck = try #require(runtime.all("HEALTHCHECK").last, "no HEALTHCHECK in the runtime stage")
         #expect(healthcheck.arguments.contains("CMD"), "\(healthcheck)")
         #expect(healthcheck.arguments.contains("/healthz"), "\(healthcheck)")
-        #expect(healthcheck.arguments.contains(":8080/"), "the health check does not use the exposed port: \(healthcheck)")
+        // The port the server listens on: STATE_SERVER_PORT when set, else the exposed 8080.
+        #expect(
+            healthcheck.arguments.contains("${STATE_SERVER_PORT:-8080}/"),
+            "the health check does not follow the server's port: \(healthcheck)")
     }
 
     @Test("the build command equals the Makefile's RELEASE_BUILD word for word")

@@ -1,0 +1,241 @@
+import Foundation
+import StateStore
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+extension RemoteStore {
+    /// What ``changes(lastEventID:reconnect:)`` delivers.
+    public enum Event: Sendable {
+        /// The store's whole state: first on every stream, and again after a reconnection when
+        /// the server no longer holds the changes missed meanwhile (replace your state with it;
+        /// effects of missed changes are lost then).
+        case snapshot(Snapshot)
+        /// One change applied on the server, by any client or by asynchronous work, in the order
+        /// applied. Each one arrives once, with its effect.
+        case change(Change)
+
+        /// The state after this event.
+        public var state: F.State {
+            switch self {
+            case .snapshot(let snapshot): snapshot.state
+            case .change(let change): change.state
+            }
+        }
+
+        /// The store's version after this event.
+        public var version: Int {
+            switch self {
+            case .snapshot(let snapshot): snapshot.version
+            case .change(let change): change.version
+            }
+        }
+
+        /// The effect of a change; `nil` for snapshots.
+        public var effect: F.Effect? {
+            if case .change(let change) = self { return change.effect }
+            return nil
+        }
+
+        /// The event's sequence number: pass the last one seen as `lastEventID` to resume.
+        public var eventID: Int? {
+            switch self {
+            case .snapshot(let snapshot): snapshot.eventID
+            case .change(let change): change.eventID
+            }
+        }
+    }
+
+    /// The store's changes, live: a ``Event/snapshot(_:)`` of the current state, then each
+    /// ``Event/change(_:)`` as the server applies it (`GET .../events?feature=NAME`,
+    /// server-sent events).
+    ///
+    /// ```swift
+    /// for try await event in store.changes() {
+    ///     state = event.state
+    ///     if let effect = event.effect { show(effect) }   // each effect once
+    /// }
+    /// ```
+    ///
+    /// When the connection ends or fails (the server restarts, drops a slow reader, the network
+    /// goes away, or nothing — not even a heartbeat — arrives for `reconnect.idleTimeout`), the
+    /// sequence reconnects with exponential backoff and sends `Last-Event-ID`, so the server
+    /// replays the changes missed meanwhile; changes already delivered are never delivered again,
+    /// so every effect is delivered exactly once. When the server no longer holds the missed
+    /// changes it sends a fresh snapshot instead.
+    ///
+    /// The sequence fails with ``StateClientError`` on errors that retrying cannot fix (the session
+    /// was deleted: `session_not_found`; a state that does not decode as `F.State`), or when
+    /// `reconnect.maximumAttempts` consecutive attempts failed. It finishes when the consuming
+    /// task is cancelled or stops iterating: the connection is closed at once.
+    ///
+    /// Each call opens its own connection; iterate the sequence from one task. Events are
+    /// buffered while the consumer is busy.
+    ///
+    /// - Parameters:
+    ///   - lastEventID: resume after this event (an ``Event/eventID`` saved earlier) instead of
+    ///     starting with a snapshot.
+    ///   - reconnect: when and how often to reconnect.
+    public func changes(lastEventID: Int? = nil, reconnect: ReconnectPolicy = .default) -> AsyncThrowingStream<Event, any Error> {
+        let (events, continuation) = AsyncThrowingStream.makeStream(of: Event.self, throwing: (any Error).self)
+        let task = Task { [self] in
+            await self.streamEvents(lastEventID: lastEventID, policy: reconnect, into: continuation)
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return events
+    }
+
+    /// What a stream carries from one connection to the next.
+    private struct StreamProgress {
+        var lastEventID: Int?
+        /// Consecutive attempts that failed; 0 once a connection is accepted.
+        var failures = 0
+    }
+
+    /// Connects, reconnects and feeds `continuation` until the stream ends.
+    private func streamEvents(
+        lastEventID: Int?, policy: ReconnectPolicy, into continuation: AsyncThrowingStream<Event, any Error>.Continuation
+    ) async {
+        var progress = StreamProgress(lastEventID: lastEventID)
+        while !Task.isCancelled {
+            var lastError: (any Error)?
+            var retryAfter: Duration?
+            do {
+                try await connectOnce(&progress, policy: policy, continuation: continuation)
+            } catch let error as StateClientError {
+                guard !Task.isCancelled else { break }
+                guard error.isTransient else {
+                    continuation.finish(throwing: error)
+                    return
+                }
+                lastError = error
+                retryAfter = error.retryAfter
+            } catch {
+                guard !Task.isCancelled, !(error is CancellationError) else { break }
+                continuation.finish(throwing: error)
+                return
+            }
+            guard !Task.isCancelled else { break }
+            progress.failures += 1
+            if let maximum = policy.maximumAttempts, progress.failures > maximum {
+                if let lastError { continuation.finish(throwing: lastError) } else { continuation.finish() }
+                return
+            }
+            var delay = policy.jitteredDelay(beforeAttempt: progress.failures)
+            if let retryAfter, retryAfter > delay { delay = retryAfter }
+            do {
+                try await Task.sleep(for: delay)
+            } catch {
+                break
+            }
+        }
+        continuation.finish()
+    }
+
+    /// One connection: returns when the server ends the stream, throws when it fails.
+    private func connectOnce(
+        _ progress: inout StreamProgress, policy: ReconnectPolicy,
+        continuation: AsyncThrowingStream<Event, any Error>.Continuation
+    ) async throws {
+        var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
+        if let lastEventID = progress.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
+        let request = client.request(
+            "GET", sessionPath + ["events"], query: [URLQueryItem(name: "feature", value: feature.name)],
+            credentials: credentials, headers: headers)
+        let connection = EventStreamConnection(request: request, idleTimeout: policy.idleTimeout)
+        // Cancelling the consuming task finishes `parts` (and so cancels the request) by itself;
+        // this closes the connection on every other way out too.
+        defer { connection.cancel() }
+
+        var head: EventStreamConnection.Head?
+        var errorBody = Data()
+        var parser = ServerSentEventParser()
+        for try await part in connection.parts {
+            switch part {
+            case .head(let received):
+                head = received
+                guard received.status == 200 else { continue }
+                guard received.contentType?.lowercased().hasPrefix("text/event-stream") == true else {
+                    throw StateClientError(
+                        kind: .invalidResponse, status: 200,
+                        message: "the event stream's Content-Type is \(received.contentType ?? "missing"), not text/event-stream")
+                }
+                progress.failures = 0
+            case .data(let data):
+                guard let head, head.status == 200 else {
+                    if errorBody.count < 64 * 1024 { errorBody.append(data) }
+                    continue
+                }
+                let events: [ServerSentEvent]
+                do {
+                    events = try parser.feed(data)
+                } catch {
+                    throw StateClientError(kind: .invalidResponse, message: "the event stream has a line longer than 16 MiB")
+                }
+                for event in events {
+                    guard let delivered = try decode(event, progress: &progress) else { continue }
+                    if case .terminated = continuation.yield(delivered) { throw CancellationError() }
+                }
+            }
+        }
+        try Task.checkCancellation()
+        guard let head else {
+            throw StateClientError(kind: .transport, message: "the event stream ended before the server answered")
+        }
+        if head.status != 200 {
+            throw StateServerClient.error(
+                status: head.status, body: errorBody, currentVersion: nil, retryAfter: head.retryAfter)
+        }
+        // The server ended the stream (shutdown, a slow reader dropped): the caller reconnects.
+    }
+
+    /// The event to deliver for a server-sent event, or `nil` for one to skip: a change already
+    /// delivered (at or before `lastEventID`), another feature's change, an unknown event type.
+    private func decode(_ event: ServerSentEvent, progress: inout StreamProgress) throws -> Event? {
+        switch event.type {
+        case "snapshot":
+            let id = try eventID(of: event)
+            let body = try WireCoding.decodeBody(SnapshotEventBody.self, from: Data(event.data.utf8), what: "snapshot event")
+            guard let entry = body.features[feature.name] else {
+                throw StateClientError(kind: .invalidResponse, message: "the snapshot has no '\(feature.name)' feature")
+            }
+            let decoded = try WireCoding.decode(StateBody<F.State>.self, from: entry, what: "\(feature.name) state in the snapshot")
+            // A snapshot restarts the sequence: it may even go back when the server lost changes.
+            progress.lastEventID = id
+            remember(version: decoded.version, state: decoded.state)
+            return .snapshot(Snapshot(version: decoded.version, state: decoded.state, eventID: id))
+
+        case "state":
+            let id = try eventID(of: event)
+            if let last = progress.lastEventID, id <= last { return nil }
+            let data = Data(event.data.utf8)
+            let header = try WireCoding.decodeBody(EventFeature.self, from: data, what: "state event")
+            guard header.feature == feature.name else {
+                progress.lastEventID = id
+                return nil
+            }
+            let body = try WireCoding.decodeBody(StateEventBody<F.State>.self, from: data, what: "\(feature.name) state event")
+            let effect = try WireCoding.effect(F.Effect.self, from: body.effect)
+            // The action is informational (and in its public form): one this client's type does
+            // not know (a newer server) does not stop the stream.
+            let action = try? WireCoding.action(F.Action.self, from: body.action)
+            progress.lastEventID = id
+            remember(version: body.version, state: body.state)
+            return .change(Change(
+                version: body.version, state: body.state, effect: effect, cause: Cause(rawValue: body.cause),
+                action: action, eventID: id))
+
+        default:
+            return nil
+        }
+    }
+
+    private func eventID(of event: ServerSentEvent) throws(StateClientError) -> Int {
+        guard let text = event.id, let id = Int(text.trimmingCharacters(in: .whitespaces)) else {
+            throw StateClientError(
+                kind: .invalidResponse, message: "a '\(event.type)' event has no integer id: \(event.id ?? "none")")
+        }
+        return id
+    }
+}
