@@ -30,11 +30,20 @@ struct ConcurrencyTests {
         let any = try await session.dispatch("counter", Self.increment, headers: [("If-Match", "*")])
         #expect(any.status == 200, "\(any)")
         #expect(any.json?["version"] == 2)
-        for value in ["garbage", "\"two\"", "\"\"", "\"-1\"", "\"2", "W/\"x\""] {
+        // Strong comparison: a weak tag or a bare number never matches, even the current version.
+        for value in ["garbage", "\"two\"", "\"\"", "\"-1\"", "\"2", "W/\"x\"", "W/\"2\"", "2", "\"2\", \"3\""] {
             let response = try await session.dispatch("counter", Self.increment, headers: [("If-Match", value)])
             expectError(response, 412, "version_conflict", "If-Match \(value)")
         }
         #expect(try await session.store("counter") == StoreSnapshot(version: 2, state: ["count": 2]))
+    }
+
+    @Test("a stale If-Match is a conflict even when the action would not decode")
+    func staleIfMatchComesFirst() async throws {
+        let session = try await SharedServer.api().createSession()
+        try await session.dispatchOK("counter", Self.increment)
+        let response = try await session.dispatch("counter", ["type": "nope"], headers: [("If-Match", "\"0\"")])
+        expectError(response, 412, "version_conflict", "stale If-Match with a bad action")
     }
 
     @Test("If-Match on PUT and DELETE state")

@@ -109,6 +109,11 @@ struct LoginTests {
         try await session.dispatchOK("login", ["type": "submit", "username": "carol", "password": "password123"])
         let during = try await session.dispatch("login", ["type": "submit", "username": "mallory", "password": "password123"])
         expectError(during, 422, "action_rejected", "submit during the check")
+        // The check's results come from the server only: a client cannot log itself in while
+        // a check is in flight.
+        expectError(try await session.dispatch("login", ["type": "succeeded"]), 422, "action_rejected", "client succeeded mid-check")
+        expectError(
+            try await session.dispatch("login", ["type": "failed", "reason": "x"]), 422, "action_rejected", "client failed mid-check")
         // The store keeps accepting dispatches while the work runs.
         try await session.dispatchOK("counter", ["type": "increment"])
         let final = try await settled(session)

@@ -47,7 +47,10 @@ struct StreamLimitTests {
             let session = try await server.api.createSession()
             let (stream, _) = try await session.subscribe()
             defer { stream.close() }
-            for index in 1...2 {
+            // Consecutive pings on an idle stream: one every interval (a ping is not activity
+            // that postpones the next one). Generous bound: 4 pings within 8 s.
+            let started = ContinuousClock.now
+            for index in 1...4 {
                 let item = try await stream.next(timeout: .seconds(5))
                 guard case .comment(let text) = item else {
                     Issue.record("expected a ping comment (\(index)), got \(item)")
@@ -55,6 +58,7 @@ struct StreamLimitTests {
                 }
                 #expect(text == "ping")
             }
+            #expect(ContinuousClock.now - started < .seconds(8), "4 pings took \(ContinuousClock.now - started) at --heartbeat 1")
             try await session.dispatchOK("counter", ["type": "increment"])
             let event = try await stream.nextEvent()
             #expect(event.json?["version"] == 1, "events still flow between pings: \(event)")
