@@ -1,0 +1,184 @@
+// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code); StoreSnapshot is StoreState here (StatePersistence has a StoreSnapshot).
+
+import Foundation
+import Testing
+
+/// The four example features and their initial states, as the contract gives them.
+enum Examples {
+    static let names: Set<String> = ["counter", "todos", "settings", "login"]
+    static let counter: JSON = ["count": 0]
+    static let settings: JSON = ["backgroundColor": "#FF0000", "textColor": "#FFFFFF"]
+    static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": .null]
+}
+
+/// Requests to one server, each on a fresh connection.
+struct API: Sendable {
+    let port: Int
+
+    func request(
+        _ method: String, _ target: String, headers: [Header] = [], body: [UInt8]? = nil,
+        timeout: Duration = .seconds(10)
+    ) async throws -> HTTPResponse {
+        let connection = try await HTTPConnection.open(port: port)
+        defer { connection.close() }
+        return try await connection.request(
+            method, target, headers: headers + [("Connection", "close")], body: body, timeout: timeout)
+    }
+
+    func request(_ method: String, _ target: String, headers: [Header] = [], json: JSON) async throws -> HTTPResponse {
+        try await request(method, target, headers: headers, body: json.bytes)
+    }
+
+    func createSession(sourceLocation: SourceLocation = #_sourceLocation) async throws -> Session {
+        let response = try await request("POST", "/v1/sessions")
+        try #require(response.status == 201, "create session: \(response)", sourceLocation: sourceLocation)
+        let body = try #require(response.json, sourceLocation: sourceLocation)
+        let id = try #require(body["id"]?.string, "session id in \(response)", sourceLocation: sourceLocation)
+        let token = try #require(body["token"]?.string, "token in \(response)", sourceLocation: sourceLocation)
+        return Session(api: self, id: id, token: token)
+    }
+
+    /// `GET /healthz` answers 200 `{"status":"ok"}`.
+    func isHealthy() async -> Bool {
+        guard let response = try? await request("GET", "/healthz", timeout: .seconds(5)) else { return false }
+        return response.status == 200 && response.json == ["status": "ok"]
+    }
+
+    func openEvents(
+        _ target: String, headers: [Header] = [], receiveBufferSize: Int? = nil
+    ) async throws -> EventStream {
+        try await EventStream.open(port: port, target: target, headers: headers, receiveBufferSize: receiveBufferSize)
+    }
+}
+
+/// A version and state of one feature's store.
+struct StoreState: Sendable, Equatable, CustomStringConvertible {
+    var version: Int
+    var state: JSON
+    var description: String { "v\(version) \(state)" }
+}
+
+/// A session and its token.
+struct Session: Sendable {
+    let api: API
+    let id: String
+    let token: String
+
+    var path: String { "/v1/sessions/\(id)" }
+    var auth: [Header] { [("Authorization", "Bearer \(token)")] }
+
+    /// A request on `path + subpath` with the bearer token.
+    func request(
+        _ method: String, _ subpath: String, headers: [Header] = [], body: [UInt8]? = nil
+    ) async throws -> HTTPResponse {
+        try await api.request(method, path + subpath, headers: auth + headers, body: body)
+    }
+
+    func dispatch(_ feature: String, _ action: JSON, headers: [Header] = []) async throws -> HTTPResponse {
+        try await request("POST", "/dispatch", headers: headers, body: JSON.object(["feature": .string(feature), "action": action]).bytes)
+    }
+
+    /// Dispatches and requires 200; returns the body.
+    @discardableResult
+    func dispatchOK(
+        _ feature: String, _ action: JSON, headers: [Header] = [], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> JSON {
+        let response = try await dispatch(feature, action, headers: headers)
+        try #require(response.status == 200, "dispatch \(feature) \(action): \(response)", sourceLocation: sourceLocation)
+        return try #require(response.json, sourceLocation: sourceLocation)
+    }
+
+    /// `GET .../state/{feature}`, required to be 200.
+    func store(_ feature: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> StoreState {
+        let response = try await request("GET", "/state/\(feature)")
+        try #require(response.status == 200, "GET state/\(feature): \(response)", sourceLocation: sourceLocation)
+        let body = try #require(response.json, sourceLocation: sourceLocation)
+        let version = try #require(body["version"]?.int, "version in \(response)", sourceLocation: sourceLocation)
+        return StoreState(version: version, state: try #require(body["state"], sourceLocation: sourceLocation))
+    }
+
+    /// `GET .../state`, required to be 200: every feature's store.
+    func allStores(sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: StoreState] {
+        let response = try await request("GET", "/state")
+        try #require(response.status == 200, "GET state: \(response)", sourceLocation: sourceLocation)
+        let features = try #require(response.json?["features"]?.object, "features in \(response)", sourceLocation: sourceLocation)
+        var stores: [String: StoreState] = [:]
+        for (name, value) in features {
+            let version = try #require(value["version"]?.int, "version of \(name)", sourceLocation: sourceLocation)
+            stores[name] = StoreState(version: version, state: try #require(value["state"], sourceLocation: sourceLocation))
+        }
+        return stores
+    }
+
+    /// Opens `GET .../events` (`query` without the `?`) with the bearer header.
+    func events(query: String = "", headers: [Header] = [], receiveBufferSize: Int? = nil) async throws -> EventStream {
+        try await api.openEvents(
+            path + "/events" + (query.isEmpty ? "" : "?" + query), headers: auth + headers,
+            receiveBufferSize: receiveBufferSize)
+    }
+
+    /// Opens the event stream, requires 200 and reads the snapshot.
+    func subscribe(
+        query: String = "", headers: [Header] = [], receiveBufferSize: Int? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (stream: EventStream, snapshot: SSEEvent) {
+        let stream = try await events(query: query, headers: headers, receiveBufferSize: receiveBufferSize)
+        try #require(stream.status == 200, "events: \(stream.head)", sourceLocation: sourceLocation)
+        let snapshot = try await stream.nextEvent()
+        try #require(snapshot.event == "snapshot", "first event: \(snapshot)", sourceLocation: sourceLocation)
+        return (stream, snapshot)
+    }
+
+    func delete() async throws -> HTTPResponse {
+        try await request("DELETE", "")
+    }
+}
+
+/// Checks an error response: status, `{"error": {"code", "message"}}` with a non-empty message.
+func expectError(
+    _ response: HTTPResponse, _ status: Int, _ code: String, messageContains: String? = nil,
+    _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation
+) {
+    let context = comment.map { "\($0): " } ?? ""
+    #expect(response.status == status, "\(context)\(response)", sourceLocation: sourceLocation)
+    #expect(response.errorCode == code, "\(context)\(response)", sourceLocation: sourceLocation)
+    let message = response.errorMessage ?? ""
+    #expect(!message.isEmpty, "\(context)error.message missing: \(response)", sourceLocation: sourceLocation)
+    if let messageContains {
+        #expect(message.contains(messageContains), "\(context)message should name \(messageContains): \(response)", sourceLocation: sourceLocation)
+    }
+}
+
+/// Polls until `condition` holds or `timeout` passes.
+func eventually(
+    timeout: Duration = .seconds(5), every interval: Duration = .milliseconds(50),
+    _ condition: () async throws -> Bool
+) async throws -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if try await condition() { return true }
+        if ContinuousClock.now >= deadline { return false }
+        try await Task.sleep(for: interval)
+    }
+}
+
+/// The `Allow` header as a set of upper-cased methods.
+func allowedMethods(_ response: HTTPResponse) -> Set<String> {
+    Set((response.header("Allow") ?? "").split(separator: ",").map {
+        $0.trimmingCharacters(in: .whitespaces).uppercased()
+    })
+}
+
+/// Percent-encodes a query value.
+func queryEncoded(_ value: String) -> String {
+    var allowed = CharacterSet.alphanumerics
+    allowed.insert(charactersIn: "-._~")
+    return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
+}
+
+/// JSON text padded with trailing spaces to exactly `size` bytes.
+func padded(_ json: JSON, to size: Int) -> [UInt8] {
+    let bytes = json.bytes
+    precondition(bytes.count <= size)
+    return bytes + [UInt8](repeating: UInt8(ascii: " "), count: size - bytes.count)
+}

@@ -1,0 +1,188 @@
+// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code).
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What went wrong on a test connection.
+enum ClientError: Error, CustomStringConvertible {
+    case system(String, Int32)
+    case timedOut(String)
+    /// The peer closed (FIN or reset) before the expected bytes arrived.
+    case closedEarly(String)
+    case malformedResponse(String)
+
+    var description: String {
+        switch self {
+        case .system(let call, let code): "\(call) failed: \(String(cString: strerror(code))) (\(code))"
+        case .timedOut(let what): "timed out waiting for \(what)"
+        case .closedEarly(let what): "connection closed while waiting for \(what)"
+        case .malformedResponse(let what): "malformed response: \(what)"
+        }
+    }
+}
+
+/// A blocking TCP connection to `127.0.0.1` whose every wait is bounded by a deadline (poll),
+/// so no test can hang on it. Received bytes collect in `buffer` until consumed.
+///
+/// Not thread-safe. `@unchecked Sendable` only so it can be created on a helper thread and
+/// handed to its `HTTPConnection`, which from then on touches it from its own serial queue only.
+final class BlockingSocket: @unchecked Sendable {
+    private(set) var fd: Int32
+    /// Bytes received and not consumed yet.
+    var buffer: [UInt8] = []
+    /// The peer finished sending (FIN) or reset the connection.
+    private(set) var reachedEOF = false
+    /// The end was a reset (ECONNRESET) rather than an orderly close.
+    private(set) var wasReset = false
+
+    init(port: Int, receiveBufferSize: Int? = nil) throws {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw ClientError.system("socket", errno) }
+        self.fd = fd
+        var one: Int32 = 1
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if let receiveBufferSize {
+            // Before connect, so the advertised window stays small.
+            var size = Int32(receiveBufferSize)
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port)).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            self.fd = -1
+            throw ClientError.system("connect to port \(port)", code)
+        }
+    }
+
+    deinit { close() }
+
+    func close() {
+        if fd >= 0 {
+            Glibc.close(fd)
+            fd = -1
+        }
+    }
+
+    /// Half-closes: the server sees end of input, we can still read.
+    func shutdownWrite() {
+        if fd >= 0 { _ = shutdown(fd, Int32(SHUT_WR)) }
+    }
+
+    /// Sends all bytes. Throws `closedEarly` when the peer closed or reset the connection.
+    func send(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
+        guard fd >= 0 else { throw ClientError.closedEarly("sending (socket closed)") }
+        var offset = 0
+        while offset < bytes.count {
+            try wait(for: Int16(POLLOUT), deadline: deadline, what: "the socket to accept bytes")
+            let sent = bytes.withUnsafeBytes { raw in
+                #if canImport(Glibc)
+                Glibc.send(fd, raw.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+                #else
+                Darwin.send(fd, raw.baseAddress! + offset, bytes.count - offset, 0)
+                #endif
+            }
+            if sent < 0 {
+                let code = errno
+                if code == EINTR || code == EAGAIN { continue }
+                if code == EPIPE || code == ECONNRESET { throw ClientError.closedEarly("sending") }
+                throw ClientError.system("send", code)
+            }
+            offset += sent
+        }
+    }
+
+    /// Receives whatever arrives next into `buffer`. Returns false at end of stream.
+    @discardableResult
+    func fill(deadline: ContinuousClock.Instant, what: String) throws -> Bool {
+        if reachedEOF { return false }
+        try wait(for: Int16(POLLIN), deadline: deadline, what: what)
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count > 0 {
+                buffer.append(contentsOf: chunk[0..<count])
+                return true
+            }
+            if count == 0 {
+                reachedEOF = true
+                return false
+            }
+            let code = errno
+            if code == EINTR { continue }
+            if code == ECONNRESET {
+                reachedEOF = true
+                wasReset = true
+                return false
+            }
+            throw ClientError.system("recv", code)
+        }
+    }
+
+    private func wait(for events: Int16, deadline: ContinuousClock.Instant, what: String) throws {
+        while true {
+            let remaining = ContinuousClock.now.duration(to: deadline)
+            if remaining <= .zero { throw ClientError.timedOut(what) }
+            let parts = remaining.components
+            let millis = Int32(min(parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
+            var descriptor = pollfd(fd: fd, events: events, revents: 0)
+            let ready = poll(&descriptor, 1, millis)
+            if ready > 0 { return }
+            if ready < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                throw ClientError.system("poll", code)
+            }
+        }
+    }
+
+    // MARK: Reading helpers for HTTP
+
+    /// Consumes and returns a CRLF- (or LF-) terminated line without its terminator.
+    func readLine(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+        var searchFrom = 0
+        while true {
+            if let newline = buffer[searchFrom...].firstIndex(of: UInt8(ascii: "\n")) {
+                var line = Array(buffer[..<newline])
+                buffer.removeSubrange(...newline)
+                if line.last == UInt8(ascii: "\r") { line.removeLast() }
+                return line
+            }
+            searchFrom = buffer.count
+            guard try fill(deadline: deadline, what: what) else { throw ClientError.closedEarly(what) }
+        }
+    }
+
+    /// Consumes and returns exactly `count` bytes.
+    func readExactly(_ count: Int, deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+        while buffer.count < count {
+            guard try fill(deadline: deadline, what: what) else { throw ClientError.closedEarly(what) }
+        }
+        let bytes = Array(buffer[..<count])
+        buffer.removeSubrange(..<count)
+        return bytes
+    }
+
+    /// Consumes everything until the peer closes.
+    func readToEnd(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+        while try fill(deadline: deadline, what: what) {}
+        let bytes = buffer
+        buffer.removeAll()
+        return bytes
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import StatePersistence
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A temporary directory for one test's database, removed by `remove()`.
+struct TemporaryDirectory: Sendable {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("state-server-durability-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+
+    func remove() {
+        try? FileManager.default.removeItem(at: url)
+    }
+}
+
+/// Runs `body` with a fresh temporary directory, removed afterwards.
+func withTemporaryDirectory<T>(_ body: (TemporaryDirectory) async throws -> T) async throws -> T {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    return try await body(directory)
+}
+
+extension ServerProcess {
+    /// A server on the SQLite database at `database`.
+    static func durable(
+        _ database: String, environment: [String: String] = [:], timeout: Duration = .seconds(30)
+    ) async throws -> ServerProcess {
+        try await start(arguments: ["--storage", "sqlite:\(database)"], environment: environment, timeout: timeout)
+    }
+
+    /// Sends SIGKILL and waits for the process to be gone.
+    @discardableResult
+    func crash() async -> ServerExit {
+        await stop(signal: SIGKILL, timeout: .seconds(5))
+    }
+
+    /// Stops with SIGTERM and records an issue unless the exit is clean.
+    func stopCleanly(sourceLocation: SourceLocation = #_sourceLocation) async {
+        let exit = await stop()
+        #expect(!exit.bySignal && exit.status == 0 && exit.exitedByItself,
+            "the server did not stop cleanly: \(exit); stderr: \(output.stderrText.suffix(2000))",
+            sourceLocation: sourceLocation)
+    }
+}
+
+/// How a process that was expected to refuse to start ended.
+struct FinishedRun: Sendable {
+    var status: Int32
+    var bySignal: Bool
+    var stdout: String
+    var stderr: String
+    var elapsed: Duration
+}
+
+/// Runs `state-server` with `arguments` until it exits by itself (killing it after `timeout`).
+func runServerToExit(
+    arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(15)
+) async throws -> FinishedRun {
+    let binary = try #require(ServerBinary.locate(), "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: binary)
+    process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
+    var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+    env.merge(environment) { _, new in new }
+    process.environment = env
+    let stdout = Pipe()
+    let stderr = Pipe()
+    process.standardOutput = stdout
+    process.standardError = stderr
+    process.standardInput = FileHandle.nullDevice
+    let output = OutputCollector()
+    let start = ContinuousClock.now
+    try process.run()
+    OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
+    OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+    while process.isRunning, ContinuousClock.now < start + timeout {
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    if process.isRunning {
+        kill(process.processIdentifier, SIGKILL)
+        while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        Issue.record("state-server was still running after \(timeout); stdout: \(output.stdoutText)")
+    }
+    // Let the drain threads take the last bytes.
+    _ = try await eventually(timeout: .seconds(2)) { output.stdoutClosed }
+    try await Task.sleep(for: .milliseconds(50))
+    return FinishedRun(
+        status: process.terminationStatus, bySignal: process.terminationReason == .uncaughtSignal,
+        stdout: output.stdoutText, stderr: output.stderrText, elapsed: start.duration(to: .now))
+}
+
+/// Thread-safe counters and lists for concurrent clients.
+final class Tally<Value: Sendable>: Sendable {
+    private let values = Mutex<[Value]>([])
+
+    func append(_ value: Value) { values.withLock { $0.append(value) } }
+    var all: [Value] { values.withLock { $0 } }
+    var count: Int { values.withLock { $0.count } }
+}
+
+/// Seconds as text with milliseconds, for printed measurements.
+func seconds(_ duration: Duration) -> String {
+    let (whole, atto) = duration.components
+    return String(format: "%.3f s", Double(whole) + Double(atto) / 1e18)
+}
+
+/// Runs `body` against a server on the SQLite database at `database`, and stops the server
+/// afterwards (SIGTERM, then SIGKILL) whatever happens. `body` may stop or crash it itself.
+func withDurableServer<T>(
+    _ database: String, environment: [String: String] = [:], _ body: (ServerProcess) async throws -> T
+) async throws -> T {
+    let server = try await ServerProcess.durable(database, environment: environment)
+    do {
+        let result = try await body(server)
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
+}
+
+/// A flag shared by concurrent tasks.
+final class Flag: Sendable {
+    private let value = Atomic<Bool>(false)
+
+    func set() { value.store(true, ordering: .relaxed) }
+    var isSet: Bool { value.load(ordering: .relaxed) }
+}

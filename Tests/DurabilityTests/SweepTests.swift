@@ -1,0 +1,88 @@
+import Foundation
+import StatePersistence
+import Testing
+
+/// Memory bounds: idle sessions leave memory and come back; inactive ones are purged.
+@Suite("Idle eviction and TTL through the server")
+struct SweepTests {
+    @Test("a session idle past the timeout is evicted and still answers with its state")
+    func idleEviction() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let environment = ["STATE_SERVER_SESSIONS_IDLE_TIMEOUT": "1", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.2"]
+            try await withDurableServer(database, environment: environment) { server in
+                let session = try await server.api.createSession()
+                for _ in 0..<3 { try await session.dispatchOK("counter", ["type": "increment"]) }
+                try await session.dispatchOK("todos", ["type": "add", "title": "still here"])
+                let before = try await session.allStores()
+
+                try await Task.sleep(for: .seconds(2))
+                // The sweeper reports what it evicted (log level info).
+                #expect(server.output.stderrText.contains("swept sessions"), "no eviction was logged: \(server.output.stderrText.suffix(1500))")
+                #expect(server.output.stderrText.contains("evicted=1"), "\(server.output.stderrText.suffix(1500))")
+
+                #expect(try await session.allStores() == before)
+                let next = try await session.dispatchOK("counter", ["type": "increment"])
+                #expect(next["version"] == 4)
+                let (stream, snapshot) = try await session.subscribe()
+                stream.close()
+                #expect(snapshot.seq == 5, "the event sequence continues after eviction")
+                await server.stopCleanly()
+            }
+        }
+    }
+
+    @Test("a session inactive past the TTL is gone (404) and its rows are deleted")
+    func ttlPurge() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let environment = ["STATE_SERVER_SESSIONS_TTL": "1", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.2"]
+            let session = try await withDurableServer(database, environment: environment) { server in
+                let session = try await server.api.createSession()
+                try await session.dispatchOK("counter", ["type": "increment"], headers: [("Idempotency-Key", "once")])
+                try await session.dispatchOK("todos", ["type": "add", "title": "short-lived"])
+                // Do not touch the session for a while (every request counts as activity).
+                try await Task.sleep(for: .seconds(3))
+                let gone = try await session.request("GET", "/state")
+                expectError(gone, 404, "session_not_found")
+                await server.stopCleanly()
+                return session
+            }
+            let storage = try SQLiteStorage(path: database)
+            #expect(try await storage.session(id: session.id) == nil)
+            #expect(try await storage.lastSeq(session: session.id) == 0)
+            #expect(try await storage.journal(session: session.id, afterSeq: 0, limit: 100).isEmpty)
+            #expect(try await storage.reply(session: session.id, key: "once") == nil)
+            #expect(try await storage.latestSnapshot(session: session.id, feature: "counter") == nil)
+            #expect(try await storage.sessionCount() == 0)
+            await storage.close()
+        }
+    }
+
+    @Test("a session in use is not purged by the TTL")
+    func activeSessionSurvivesTTL() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let environment = ["STATE_SERVER_SESSIONS_TTL": "2", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.2"]
+            try await withDurableServer(database, environment: environment) { server in
+                let session = try await server.api.createSession()
+                let idle = try await server.api.createSession()
+                // Used every 300 ms for 4 s: never inactive for anything near the 2 s TTL.
+                var version = 0
+                let end = ContinuousClock.now + .seconds(4)
+                while ContinuousClock.now < end {
+                    let response = try await session.dispatch("counter", ["type": "increment"])
+                    guard response.status == 200 else {
+                        Issue.record("a session used every 300 ms was purged after \(version) changes: \(response)")
+                        break
+                    }
+                    version = response.json?["version"]?.int ?? -1
+                    try await Task.sleep(for: .milliseconds(300))
+                }
+                #expect(try await session.store("counter").version == version)
+                expectError(try await idle.request("GET", "/state"), 404, "session_not_found")
+                await server.stopCleanly()
+            }
+        }
+    }
+}
