@@ -88,7 +88,7 @@ extension RemoteStore {
 
     /// What a stream carries from one connection to the next.
     private struct StreamProgress {
-        var lastEventID: Int?
+        var decoder: ChangeDecoder<F>
         /// Consecutive attempts that failed; 0 once a connection is accepted.
         var failures = 0
     }
@@ -97,7 +97,7 @@ extension RemoteStore {
     private func streamEvents(
         lastEventID: Int?, policy: ReconnectPolicy, into continuation: AsyncThrowingStream<Event, any Error>.Continuation
     ) async {
-        var progress = StreamProgress(lastEventID: lastEventID)
+        var progress = StreamProgress(decoder: ChangeDecoder(featureName: feature.name, lastEventID: lastEventID))
         while !Task.isCancelled {
             var lastError: (any Error)?
             var retryAfter: Duration?
@@ -139,7 +139,7 @@ extension RemoteStore {
         continuation: AsyncThrowingStream<Event, any Error>.Continuation
     ) async throws {
         var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
-        if let lastEventID = progress.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
+        if let lastEventID = progress.decoder.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
         let request = client.request(
             "GET", sessionPath + ["events"], query: [URLQueryItem(name: "feature", value: feature.name)],
             credentials: credentials, headers: headers)
@@ -174,7 +174,8 @@ extension RemoteStore {
                     throw StateClientError(kind: .invalidResponse, message: "the event stream has a line longer than 16 MiB")
                 }
                 for event in events {
-                    guard let delivered = try decode(event, progress: &progress) else { continue }
+                    guard let delivered = try progress.decoder.decode(event) else { continue }
+                    remember(version: delivered.version, state: delivered.state)
                     if case .terminated = continuation.yield(delivered) { throw CancellationError() }
                 }
             }
@@ -189,41 +190,56 @@ extension RemoteStore {
         }
         // The server ended the stream (shutdown, a slow reader dropped): the caller reconnects.
     }
+}
 
-    /// The event to deliver for a server-sent event, or `nil` for one to skip: a change already
-    /// delivered (at or before `lastEventID`), another feature's change, an unknown event type.
-    private func decode(_ event: ServerSentEvent, progress: inout StreamProgress) throws -> Event? {
+extension RemoteStore.Event: Equatable where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {}
+
+/// Turns the server-sent events of one store's stream into typed events, and drops what was
+/// delivered already.
+///
+/// It remembers the last event id across connections (the stream's `Last-Event-ID`): a `state`
+/// event at or before it is a change already delivered (the server replayed more than was
+/// missed) and is dropped, so each change — and each effect — is delivered once. A `snapshot`
+/// always restarts the count, even backwards (a server that lost changes).
+///
+/// Not thread-safe: a value owned by the one task that reads the stream.
+struct ChangeDecoder<F: Feature>: Sendable {
+    typealias Event = RemoteStore<F>.Event
+    let featureName: String
+    /// The id of the last event seen: sent as `Last-Event-ID` on reconnection.
+    var lastEventID: Int?
+
+    /// The event to deliver for `event`, or `nil` for one to skip: a change already delivered,
+    /// another feature's change, an unknown event type.
+    mutating func decode(_ event: ServerSentEvent) throws(StateClientError) -> Event? {
         switch event.type {
         case "snapshot":
-            let id = try eventID(of: event)
+            let id = try Self.eventID(of: event)
             let body = try WireCoding.decodeBody(SnapshotEventBody.self, from: Data(event.data.utf8), what: "snapshot event")
-            guard let entry = body.features[feature.name] else {
-                throw StateClientError(kind: .invalidResponse, message: "the snapshot has no '\(feature.name)' feature")
+            guard let entry = body.features[featureName] else {
+                throw StateClientError(kind: .invalidResponse, message: "the snapshot has no '\(featureName)' feature")
             }
-            let decoded = try WireCoding.decode(StateBody<F.State>.self, from: entry, what: "\(feature.name) state in the snapshot")
-            // A snapshot restarts the sequence: it may even go back when the server lost changes.
-            progress.lastEventID = id
-            remember(version: decoded.version, state: decoded.state)
-            return .snapshot(Snapshot(version: decoded.version, state: decoded.state, eventID: id))
+            let decoded = try WireCoding.decode(StateBody<F.State>.self, from: entry, what: "\(featureName) state in the snapshot")
+            lastEventID = id
+            return .snapshot(.init(version: decoded.version, state: decoded.state, eventID: id))
 
         case "state":
-            let id = try eventID(of: event)
-            if let last = progress.lastEventID, id <= last { return nil }
+            let id = try Self.eventID(of: event)
+            if let last = lastEventID, id <= last { return nil }
             let data = Data(event.data.utf8)
             let header = try WireCoding.decodeBody(EventFeature.self, from: data, what: "state event")
-            guard header.feature == feature.name else {
-                progress.lastEventID = id
+            guard header.feature == featureName else {
+                lastEventID = id
                 return nil
             }
-            let body = try WireCoding.decodeBody(StateEventBody<F.State>.self, from: data, what: "\(feature.name) state event")
+            let body = try WireCoding.decodeBody(StateEventBody<F.State>.self, from: data, what: "\(featureName) state event")
             let effect = try WireCoding.effect(F.Effect.self, from: body.effect)
             // The action is informational (and in its public form): one this client's type does
             // not know (a newer server) does not stop the stream.
             let action = try? WireCoding.action(F.Action.self, from: body.action)
-            progress.lastEventID = id
-            remember(version: body.version, state: body.state)
-            return .change(Change(
-                version: body.version, state: body.state, effect: effect, cause: Cause(rawValue: body.cause),
+            lastEventID = id
+            return .change(.init(
+                version: body.version, state: body.state, effect: effect, cause: .init(rawValue: body.cause),
                 action: action, eventID: id))
 
         default:
@@ -231,7 +247,7 @@ extension RemoteStore {
         }
     }
 
-    private func eventID(of event: ServerSentEvent) throws(StateClientError) -> Int {
+    private static func eventID(of event: ServerSentEvent) throws(StateClientError) -> Int {
         guard let text = event.id, let id = Int(text.trimmingCharacters(in: .whitespaces)) else {
             throw StateClientError(
                 kind: .invalidResponse, message: "a '\(event.type)' event has no integer id: \(event.id ?? "none")")

@@ -89,8 +89,20 @@ enum EntityTagCondition: Equatable {
     }
 }
 
-extension Substring {
+extension StringProtocol {
+    /// Without leading and trailing spaces and tabs (ASCII only, by UTF-8 index: no copying
+    /// until the result).
     func trimmingWhitespace() -> String {
-        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+        let text = Substring(self)
+        let utf8 = text.utf8
+        var start = utf8.startIndex
+        var end = utf8.endIndex
+        while start < end, utf8[start] == 0x20 || utf8[start] == 0x09 { start = utf8.index(after: start) }
+        while end > start {
+            let before = utf8.index(before: end)
+            guard utf8[before] == 0x20 || utf8[before] == 0x09 else { break }
+            end = before
+        }
+        return String(text[start..<end])
     }
 }

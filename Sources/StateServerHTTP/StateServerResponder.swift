@@ -544,7 +544,7 @@ public final class StateServerResponder: HTTPResponder {
                 429, "too_many_streams", "the server has its maximum of \(settings.maxStreams) open event streams",
                 route: route, headers: [("Retry-After", "5")])
         }
-        let lastEventID = request.header("last-event-id").flatMap { Int($0.trimmingCharacters(in: " ")) }
+        let lastEventID = request.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
@@ -659,8 +659,4 @@ private struct OpenStreamCounter: Sendable {
     func release() { responder.openStreams.subtract(1, ordering: .relaxed) }
 }
 
-extension String {
-    func trimmingCharacters(in set: Character) -> String {
-        String(drop { $0 == set }.reversed().drop { $0 == set }.reversed())
-    }
-}
+
