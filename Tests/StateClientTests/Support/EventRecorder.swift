@@ -1,0 +1,116 @@
+import Foundation
+import StateClient
+import StateStore
+import Synchronization
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A wait that ran out.
+struct Timeout: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Consumes a store's `changes()` on a task of its own and records what arrives, so a test can
+/// wait for a condition with a deadline instead of blocking on the sequence.
+final class EventRecorder<F: Feature>: Sendable {
+    typealias Event = RemoteStore<F>.Event
+
+    private struct State {
+        var events: [Event] = []
+        var finished = false
+        var error: (any Error)?
+    }
+
+    /// The recorded state, in a box of its own so the consuming task can hold it.
+    private final class Box: Sendable {
+        let state = Mutex(State())
+    }
+
+    private let box = Box()
+    private let task: Task<Void, Never>
+
+    init(_ events: AsyncThrowingStream<Event, any Error>) {
+        task = Task { [box] in
+            do {
+                for try await event in events {
+                    box.state.withLock { $0.events.append(event) }
+                }
+            } catch {
+                box.state.withLock { $0.error = error }
+            }
+            box.state.withLock { $0.finished = true }
+        }
+    }
+
+    var events: [Event] { box.state.withLock { $0.events } }
+    var finished: Bool { box.state.withLock { $0.finished } }
+    var error: (any Error)? { box.state.withLock { $0.error } }
+
+    /// The events, once `condition` holds for them; throws after `timeout`, or when the stream
+    /// ended before.
+    @discardableResult
+    func wait(
+        for what: String, timeout: Duration = .seconds(10), _ condition: ([Event]) -> Bool
+    ) async throws -> [Event] {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let (events, finished, error) = box.state.withLock { ($0.events, $0.finished, $0.error) }
+            if condition(events) { return events }
+            if finished {
+                throw Timeout(description: "the stream ended (\(error.map { "\($0)" } ?? "no error")) before \(what); got \(events.count) events")
+            }
+            if ContinuousClock.now >= deadline {
+                throw Timeout(description: "no \(what) within \(timeout); got \(events.count) events: \(events.map(Self.summary))")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Waits until the stream has ended (with or without an error).
+    func waitUntilFinished(timeout: Duration = .seconds(10)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !finished {
+            if ContinuousClock.now >= deadline { throw Timeout(description: "the stream did not end within \(timeout)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Stops consuming (cancels the consuming task) and waits until the stream has ended.
+    func stop(timeout: Duration = .seconds(10)) async throws {
+        task.cancel()
+        try await waitUntilFinished(timeout: timeout)
+    }
+
+    static func summary(_ event: Event) -> String {
+        switch event {
+        case .snapshot(let snapshot): "snapshot(v\(snapshot.version), id \(snapshot.eventID ?? -1))"
+        case .change(let change): "change(v\(change.version), id \(change.eventID ?? -1), \(change.cause))"
+        }
+    }
+}
+
+extension RemoteStore.Event {
+    var isSnapshot: Bool {
+        if case .snapshot = self { return true }
+        return false
+    }
+
+    var change: RemoteStore.Change? {
+        if case .change(let change) = self { return change }
+        return nil
+    }
+}
+
+/// The value of a gauge or counter without labels in the server's `/metrics`, or nil.
+func metric(_ name: String, at baseURL: URL) async throws -> Double? {
+    let (data, _) = try await URLSession.shared.data(from: baseURL.appendingPathComponent("metrics"))
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
+        let parts = line.split(separator: " ")
+        guard parts.count >= 2 else { continue }
+        if parts[0] == name || parts[0].hasPrefix(name + "{") { return Double(parts[1]) }
+    }
+    return nil
+}
