@@ -37,8 +37,7 @@ public struct EncodedChange: Sendable {
     }
 
     static func tagged<T: Encodable>(_ value: T) throws -> [UInt8] {
-        let plain = try JSONParser.parse(JSONCoding.encode(value))
-        return TaggedJSON.tag(plain).bytes
+        TaggedJSON.tag(try JSONValueEncoder.encode(value)).bytes
     }
 }
 
@@ -100,7 +99,7 @@ extension DefaultStateStore: AnyStateStore {
     public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
         let decoded: F.State
         do {
-            decoded = try JSONDecoder().decode(F.State.self, from: Data(state.bytes))
+            decoded = try JSONCoding.decode(F.State.self, from: state)
         } catch {
             throw StoreError(
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
@@ -194,7 +193,7 @@ extension DefaultStateStore: AnyStateStore {
 
     func decodeState(_ state: JSONValue) throws(StoreError) -> F.State {
         do {
-            return try JSONDecoder().decode(F.State.self, from: Data(state.bytes))
+            return try JSONCoding.decode(F.State.self, from: state)
         } catch {
             throw StoreError(
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
@@ -217,7 +216,7 @@ extension DefaultStateStore: AnyStateStore {
                 currentVersion: version)
         }
         do {
-            return try JSONDecoder().decode(F.Action.self, from: Data(untagged.bytes))
+            return try JSONCoding.decode(F.Action.self, from: untagged)
         } catch let error as DecodingError {
             throw StoreError(
                 .invalidAction, DecodingErrorText.action(type: type, error, fields: fields, actionType: F.Action.self), currentVersion: version)

@@ -35,7 +35,7 @@ public struct AnyFeature: Sendable {
             }
             let state: F.State
             do {
-                state = try JSONDecoder().decode(F.State.self, from: Data(json.bytes))
+                state = try JSONCoding.decode(F.State.self, from: json)
             } catch {
                 throw StoreError(
                     .invalidState,

@@ -9,9 +9,14 @@ public enum JSONCoding {
         return encoder
     }
 
-    /// Encodes a value to UTF-8 JSON bytes.
+    /// Encodes a value to UTF-8 JSON bytes (sorted keys), with ``JSONValueEncoder``.
     public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-        Array(try encoder().encode(value))
+        try JSONValueEncoder.encodeToBytes(value)
+    }
+
+    /// Decodes a value from a parsed JSON document, with ``JSONValueDecoder``.
+    public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
+        try JSONValueDecoder.decode(type, from: value)
     }
 
     /// Parses UTF-8 JSON bytes into a `JSONValue` with the strict ``JSONParser``; `nil` when

@@ -80,7 +80,10 @@ extension JSONValue {
         case .double(let value):
             // Swift's shortest round-trip form ("0.1", "1e+30") is valid JSON; non-finite
             // numbers cannot come from JSONParser.
-            out.append(contentsOf: Array((value.isFinite ? "\(value)" : "null").utf8))
+            // As JSONEncoder writes them: "1" rather than "1.0".
+            var text = value.isFinite ? "\(value)" : "null"
+            if text.hasSuffix(".0") { text.removeLast(2) }
+            out.append(contentsOf: Array(text.utf8))
         case .string(let value): JSONCoding.appendString(value, to: &out)
         case .array(let items):
             out.append(UInt8(ascii: "["))

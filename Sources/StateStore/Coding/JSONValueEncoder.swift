@@ -1,0 +1,272 @@
+import Foundation
+
+/// Encodes `Encodable` values to ``JSONValue`` (and so to bytes) without Foundation's
+/// `JSONEncoder`: the store encodes every change, so this is on the hot path.
+///
+/// Output matches `JSONCoding.encoder()` in meaning: sorted keys, `nil` optionals omitted
+/// (`encodeIfPresent`), `Data` as base64, `URL` as its absolute string, `Decimal` as a number,
+/// `Date` as its `Codable` form (seconds since 2001, like `JSONEncoder`'s default). Non-finite
+/// floating-point numbers throw `EncodingError.invalidValue`.
+public enum JSONValueEncoder {
+    public static func encode<T: Encodable>(_ value: T) throws -> JSONValue {
+        try box(value, codingPath: [])
+    }
+
+    public static func encodeToBytes<T: Encodable>(_ value: T) throws -> [UInt8] {
+        try encode(value).bytes
+    }
+
+    static func box<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> JSONValue {
+        switch value {
+        case let data as Data: return .string(data.base64EncodedString())
+        case let url as URL: return .string(url.absoluteString)
+        case let decimal as Decimal:
+            if let int = Int64(exactly: NSDecimalNumber(decimal: decimal).doubleValue), Decimal(int) == decimal {
+                return .int(int)
+            }
+            return .double(NSDecimalNumber(decimal: decimal).doubleValue)
+        default:
+            let encoder = ValueEncoder(codingPath: codingPath)
+            try value.encode(to: encoder)
+            return encoder.storage.value ?? .object([:])
+        }
+    }
+
+    static func number(_ value: Double, _ codingPath: [any CodingKey]) throws -> JSONValue {
+        guard value.isFinite else {
+            throw EncodingError.invalidValue(
+                value, .init(codingPath: codingPath, debugDescription: "Unable to encode \(value) directly in JSON."))
+        }
+        return .double(value)
+    }
+}
+
+/// A growing JSON value shared by an encoder and the containers it hands out.
+final class EncodedStorage {
+    enum Node {
+        case value(JSONValue)
+        case object(ObjectBox)
+        case array(ArrayBox)
+    }
+
+    var node: Node?
+
+    var value: JSONValue? {
+        guard let node else { return nil }
+        return Self.resolve(node)
+    }
+
+    static func resolve(_ node: Node) -> JSONValue {
+        switch node {
+        case .value(let value): value
+        case .object(let box): .object(box.fields.mapValues(resolve))
+        case .array(let box): .array(box.items.map(resolve))
+        }
+    }
+}
+
+final class ObjectBox {
+    var fields: [String: EncodedStorage.Node] = [:]
+}
+
+final class ArrayBox {
+    var items: [EncodedStorage.Node] = []
+}
+
+struct ValueEncoder: Encoder {
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    let storage = EncodedStorage()
+
+    init(codingPath: [any CodingKey]) {
+        self.codingPath = codingPath
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        let box: ObjectBox
+        if case .object(let existing)? = storage.node {
+            box = existing
+        } else {
+            box = ObjectBox()
+            storage.node = .object(box)
+        }
+        return KeyedEncodingContainer(KeyedEncoder<Key>(box: box, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        let box: ArrayBox
+        if case .array(let existing)? = storage.node {
+            box = existing
+        } else {
+            box = ArrayBox()
+            storage.node = .array(box)
+        }
+        return UnkeyedEncoder(box: box, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        SingleEncoder(storage: storage, codingPath: codingPath)
+    }
+}
+
+private func encodeNode<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> EncodedStorage.Node {
+    .value(try JSONValueEncoder.box(value, codingPath: codingPath))
+}
+
+struct KeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let box: ObjectBox
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil(forKey key: Key) throws { box.fields[key.stringValue] = .value(.null) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { box.fields[key.stringValue] = .value(.bool(value)) }
+    mutating func encode(_ value: String, forKey key: Key) throws { box.fields[key.stringValue] = .value(.string(value)) }
+    mutating func encode(_ value: Double, forKey key: Key) throws {
+        box.fields[key.stringValue] = .value(try JSONValueEncoder.number(value, codingPath + [key]))
+    }
+    mutating func encode(_ value: Float, forKey key: Key) throws {
+        box.fields[key.stringValue] = .value(try JSONValueEncoder.number(Double(value), codingPath + [key]))
+    }
+    mutating func encode(_ value: Int, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(value)) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { box.fields[key.stringValue] = .value(unsigned(UInt64(value))) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { box.fields[key.stringValue] = .value(unsigned(value)) }
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        box.fields[key.stringValue] = try encodeNode(value, codingPath: codingPath + [key])
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let nested = ObjectBox()
+        box.fields[key.stringValue] = .object(nested)
+        return KeyedEncodingContainer(KeyedEncoder<NestedKey>(box: nested, codingPath: codingPath + [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let nested = ArrayBox()
+        box.fields[key.stringValue] = .array(nested)
+        return UnkeyedEncoder(box: nested, codingPath: codingPath + [key])
+    }
+
+    mutating func superEncoder() -> any Encoder { superEncoder(key: "super") }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(key: key.stringValue) }
+
+    private func superEncoder(key: String) -> any Encoder {
+        let encoder = DeferredEncoder(codingPath: codingPath)
+        encoder.onFinish = { [box] node in box.fields[key] = node }
+        return encoder
+    }
+}
+
+struct UnkeyedEncoder: UnkeyedEncodingContainer {
+    let box: ArrayBox
+    let codingPath: [any CodingKey]
+    var count: Int { box.items.count }
+
+    private var indexKey: any CodingKey { IndexKey(box.items.count) }
+
+    mutating func encodeNil() throws { box.items.append(.value(.null)) }
+    mutating func encode(_ value: Bool) throws { box.items.append(.value(.bool(value))) }
+    mutating func encode(_ value: String) throws { box.items.append(.value(.string(value))) }
+    mutating func encode(_ value: Double) throws { box.items.append(.value(try JSONValueEncoder.number(value, codingPath + [indexKey]))) }
+    mutating func encode(_ value: Float) throws { box.items.append(.value(try JSONValueEncoder.number(Double(value), codingPath + [indexKey]))) }
+    mutating func encode(_ value: Int) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int8) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int16) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int32) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int64) throws { box.items.append(.value(.int(value))) }
+    mutating func encode(_ value: UInt) throws { box.items.append(.value(unsigned(UInt64(value)))) }
+    mutating func encode(_ value: UInt8) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt16) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt32) throws { box.items.append(.value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt64) throws { box.items.append(.value(unsigned(value))) }
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        box.items.append(try encodeNode(value, codingPath: codingPath + [indexKey]))
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let nested = ObjectBox()
+        let path = codingPath + [indexKey]
+        box.items.append(.object(nested))
+        return KeyedEncodingContainer(KeyedEncoder<NestedKey>(box: nested, codingPath: path))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let nested = ArrayBox()
+        let path = codingPath + [indexKey]
+        box.items.append(.array(nested))
+        return UnkeyedEncoder(box: nested, codingPath: path)
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let index = box.items.count
+        box.items.append(.value(.null))
+        let encoder = DeferredEncoder(codingPath: codingPath + [IndexKey(index)])
+        encoder.onFinish = { [box] node in box.items[index] = node }
+        return encoder
+    }
+}
+
+struct SingleEncoder: SingleValueEncodingContainer {
+    let storage: EncodedStorage
+    let codingPath: [any CodingKey]
+
+    private func set(_ value: JSONValue) { storage.node = .value(value) }
+
+    mutating func encodeNil() throws { set(.null) }
+    mutating func encode(_ value: Bool) throws { set(.bool(value)) }
+    mutating func encode(_ value: String) throws { set(.string(value)) }
+    mutating func encode(_ value: Double) throws { set(try JSONValueEncoder.number(value, codingPath)) }
+    mutating func encode(_ value: Float) throws { set(try JSONValueEncoder.number(Double(value), codingPath)) }
+    mutating func encode(_ value: Int) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: Int8) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: Int16) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: Int32) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: Int64) throws { set(.int(value)) }
+    mutating func encode(_ value: UInt) throws { set(unsigned(UInt64(value))) }
+    mutating func encode(_ value: UInt8) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: UInt16) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: UInt32) throws { set(.int(Int64(value))) }
+    mutating func encode(_ value: UInt64) throws { set(unsigned(value)) }
+    mutating func encode<T: Encodable>(_ value: T) throws { storage.node = try encodeNode(value, codingPath: codingPath) }
+}
+
+/// An encoder whose result is stored by a parent when it is released (for `superEncoder`).
+final class DeferredEncoder: Encoder {
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    let inner: ValueEncoder
+    var onFinish: ((EncodedStorage.Node) -> Void)?
+
+    init(codingPath: [any CodingKey]) {
+        self.codingPath = codingPath
+        inner = ValueEncoder(codingPath: codingPath)
+    }
+
+    deinit {
+        if let node = inner.storage.node { onFinish?(node) }
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> { inner.container(keyedBy: type) }
+    func unkeyedContainer() -> any UnkeyedEncodingContainer { inner.unkeyedContainer() }
+    func singleValueContainer() -> any SingleValueEncodingContainer { inner.singleValueContainer() }
+}
+
+private func unsigned(_ value: UInt64) -> JSONValue {
+    value <= UInt64(Int64.max) ? .int(Int64(value)) : .double(Double(value))
+}
+
+struct IndexKey: CodingKey {
+    let intValue: Int?
+    let stringValue: String
+    init(_ index: Int) {
+        intValue = index
+        stringValue = "Index \(index)"
+    }
+    init?(intValue: Int) { self.init(intValue) }
+    init?(stringValue: String) { return nil }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import StateStore
+import Testing
+
+/// The store's own JSON encoder and decoder agree with Foundation's on meaning.
+@Suite("JSONValue encoder and decoder")
+struct CodingTests {
+    struct Inner: Codable, Equatable {
+        var label: String
+        var weights: [Double]
+    }
+
+    enum Shape: Codable, Equatable {
+        case circle(radius: Double)
+        case square(side: Int, label: String?)
+        case empty
+    }
+
+    struct Everything: Codable, Equatable {
+        var int: Int
+        var int8: Int8
+        var uint64: UInt64
+        var double: Double
+        var float: Float
+        var bool: Bool
+        var string: String
+        var optionalPresent: String?
+        var optionalAbsent: Int?
+        var array: [Int]
+        var nested: [Inner]
+        var dictionary: [String: Int]
+        var shapes: [Shape]
+        var data: Data
+        var url: URL
+        var date: Date
+    }
+
+    static let sample = Everything(
+        int: -42, int8: 7, uint64: 18_000_000_000, double: 0.1, float: 2.5, bool: true,
+        string: "quote \" backslash \\ newline \n tab \t unicode é 😀 slash /",
+        optionalPresent: "here", optionalAbsent: nil, array: [1, 2, 3],
+        nested: [Inner(label: "a", weights: [1.5, 2, -0.25])], dictionary: ["b": 2, "a": 1],
+        shapes: [.circle(radius: 1.5), .square(side: 2, label: nil), .empty],
+        data: Data([0, 1, 2, 255]), url: URL(string: "https://example.com/x?y=1")!,
+        date: Date(timeIntervalSinceReferenceDate: 1000.5))
+
+    @Test func encodingMeansWhatFoundationMeans() throws {
+        let ours = try JSONCoding.encode(Self.sample)
+        let foundation = try JSONCoding.encoder().encode(Self.sample)
+        // Same document: both parse to the same value.
+        #expect(try JSONParser.parse(ours) == JSONParser.parse(Array(foundation)))
+        // And Foundation decodes ours back to the same value.
+        #expect(try JSONDecoder().decode(Everything.self, from: Data(ours)) == Self.sample)
+    }
+
+    @Test func decodingRoundTrips() throws {
+        let json = try JSONParser.parse(Array(JSONCoding.encoder().encode(Self.sample)))
+        #expect(try JSONCoding.decode(Everything.self, from: json) == Self.sample)
+    }
+
+    @Test func keysAreSortedAndOptionalsOmitted() throws {
+        struct Small: Codable { var b = 1; var a: Int? = nil; var c = "x" }
+        #expect(try JSONCoding.encode(Small()) == Array(#"{"b":1,"c":"x"}"#.utf8))
+    }
+
+    @Test func nonFiniteNumbersDoNotEncode() {
+        #expect(throws: EncodingError.self) { try JSONCoding.encode(["x": Double.nan]) }
+        #expect(throws: EncodingError.self) { try JSONCoding.encode([Double.infinity]) }
+    }
+
+    @Test func numbersMustFitTheirTypeExactly() throws {
+        struct Holder: Codable { var value: Int8 }
+        for text in [#"{"value":1.5}"#, #"{"value":128}"#, #"{"value":1e30}"#] {
+            let json = try JSONParser.parse(Array(text.utf8))
+            do {
+                _ = try JSONCoding.decode(Holder.self, from: json)
+                Issue.record("\(text) decoded")
+            } catch DecodingError.dataCorrupted(let context) {
+                #expect(context.codingPath.map(\.stringValue) == ["value"], "\(text)")
+            }
+        }
+        let exact = try JSONParser.parse(Array(#"{"value":-128}"#.utf8))
+        #expect(try JSONCoding.decode(Holder.self, from: exact).value == -128)
+    }
+
+    @Test func errorsNameTheField() throws {
+        let missing = try JSONParser.parse(Array(#"{"nested":[{"label":"a"}]}"#.utf8))
+        struct Outer: Codable { var nested: [Inner] }
+        do {
+            _ = try JSONCoding.decode(Outer.self, from: missing)
+            Issue.record("decoded")
+        } catch DecodingError.keyNotFound(let key, let context) {
+            #expect(key.stringValue == "weights")
+            #expect(context.codingPath.map(\.stringValue) == ["nested", "Index 0"])
+        }
+        let mistyped = try JSONParser.parse(Array(#"{"nested":[{"label":3,"weights":[]}]}"#.utf8))
+        do {
+            _ = try JSONCoding.decode(Outer.self, from: mistyped)
+            Issue.record("decoded")
+        } catch DecodingError.typeMismatch(_, let context) {
+            #expect(context.codingPath.map(\.stringValue) == ["nested", "Index 0", "label"])
+        }
+        let null = try JSONParser.parse(Array(#"{"nested":null}"#.utf8))
+        #expect(throws: DecodingError.self) { try JSONCoding.decode(Outer.self, from: null) }
+    }
+
+    @Test func parserIsStrict() {
+        for bad in ["{\"a\":1,}", "[1,]", "01", "1.", ".5", "+1", "NaN", "[1] x", "\"\u{01}\"", "\"\\x\"", "\"\\ud800\"", "1e999", "{'a':1}", "tru"] {
+            #expect(throws: JSONParser.Failure.self, "\(bad)") { try JSONParser.parse(Array(bad.utf8)) }
+        }
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse([0x22, 0xFF, 0x22]) }
+        let deep = Array(repeating: UInt8(ascii: "["), count: 100_000)
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse(deep) }
+    }
+
+    @Test func parserAcceptsValidJSON() throws {
+        let value = try JSONParser.parse(Array(#" {"a": [1, -2.5e3, true, false, null, "\u00e9\ud83d\ude00\n"], "b": {}} "#.utf8))
+        #expect(value["a"] == .array([.int(1), .double(-2500), .bool(true), .bool(false), .null, .string("é😀\n")]))
+        #expect(value["b"] == .object([:]))
+    }
+}
