@@ -166,14 +166,25 @@ struct ChangesTests {
 
 /// Waits until the server reports `count` open event streams.
 func waitForStreams(_ count: Int, at baseURL: URL, timeout: Duration = .seconds(15)) async throws {
+    try await waitForStreams(where: { $0 == Double(count) }, "\(count)", at: baseURL, timeout: timeout)
+}
+
+/// Waits until the server reports at least `count` open event streams.
+func waitForStreams(atLeast count: Int, at baseURL: URL, timeout: Duration = .seconds(15)) async throws {
+    try await waitForStreams(where: { $0 >= Double(count) }, "at least \(count)", at: baseURL, timeout: timeout)
+}
+
+private func waitForStreams(
+    where condition: (Double) -> Bool, _ what: String, at baseURL: URL, timeout: Duration
+) async throws {
     let deadline = ContinuousClock.now + timeout
     var last: Double?
     while ContinuousClock.now < deadline {
         last = try await metric("stateserver_event_streams_open", at: baseURL)
-        if last == Double(count) { return }
+        if let last, condition(last) { return }
         try await Task.sleep(for: .milliseconds(50))
     }
-    throw Timeout(description: "the server has \(last.map { "\($0)" } ?? "no") open streams, not \(count), after \(timeout)")
+    throw Timeout(description: "the server has \(last.map { "\($0)" } ?? "no") open streams, not \(what), after \(timeout)")
 }
 
 /// `body`'s result, or a `Timeout` after `timeout` (the body is cancelled then).

@@ -31,9 +31,17 @@ struct DispatchTests {
 
             let current = try await counter.state()
             #expect(current.version == 4 && current.state.count == 40)
-            // Unchanged: answered 304 from the server and the remembered state.
+            // Unchanged: the server answers 304 and the remembered state is returned.
+            let notModified = #"stateserver_http_requests_total{route="/v1/sessions/{id}/state/{feature}",status="304"}"#
+            let before = try await metric(notModified, at: server.baseURL) ?? 0
             let again = try await counter.state()
             #expect(again == current)
+            #expect(try await metric(notModified, at: server.baseURL) == before + 1)
+
+            // Changed by another client: the new state, not the remembered one.
+            let other = StateServerClient(baseURL: server.baseURL).store(CounterFeature(), credentials: credentials)
+            try await other.dispatch(.increment(by: 1))
+            #expect(try await counter.state() == .init(version: 5, state: .init(count: 41)))
         }
     }
 

@@ -96,6 +96,27 @@ struct ReconnectTests {
         try await recorder.stop()
     }
 
+    @Test("a silent connection is replaced after idleTimeout, resuming where it was")
+    func idleTimeout() async throws {
+        // Heartbeats a minute apart: the client's 1 s idle timeout fires first, again and again.
+        try await withServer(arguments: ["--heartbeat", "60"]) { server in
+            let client = StateServerClient(baseURL: server.baseURL)
+            let counter = client.store(CounterFeature(), credentials: try await client.createSession())
+            let policy = ReconnectPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(100), idleTimeout: .seconds(1))
+            let recorder = EventRecorder(counter.changes(reconnect: policy))
+            try await recorder.wait(for: "the snapshot") { !$0.isEmpty }
+            // The server keeps the abandoned streams until it next writes to them: two open
+            // streams show that the client gave up on a silent one and opened another.
+            try await waitForStreams(atLeast: 2, at: server.baseURL)
+            try await counter.dispatch(.increment(by: 1))
+            try await counter.dispatch(.increment(by: 1))
+            let events = try await recorder.wait(for: "two changes") { $0.last?.version == 2 }
+            #expect(events.map(\.version) == [0, 1, 2])
+            #expect(events.filter(\.isSnapshot).count == 1)
+            try await recorder.stop()
+        }
+    }
+
     @Test("with ReconnectPolicy.never the stream ends with its connection")
     func neverReconnects() async throws {
         let server = try await ServerProcess.start()

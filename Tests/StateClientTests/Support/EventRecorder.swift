@@ -104,13 +104,13 @@ extension RemoteStore.Event {
     }
 }
 
-/// The value of a gauge or counter without labels in the server's `/metrics`, or nil.
+/// The value of a metric in the server's `/metrics`: `name` alone, or with its labels as
+/// written (`name{route="/x",status="304"}`); nil when the server does not show it.
 func metric(_ name: String, at baseURL: URL) async throws -> Double? {
     let (data, _) = try await URLSession.shared.data(from: baseURL.appendingPathComponent("metrics"))
     for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
-        let parts = line.split(separator: " ")
-        guard parts.count >= 2 else { continue }
-        if parts[0] == name || parts[0].hasPrefix(name + "{") { return Double(parts[1]) }
+        guard let space = line.lastIndex(of: " ") else { continue }
+        if line[..<space] == name { return Double(line[line.index(after: space)...]) }
     }
     return nil
 }
