@@ -1,0 +1,487 @@
+"""The web page (GET /) and the JavaScript client (GET /client.js) in a real browser.
+
+Headless Chromium from Debian (`chromium`, `chromium-driver`) driven by Selenium 4, against the
+real server binary started on a free port. Run through scripts/browser-test.sh, or directly:
+
+    STATE_SERVER_BIN=.build/debug/state-server python3 -m pytest Tests/browser
+
+Screenshots and the server's log go to test-artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+WAIT = 10  # seconds: the longest any explicit wait may take
+LOGIN_CHECK_DELAY = "1"  # seconds, so the loading state is visible
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The server binary on port 0; yields (base URL, path of its stderr log)."""
+    binary = Path(os.environ.get("STATE_SERVER_BIN") or REPO / ".build/debug/state-server")
+    if not binary.is_absolute():
+        binary = REPO / binary
+    assert binary.exists(), f"build the server first: {binary} is missing"
+    ARTIFACTS.mkdir(exist_ok=True)
+    log_path = ARTIFACTS / "browser-test-server.log"
+    log = open(log_path, "wb")
+    env = dict(os.environ, STATE_SERVER_LOGIN_CHECK_DELAY=LOGIN_CHECK_DELAY)
+    process = subprocess.Popen(
+        [str(binary), "--port", "0"], stdout=subprocess.PIPE, stderr=log, env=env, cwd=REPO
+    )
+    first_line: list[bytes] = []
+    ready = threading.Event()
+
+    def read_stdout():
+        for index, line in enumerate(iter(process.stdout.readline, b"")):
+            if index == 0:
+                first_line.append(line)
+                ready.set()
+            log.write(line)  # keep draining so the server never blocks on a full pipe
+        ready.set()
+
+    threading.Thread(target=read_stdout, daemon=True).start()
+    try:
+        assert ready.wait(WAIT), "the server printed nothing within 10 s"
+        assert first_line, f"the server exited with status {process.poll()}; see {log_path}"
+        line = first_line[0].decode().strip()
+        assert line.startswith("listening on http://"), line
+        yield line.removeprefix("listening on ").rstrip("/"), log_path
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def browser():
+    """A factory of headless Chromium drivers; every driver is quit at the end of the test."""
+    drivers: list[webdriver.Chrome] = []
+
+    def make(width: int = 1280, height: int = 900, phone: bool = False) -> webdriver.Chrome:
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for argument in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--disable-gpu",
+            f"--window-size={width},{height}",
+        ):
+            options.add_argument(argument)
+        if phone:  # a phone's viewport (a desktop window cannot be narrower than 500 px)
+            options.add_experimental_option(
+                "mobileEmulation", {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 2.0}}
+            )
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        driver.set_script_timeout(WAIT + 5)
+        drivers.append(driver)
+        return driver
+
+    yield make
+    for driver in drivers:
+        driver.quit()
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def wait(driver, condition, message):
+    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(lambda d: condition(d), message)
+
+
+def wait_ready(driver):
+    """Waits until the page has rendered its first snapshot and its stream is live."""
+    wait(
+        driver,
+        lambda d: d.execute_script(
+            "return document.documentElement.dataset.ready === 'true'"
+            " && document.getElementById('status').dataset.status === 'open'"
+        ),
+        "the page never rendered a snapshot from a live stream",
+    )
+
+
+def text(driver, element_id):
+    return driver.find_element(By.ID, element_id).text
+
+
+def todo_titles(driver):
+    return [label.text for label in driver.find_elements(By.CSS_SELECTOR, "#todo-list li label")]
+
+
+def body_style(driver, prop):
+    return driver.execute_script(f"return getComputedStyle(document.body).{prop}")
+
+
+def toasts(driver):
+    return driver.find_elements(By.CSS_SELECTOR, "#toasts .toast")
+
+
+def toasts_shown(driver):
+    return int(driver.find_element(By.ID, "toasts").get_attribute("data-shown"))
+
+
+def submit_text(driver, input_id, value):
+    field = driver.find_element(By.ID, input_id)
+    field.clear()
+    field.send_keys(value)
+    field.submit()
+
+
+def severe_console_errors(driver):
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def screenshot(driver, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    assert driver.save_screenshot(str(path)), f"could not save {path}"
+    data = path.read_bytes()
+    assert len(data) > 1000 and data.startswith(b"\x89PNG\r\n\x1a\n"), f"{path} is not a real PNG"
+    return path
+
+
+# ---- the page -------------------------------------------------------------------------------
+
+
+def test_two_windows_share_one_session(server, browser):
+    base, server_log = server
+    a = browser(1280, 900)
+    b = browser(390, 844, phone=True)
+
+    # Window A creates a session and puts it in the fragment only.
+    a.get(base + "/")
+    wait(a, lambda d: "session=" in urlsplit(d.current_url).fragment, "no session in the URL fragment")
+    wait_ready(a)
+    url = a.current_url
+    parts = urlsplit(url)
+    assert parts.path == "/" and parts.query == "", url
+    assert "token=" in parts.fragment
+    token = dict(p.split("=", 1) for p in parts.fragment.split("&"))["token"]
+    assert a.find_element(By.ID, "share-link").get_attribute("value") == url
+
+    # Window B joins the same session from the shared URL.
+    b.get(url)
+    wait_ready(b)
+    assert b.current_url == url
+    assert text(b, "count") == "0"
+
+    # Todos and the counter: actions in A show up in B.
+    submit_text(a, "todo-title", "Buy milk")
+    submit_text(a, "todo-title", "Walk the dog")
+    wait(b, lambda d: todo_titles(d) == ["Buy milk", "Walk the dog"], "B never showed A's todos")
+    a.find_element(By.ID, "increment").click()
+    wait(b, lambda d: text(d, "count") == "1", "B never showed A's increment")
+
+    # Toggle in B, clear completed in A.
+    b.find_element(By.CSS_SELECTOR, "#todo-list li:first-child input[type=checkbox]").click()
+    wait(
+        a,
+        lambda d: "done" in d.find_element(By.CSS_SELECTOR, "#todo-list li:first-child").get_attribute("class"),
+        "A never showed B's toggle",
+    )
+    a.find_element(By.ID, "todo-clear").click()
+    wait(b, lambda d: todo_titles(d) == ["Walk the dog"], "B never showed A's clear completed")
+    assert text(b, "todo-summary") == "1 of 1 left"
+
+    # Counter set in B shows in A; then back to 1.
+    submit_text(b, "counter-value", "41")
+    wait(a, lambda d: text(d, "count") == "41", "A never showed B's set")
+    b.find_element(By.ID, "decrement").click()
+    wait(a, lambda d: text(d, "count") == "40", "A never showed B's decrement")
+
+    # Settings: B changes the background, A's body follows; A's colour picker changes the text colour.
+    submit_text(b, "bg-hex", "#1e3a8a")
+    wait(a, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's background never changed")
+    wait(b, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "B's background never changed")
+    assert a.find_element(By.ID, "bg-hex").get_attribute("value") == "#1E3A8A"
+    a.execute_script(
+        "const input = document.getElementById('fg-color');"
+        "input.value = '#fde68a'; input.dispatchEvent(new Event('change', {bubbles: true}));"
+    )
+    wait(b, lambda d: body_style(d, "color") == "rgb(253, 230, 138)", "B's text colour never changed")
+
+    # A wrong login in A: loading state in both windows, then the toast exactly once.
+    a.find_element(By.ID, "login-username").send_keys("ada")
+    a.find_element(By.ID, "login-password").send_keys("short")
+    a.find_element(By.ID, "login-submit").click()
+    wait(a, lambda d: d.find_element(By.ID, "login-loading").is_displayed(), "A never showed the loading state")
+    wait(b, lambda d: d.find_element(By.ID, "login-loading").is_displayed(), "B never showed the loading state")
+    wait(a, lambda d: len(toasts(d)) > 0, "A never showed the failure toast")
+    assert len(toasts(a)) == 1 and toasts_shown(a) == 1
+    assert "at least 8 characters" in toasts(a)[0].text
+    wait(b, lambda d: toasts_shown(d) == 1, "B never showed the failure toast")
+    assert "at least 8 characters" in text(a, "login-error")  # the state's error, shown inline
+
+    # Screenshots of both windows while the toast is up.
+    for driver in (a, b):
+        driver.execute_script("window.scrollTo(0, 0)")
+    shot_a = screenshot(a, "browser-window-a.png")
+    shot_b = screenshot(b, "browser-window-b-phone.png")
+
+    time.sleep(1.5)
+    assert toasts_shown(a) == 1, "the toast was shown more than once"
+    assert len(toasts(a)) == 1
+
+    # Reconnect A's event stream: it starts from a snapshot, so no effect is delivered again.
+    a.execute_script("window.stateApp.subscription.reconnect()")
+    wait_ready(a)
+    time.sleep(1)
+    assert toasts_shown(a) == 1, "the toast came back after the stream reconnected"
+    assert text(a, "count") == "40" and todo_titles(a) == ["Walk the dog"]
+
+    # Reload page A: state from the snapshot, no toast at all.
+    a.refresh()
+    wait_ready(a)
+    assert a.current_url == url
+    assert text(a, "count") == "40" and todo_titles(a) == ["Walk the dog"]
+    wait(a, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A lost its background")
+    time.sleep(1.5)
+    assert toasts_shown(a) == 0 and toasts(a) == [], "the toast came back after a reload"
+
+    # B closes its toast (it covers the bottom of a phone screen).
+    b.find_element(By.CSS_SELECTOR, "#toasts .toast button").click()
+    assert toasts(b) == [] and toasts_shown(b) == 1
+
+    # A good login in B; A sees the logged-in view and logs out; B follows.
+    b.find_element(By.ID, "login-username").clear()
+    b.find_element(By.ID, "login-username").send_keys("grace")
+    b.find_element(By.ID, "login-password").send_keys("correct horse")
+    b.find_element(By.ID, "login-submit").click()
+    wait(a, lambda d: d.find_element(By.ID, "login-done").is_displayed(), "A never showed the logged-in view")
+    assert text(a, "login-user") == "grace"
+    a.find_element(By.ID, "logout").click()
+    wait(b, lambda d: d.find_element(By.ID, "login-form").is_displayed(), "B never showed the logout")
+    assert toasts_shown(a) == 0
+
+    # The phone window does not scroll sideways.
+    assert b.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+
+    # The fragment never reaches the server: no request carries it, only the event stream
+    # carries the token (as access_token), and the server's log never shows it.
+    for driver in (a, b):
+        urls = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+        )
+        for resource in urls:
+            assert "#" not in resource and "session=" not in resource, resource
+            if token in resource:
+                assert urlsplit(resource).path.endswith("/events") and "access_token=" in resource, resource
+        errors = severe_console_errors(driver)
+        assert errors == [], f"the page logged errors (CSP violations?): {errors}"
+    assert token not in server_log.read_text(errors="replace")
+
+    assert shot_a.stat().st_size > 0 and shot_b.stat().st_size > 0
+
+
+def test_rejected_actions_are_shown(server, browser):
+    base, _ = server
+    page = browser(800, 700)
+    page.get(base + "/")
+    wait_ready(page)
+
+    submit_text(page, "bg-hex", "#12345")
+    wait(page, lambda d: d.find_element(By.ID, "error").is_displayed(), "no error shown for a bad colour")
+    message = text(page, "error-text")
+    assert "#RRGGBB" in message and "422 action_rejected" in message, message
+
+    page.find_element(By.ID, "todo-title").send_keys("   ")
+    page.find_element(By.CSS_SELECTOR, "#todo-form button[type=submit]").click()
+    wait(page, lambda d: "title must not be empty" in text(d, "error-text"), "no error for an empty todo")
+    screenshot(page, "browser-error.png")
+
+    page.find_element(By.ID, "error-dismiss").click()
+    assert not page.find_element(By.ID, "error").is_displayed()
+
+    # "New session" leaves this session for a fresh one.
+    first = urlsplit(page.current_url).fragment
+    page.find_element(By.ID, "new-session").click()
+    wait(
+        page,
+        lambda d: "session=" in urlsplit(d.current_url).fragment and urlsplit(d.current_url).fragment != first,
+        "New session never opened another session",
+    )
+    wait_ready(page)
+    assert text(page, "todo-summary") == "Nothing to do."
+
+
+def test_unknown_session_in_the_url_is_reported(server, browser):
+    base, _ = server
+    page = browser(800, 700)
+    page.get(base + "/#session=nope&token=nope")
+    wait(page, lambda d: d.find_element(By.ID, "error").is_displayed(), "no error for an unknown session")
+    assert "session_not_found" in text(page, "error-text")
+    wait(page, lambda d: text(d, "status") == "Offline", "the status never said Offline")
+
+
+# ---- the JavaScript client ------------------------------------------------------------------
+
+CLIENT_HELPERS = """
+const done = arguments[arguments.length - 1];
+const until = async (test, ms = 8000) => {
+  const end = Date.now() + ms;
+  while (!test()) {
+    if (Date.now() > end) throw new Error('timed out waiting for ' + test);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+};
+"""
+
+
+def run_client_script(driver, body):
+    result = driver.execute_async_script(
+        CLIENT_HELPERS + "(async () => {" + body + "})().then(done, (e) => done({error: String(e && e.stack || e)}));"
+    )
+    assert not (isinstance(result, dict) and "error" in result), result.get("error")
+    return result
+
+
+def test_client_fetch_transport_resumes_with_last_event_id(server, browser):
+    base, _ = server
+    page = browser(800, 600)
+    page.get(base + "/")
+    wait_ready(page)
+    result = run_client_script(
+        page,
+        """
+        const c = await StateClient.createSession();
+        const seqs = [], effects = [];
+        let snapshots = 0;
+        const sub = c.subscribe({
+          transport: 'fetch',
+          onSnapshot() { snapshots++; },
+          onChange(change) { seqs.push(change.seq); },
+          onEffect(effect) { effects.push(effect); },
+        });
+        await until(() => snapshots === 1 && sub.status === 'open');
+        for (let i = 0; i < 3; i++) await c.dispatch('counter', {type: 'increment'});
+        await until(() => seqs.length === 3);
+
+        // Reconnect while dispatching: every change arrives exactly once, in order.
+        sub.reconnect();
+        const sent = [];
+        for (let i = 0; i < 5; i++) sent.push((await c.dispatch('counter', {type: 'increment'})).version);
+        await until(() => seqs.length === 8);
+
+        // An effect survives a reconnect exactly once.
+        await c.dispatch('login', {type: 'submit', username: 'ada', password: 'x'});
+        await until(() => effects.length === 1);
+        sub.reconnect();
+        await until(() => sub.status === 'open');
+        await c.dispatch('counter', {type: 'increment'});
+        await until(() => seqs.length === 11);
+        const lastBeforeClose = sub.lastEventId;
+        sub.close();
+
+        // A new subscription that starts after the first event gets the rest replayed, no snapshot.
+        const replayed = [];
+        let snapshots2 = 0;
+        const sub2 = c.subscribe({
+          transport: 'fetch', lastEventId: seqs[0],
+          onSnapshot() { snapshots2++; },
+          onChange(change) { replayed.push(change.seq); },
+        });
+        await until(() => replayed.length === seqs.length - 1);
+        sub2.close();
+        const state = await c.getState('counter');
+        return {seqs, effects, snapshots, snapshots2, replayed, sent, lastBeforeClose, count: state.state.count};
+        """,
+    )
+    seqs = result["seqs"]
+    assert seqs == sorted(set(seqs)) and len(seqs) == 11, seqs
+    assert seqs == list(range(seqs[0], seqs[0] + 11)), "a change was missed or repeated"
+    assert result["snapshots"] == 1, "a resumed stream must not start from a snapshot"
+    assert result["effects"] == [{"type": "toast", "message": "The password must have at least 8 characters."}]
+    assert result["snapshots2"] == 0 and result["replayed"] == seqs[1:]
+    assert result["lastBeforeClose"] == seqs[-1]
+    assert result["count"] == 9
+
+
+def test_client_reports_a_deleted_session_as_fatal(server, browser):
+    base, _ = server
+    page = browser(800, 600)
+    page.get(base + "/")
+    wait_ready(page)
+    result = run_client_script(
+        page,
+        """
+        const out = {};
+        for (const transport of ['eventsource', 'fetch']) {
+          const c = await StateClient.createSession();
+          const errors = [];
+          let snapshots = 0;
+          const sub = c.subscribe({transport, onSnapshot() { snapshots++; }, onError(e) { errors.push(e); }});
+          await until(() => snapshots === 1);
+          await c.deleteSession();
+          await until(() => errors.length > 0, 9000);
+          out[transport] = {code: errors[0].code, fatal: errors[0].fatal, status: sub.status};
+        }
+        let rejected;
+        try {
+          await new StateClient({sessionId: 'x', token: 'y'}).dispatch('counter', {type: 'increment'});
+        } catch (e) { rejected = {status: e.status, code: e.code, name: e.name}; }
+        out.rejected = rejected;
+        return out;
+        """,
+    )
+    for transport in ("eventsource", "fetch"):
+        assert result[transport] == {"code": "session_not_found", "fatal": True, "status": "closed"}, result
+    assert result["rejected"] == {"status": 404, "code": "session_not_found", "name": "StateClientError"}
+
+
+def test_client_dispatch_options_and_state(server, browser):
+    base, _ = server
+    page = browser(800, 600)
+    page.get(base + "/")
+    wait_ready(page)
+    result = run_client_script(
+        page,
+        """
+        const c = await StateClient.createSession();
+        const first = await c.dispatch('counter', {type: 'increment', by: 5}, {ifMatch: 0});
+        let conflict;
+        try { await c.dispatch('counter', {type: 'increment'}, {ifMatch: 0}); }
+        catch (e) { conflict = {status: e.status, code: e.code}; }
+        const key = StateClient.randomKey();
+        const once = await c.dispatch('counter', {type: 'increment'}, {idempotencyKey: key});
+        const again = await c.dispatch('counter', {type: 'increment'}, {idempotencyKey: key});
+        let invalid;
+        try { await c.dispatch('counter', {type: 'set'}); }
+        catch (e) { invalid = {status: e.status, code: e.code, message: e.message}; }
+        const one = await c.getState('counter');
+        const all = await c.getState();
+        const features = (await StateClient.features()).map((f) => f.name);
+        return {first: first.version, conflict, once: [once.version, once.replayed], again: [again.version, again.replayed],
+                invalid, one, allNames: Object.keys(all.features), features};
+        """,
+    )
+    assert result["first"] == 1
+    assert result["conflict"] == {"status": 412, "code": "version_conflict"}
+    assert result["once"] == [2, False] and result["again"] == [2, True]
+    assert result["invalid"]["status"] == 422 and result["invalid"]["code"] == "invalid_action"
+    assert "value" in result["invalid"]["message"]
+    assert result["one"] == {"feature": "counter", "version": 2, "state": {"count": 6}}
+    assert sorted(result["allNames"]) == sorted(result["features"]) == ["counter", "login", "settings", "todos"]

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the browser test (Tests/browser) in headless Chromium against the server binary.
+#
+#   scripts/browser-test.sh [pytest arguments...]
+#
+# Installs what is missing first: Debian's chromium and chromium-driver (apt-get, through sudo
+# unless root) and the PyPI packages selenium and pytest (pip). The server binary is
+# $STATE_SERVER_BIN, or .build/debug/state-server (build it with `swift build`).
+# Screenshots and the server's log land in test-artifacts/. Exits with pytest's status.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+missing=""
+for package in chromium chromium-driver; do
+	dpkg -s "$package" >/dev/null 2>&1 || missing="$missing $package"
+done
+if [ -n "$missing" ]; then
+	echo "installing system packages:$missing"
+	$SUDO apt-get update -qq
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+
+export PYTHONDONTWRITEBYTECODE=1 # keep __pycache__ out of the repository
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c "import selenium, pytest" >/dev/null 2>&1; then
+	echo "installing Python packages: selenium pytest"
+	"$PYTHON" -m pip install --quiet selenium pytest
+fi
+
+export STATE_SERVER_BIN="${STATE_SERVER_BIN:-.build/debug/state-server}"
+if [ ! -x "$STATE_SERVER_BIN" ]; then
+	echo "error: $STATE_SERVER_BIN is missing; build it first (swift build)" >&2
+	exit 2
+fi
+
+mkdir -p test-artifacts
+set +e
+"$PYTHON" -m pytest Tests/browser -p no:cacheprovider "$@"
+status=$?
+set -e
+echo "browser test artifacts: $(pwd)/test-artifacts"
+exit "$status"
