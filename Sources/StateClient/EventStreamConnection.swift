@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -69,23 +70,24 @@ final class EventStreamConnection: Sendable {
 
     /// Forwards the session's callbacks to the stream.
     ///
-    /// `Sendable` without `@unchecked`: its only stored property is the continuation, which is
-    /// `Sendable`.
+    /// `Sendable` without `@unchecked`: its stored properties are the continuation and a
+    /// `Mutex`, both `Sendable`.
     private final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
         let continuation: AsyncThrowingStream<Part, any Error>.Continuation
+        /// Whether `.head` was sent: by the response callback, or else (an SDK whose signature
+        /// differs does not call it) before the first data or at the end.
+        private let headSent = Mutex(false)
 
         init(_ continuation: AsyncThrowingStream<Part, any Error>.Continuation) {
             self.continuation = continuation
         }
 
-        func urlSession(
-            _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
-            completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
-        ) {
+        /// Sends the head of `response` once; false when it is not an HTTP response.
+        private func sendHead(_ response: URLResponse?) -> Bool {
+            guard !headSent.withLock({ sent in defer { sent = true }; return sent }) else { return true }
             guard let http = response as? HTTPURLResponse else {
                 continuation.finish(throwing: StateClientError(kind: .invalidResponse, message: "the answer is not an HTTP response"))
-                completionHandler(.cancel)
-                return
+                return false
             }
             let retryAfter = http.value(forHTTPHeaderField: "Retry-After")
                 .flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }.map { Duration.seconds($0) }
@@ -93,10 +95,21 @@ final class EventStreamConnection: Sendable {
             continuation.yield(.head(Head(
                 status: http.statusCode, contentType: http.value(forHTTPHeaderField: "Content-Type"),
                 retryAfter: retryAfter, etagVersion: etag)))
-            completionHandler(.allow)
+            return true
+        }
+
+        func urlSession(
+            _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+            completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+        ) {
+            completionHandler(sendHead(response) ? .allow : .cancel)
         }
 
         func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            guard sendHead(dataTask.response) else {
+                dataTask.cancel()
+                return
+            }
             continuation.yield(.data(data))
         }
 
@@ -105,6 +118,7 @@ final class EventStreamConnection: Sendable {
                 continuation.finish(throwing: StateClientError(
                     kind: .transport, message: "the event stream's connection failed", underlyingError: error))
             } else {
+                if task.response != nil { _ = sendHead(task.response) }
                 continuation.finish()
             }
             session.finishTasksAndInvalidate()
