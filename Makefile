@@ -11,7 +11,7 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test clean
+.PHONY: all deps build release run test browser-test clean
 
 all: build
 
@@ -38,6 +38,11 @@ test: deps
 	$(SWIFT) test
 	@echo "== the HTTP behaviour suite again, against SQLite storage =="
 	STATE_SERVER_TEST_STORAGE=sqlite $(SWIFT) test --skip-build --filter StateServerIntegrationTests
+	@echo "== the web page in a real browser (headless Chromium) =="
+	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
+
+browser-test: build
+	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 
 clean:
 	rm -rf .build

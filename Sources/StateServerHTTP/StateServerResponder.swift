@@ -70,7 +70,7 @@ public final class StateServerResponder: HTTPResponder {
                 StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/")
             })
         }
-        let parts = request.path.split(separator: "/", omittingEmptySubsequences: false)
+        let parts = Self.segments(request.path)
         guard parts.count >= 2, parts[0].isEmpty, !parts.dropFirst().contains(where: \.isEmpty) else {
             return .now(notFound())
         }
@@ -104,6 +104,24 @@ public final class StateServerResponder: HTTPResponder {
         default:
             return .now(notFound())
         }
+    }
+
+    /// The path split at `/`, keeping empty segments (split by UTF-8 byte: this runs on every
+    /// request, and Character-based splitting cost an eighth of a dispatch).
+    static func segments(_ path: String) -> [Substring] {
+        var parts: [Substring] = []
+        let utf8 = path.utf8
+        var start = utf8.startIndex
+        var index = start
+        while index != utf8.endIndex {
+            if utf8[index] == UInt8(ascii: "/") {
+                parts.append(path[start..<index])
+                start = utf8.index(after: index)
+            }
+            index = utf8.index(after: index)
+        }
+        parts.append(path[start..<utf8.endIndex])
+        return parts
     }
 
     /// The session routes, after method and credential checks.

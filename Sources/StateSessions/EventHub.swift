@@ -47,10 +47,26 @@ public enum Subscription: Sendable, Equatable {
 /// needs no store lock (stores call `publish` while holding their own lock; the hub never calls
 /// back into a store, so the lock order is always store → hub).
 public final class EventHub: Sendable {
+    /// A change kept for replay. Its frame bytes are built only when someone needs them (a live
+    /// subscriber at publish time, or a replay), so a session nobody watches pays no framing.
     struct Frame {
+        enum Content {
+            case framed([UInt8])
+            case change(EncodedChange)
+            case data([UInt8])
+        }
+
         let seq: Int
         let feature: String
-        let bytes: [UInt8]
+        let content: Content
+
+        var bytes: [UInt8] {
+            switch content {
+            case .framed(let bytes): bytes
+            case .change(let change): EventHub.stateFrame(seq: seq, change)
+            case .data(let data): EventHub.frame(seq: seq, event: "state", data: data)
+            }
+        }
     }
 
     struct Subscriber {
@@ -91,7 +107,7 @@ public final class EventHub: Sendable {
         for feature in features { latest[feature.name] = (0, feature.initialStateJSON) }
         var initial = State(seq: startSeq, latest: latest)
         for entry in recent.suffix(self.replayLimit) {
-            initial.replay.append(Frame(seq: entry.seq, feature: entry.feature, bytes: Self.frame(seq: entry.seq, event: "state", data: entry.data)))
+            initial.replay.append(Frame(seq: entry.seq, feature: entry.feature, content: .data(entry.data)))
         }
         state = Mutex(initial)
     }
@@ -113,15 +129,22 @@ public final class EventHub: Sendable {
             guard !state.closed else { return }
             state.seq += 1
             state.latest[change.feature] = (change.version, change.state)
-            let frame = Frame(seq: state.seq, feature: change.feature, bytes: Self.stateFrame(seq: state.seq, change))
+            let watched = state.subscribers.values.contains { $0.wants(change.feature) }
+            // Framed once, shared by every subscriber, only when someone watches.
+            let frame = Frame(
+                seq: state.seq, feature: change.feature,
+                content: watched ? .framed(Self.stateFrame(seq: state.seq, change)) : .change(change))
             if replayLimit > 0 {
                 state.replay.append(frame)
                 if state.replay.count > replayLimit { state.replay.removeFirst() }
             }
             var dropped: [UInt64] = []
             var sent = 0
-            for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
-                if subscriber.sink.send(frame.bytes) { sent += 1 } else { dropped.append(id) }
+            if watched {
+                let bytes = frame.bytes
+                for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
+                    if subscriber.sink.send(bytes) { sent += 1 } else { dropped.append(id) }
+                }
             }
             for id in dropped { state.subscribers[id] = nil }
             if sent > 0 { metrics.eventsSent.increment(by: Int64(sent)) }
