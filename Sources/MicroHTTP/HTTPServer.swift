@@ -24,7 +24,7 @@ public final class HTTPServer: Sendable {
         public var connectionLimit = 20_000
         /// Seconds of inactivity before a (non-streaming) connection is closed.
         public var connectionTimeout = 60
-        public var connectionMemoryLimit = 32 * 1024
+        public var connectionMemoryLimit = 16 * 1024
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
