@@ -1,0 +1,419 @@
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The committed OpenAPI description (`Sources/StateServerHTTP/Resources/openapi.json`, linked
+/// from `docs/openapi.json`) is valid JSON for OpenAPI 3.1, and its paths and methods are
+/// exactly the routes the built server answers: every listed method is served, and every other
+/// method gets `405` with an `Allow` header naming exactly the listed ones. The server serves the
+/// same bytes at `GET /openapi.json`.
+@Suite("OpenAPI description")
+struct OpenAPISpecTests {
+    static let specPath = "Sources/StateServerHTTP/Resources/openapi.json"
+    static let httpMethods = ["get", "put", "post", "delete", "options", "head", "patch", "trace"]
+    /// The methods sent to every path: those the spec does not list must be refused with 405.
+    static let probedMethods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+    static func specData() throws -> Data {
+        let url = Repository.url(specPath)
+        guard let data = FileManager.default.contents(atPath: url.path) else {
+            throw Repository.MissingFile(path: specPath, lookedAt: url.path)
+        }
+        return data
+    }
+
+    static func spec() throws -> [String: Any] {
+        let object = try JSONSerialization.jsonObject(with: try specData())
+        return try #require(object as? [String: Any], "\(specPath) is not a JSON object")
+    }
+
+    /// Path template → upper-case methods, as the spec lists them.
+    static func operations(_ spec: [String: Any]) throws -> [String: Set<String>] {
+        let paths = try #require(spec["paths"] as? [String: Any], "the spec has no 'paths' object")
+        var result: [String: Set<String>] = [:]
+        for (path, item) in paths {
+            let item = try #require(item as? [String: Any], "paths['\(path)'] is not an object")
+            result[path] = Set(item.keys.filter { httpMethods.contains($0) }.map { $0.uppercased() })
+        }
+        return result
+    }
+
+    // MARK: The document
+
+    @Test("the spec parses as JSON and declares OpenAPI 3.1.x")
+    func parsesAndDeclaresOpenAPI31() throws {
+        let spec = try Self.spec()
+        let version = try #require(spec["openapi"] as? String, "no 'openapi' version string")
+        #expect(version.hasPrefix("3.1."), "openapi is \(version), expected 3.1.x")
+        let info = try #require(spec["info"] as? [String: Any], "no 'info' object")
+        #expect(info["title"] is String)
+        #expect(info["version"] is String)
+        let operations = try Self.operations(spec)
+        #expect(!operations.isEmpty, "the spec lists no paths")
+        #expect(operations.values.allSatisfy { !$0.isEmpty }, "a path lists no method: \(operations)")
+    }
+
+    @Test("docs/openapi.json is the same document as the embedded resource")
+    func docsCopyIsTheResource() throws {
+        let docs = try #require(
+            FileManager.default.contents(atPath: Repository.url("docs/openapi.json").path), "docs/openapi.json is missing")
+        #expect(docs == (try Self.specData()), "docs/openapi.json differs from \(Self.specPath): it should be a symlink to it")
+    }
+
+    @Test("every $ref in the spec points at a component that exists")
+    func referencesResolve() throws {
+        let spec = try Self.spec()
+        var references: [String] = []
+        func collect(_ value: Any) {
+            if let object = value as? [String: Any] {
+                if let ref = object["$ref"] as? String { references.append(ref) }
+                object.values.forEach(collect)
+            } else if let array = value as? [Any] {
+                array.forEach(collect)
+            }
+        }
+        collect(spec)
+        #expect(!references.isEmpty)
+        for ref in Set(references).sorted() {
+            #expect(ref.hasPrefix("#/"), "\(ref) is not a local reference")
+            var node: Any? = spec
+            for token in ref.dropFirst(2).split(separator: "/", omittingEmptySubsequences: false) {
+                let key = token.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
+                node = (node as? [String: Any])?[key]
+            }
+            #expect(node != nil, "\(ref) points at nothing")
+        }
+    }
+
+    @Test("operation ids are unique and every session route needs the bearer token")
+    func operationIdsAndSecurity() throws {
+        let spec = try Self.spec()
+        let paths = try #require(spec["paths"] as? [String: Any])
+        var ids: [String] = []
+        for (path, item) in paths {
+            let item = try #require(item as? [String: Any])
+            for method in Self.httpMethods {
+                guard let operation = item[method] as? [String: Any] else { continue }
+                let label = "\(method.uppercased()) \(path)"
+                let id = try #require(operation["operationId"] as? String, "\(label) has no operationId")
+                ids.append(id)
+                let responses = try #require(operation["responses"] as? [String: Any], "\(label) has no responses")
+                guard path.hasPrefix("/v1/sessions/") else { continue }
+                let security = operation["security"] as? [[String: Any]] ?? []
+                #expect(security.contains { $0["bearerAuth"] != nil }, "\(label) does not require bearerAuth")
+                #expect(responses["401"] != nil, "\(label) does not document 401 unauthorized")
+                #expect(responses["404"] != nil, "\(label) does not document 404 session_not_found")
+            }
+        }
+        #expect(Set(ids).count == ids.count, "duplicate operationIds: \(ids.sorted())")
+    }
+
+    @Test("every route template in the responder's source is a path of the spec")
+    func sourceRoutesAreInTheSpec() throws {
+        let specPaths = Set(try Self.operations(try Self.spec()).keys)
+        let directory = Repository.url("Sources/StateServerHTTP")
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".swift") }
+        #expect(!files.isEmpty)
+        // Route literals such as "/healthz" or "/v1/sessions/{id}/state/{feature}".
+        let pattern = try NSRegularExpression(pattern: #""(/(?:[A-Za-z0-9_.{}-]+(?:/[A-Za-z0-9_.{}-]+)*)?)""#)
+        var found = Set<String>()
+        for file in files {
+            let text = try Repository.text("Sources/StateServerHTTP/\(file)")
+            let range = NSRange(text.startIndex..., in: text)
+            for match in pattern.matches(in: text, range: range) {
+                if let literal = Range(match.range(at: 1), in: text) { found.insert(String(text[literal])) }
+            }
+        }
+        #expect(found.contains("/healthz"), "no route literal found in Sources/StateServerHTTP: \(found.sorted())")
+        for route in found.sorted() {
+            #expect(specPaths.contains(route), "the responder has the route \(route), which the spec does not list")
+        }
+    }
+
+    // MARK: Against the built server
+
+    @Test("the spec's paths and methods are exactly the routes the server answers")
+    func routesMatchTheServer() async throws {
+        let operations = try Self.operations(try Self.spec())
+        let server = try await SpecServer.start()
+        defer { server.stop() }
+        let session = try server.createSession()
+        // DELETE /v1/sessions/{id} ends its session: it gets one of its own.
+        let doomed = try server.createSession()
+
+        for (template, listed) in operations.sorted(by: { $0.key < $1.key }) {
+            for method in Self.probedMethods {
+                let owner = template == "/v1/sessions/{id}" && method == "DELETE" ? doomed : session
+                let path = template.replacingOccurrences(of: "{id}", with: owner.id)
+                    .replacingOccurrences(of: "{feature}", with: "counter")
+                #expect(!path.contains("{"), "\(template) has a path parameter this test cannot fill")
+                let response = try server.send(
+                    method, path, headers: [("Authorization", "Bearer \(owner.token)")],
+                    body: listed.contains(method) ? Self.body(method, template) : nil)
+                let label = "\(method) \(template)"
+                // HEAD may be left implicit for a GET route: then either answer is fine.
+                let implicitHead = method == "HEAD" && listed.contains("GET") && !listed.contains("HEAD")
+                if implicitHead {
+                    #expect(response.status != 405 || response.header("Allow")?.contains("HEAD") == false, "\(label): \(response)")
+                } else if listed.contains(method) {
+                    #expect(response.status != 405, "\(label) is in the spec but the server answers 405: \(response)")
+                    #expect((200..<300).contains(response.status), "\(label) with a valid request: \(response)")
+                } else {
+                    #expect(response.status == 405, "\(label) is not in the spec but the server answers: \(response)")
+                    guard response.status == 405 else { continue }
+                    let allow = response.header("Allow") ?? ""
+                    let allowed = Set(allow.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).uppercased() })
+                    // HEAD may be left implicit for a GET route.
+                    let expected = listed.contains("GET") && !listed.contains("HEAD") && allowed.contains("HEAD")
+                        ? listed.union(["HEAD"]) : listed
+                    #expect(allowed == expected, "\(label): Allow is '\(allow)', the spec lists \(listed.sorted())")
+                    if method != "HEAD" {
+                        let code = (response.json?["error"] as? [String: Any])?["code"] as? String
+                        #expect(code == "method_not_allowed", "\(label): \(response)")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("GET /openapi.json serves the committed document")
+    func servedDocumentIsTheFile() async throws {
+        let file = try Self.specData()
+        let server = try await SpecServer.start()
+        defer { server.stop() }
+        let response = try server.send("GET", "/openapi.json")
+        #expect(response.status == 200)
+        #expect(response.header("Content-Type")?.hasPrefix("application/json") == true, "\(response)")
+        let served = try JSONSerialization.jsonObject(with: Data(response.body))
+        let committed = try JSONSerialization.jsonObject(with: file)
+        #expect(
+            NSDictionary(dictionary: served as? [String: Any] ?? [:]).isEqual(to: committed as? [String: Any] ?? [:]),
+            "GET /openapi.json is not the committed \(Self.specPath): rebuild the server (swift build)")
+        #expect(Data(response.body) == file, "GET /openapi.json differs byte for byte from \(Self.specPath)")
+    }
+
+    /// A valid body for the operations that need one.
+    static func body(_ method: String, _ template: String) -> String? {
+        switch (method, template) {
+        case ("POST", "/v1/sessions/{id}/dispatch"): #"{"feature":"counter","action":{"type":"increment"}}"#
+        case ("PUT", "/v1/sessions/{id}/state/{feature}"): #"{"state":{"count":1}}"#
+        default: nil
+        }
+    }
+}
+
+// MARK: - A server process and a one-request-per-connection HTTP client
+
+/// The built `state-server` on a free port of 127.0.0.1, with in-memory storage.
+private final class SpecServer {
+    let port: Int
+    private let process: Process
+    private let output: Output
+
+    /// Stdout collected by a thread of its own, so the pipe never fills.
+    final class Output: Sendable {
+        private let bytes = Mutex<[UInt8]>([])
+        private let closed = Mutex(false)
+
+        func append(_ data: Data) { bytes.withLock { if $0.count < 65536 { $0 += data } } }
+        func close() { closed.withLock { $0 = true } }
+        var isClosed: Bool { closed.withLock { $0 } }
+        var firstLine: String? {
+            bytes.withLock { bytes in
+                bytes.firstIndex(of: UInt8(ascii: "\n")).map { String(decoding: bytes[..<$0], as: UTF8.self) }
+            }
+        }
+    }
+
+    struct StartError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    private init(port: Int, process: Process, output: Output) {
+        self.port = port
+        self.process = process
+        self.output = output
+    }
+
+    static func start() async throws -> SpecServer {
+        guard let binary = ServerBinary.locate() else { throw ServerBinary.NotFound() }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["--host", "127.0.0.1", "--port", "0", "--storage", "memory"]
+        process.currentDirectoryURL = Repository.root
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        let stdout = Pipe()
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        let output = Output()
+        try process.run()
+        let handle = stdout.fileHandleForReading
+        Thread {
+            while true {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                output.append(data)
+            }
+            output.close()
+        }.start()
+        let prefix = "listening on http://127.0.0.1:"
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let line = output.firstLine {
+                guard line.hasPrefix(prefix), let port = Int(line.dropFirst(prefix.count)), port > 0 else {
+                    process.terminate()
+                    throw StartError(description: "unexpected first line of state-server: \(line.debugDescription)")
+                }
+                return SpecServer(port: port, process: process, output: output)
+            }
+            if output.isClosed || !process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        throw StartError(description: "state-server did not print 'listening on http://127.0.0.1:PORT'")
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    struct Session {
+        let id: String
+        let token: String
+    }
+
+    func createSession() throws -> Session {
+        let response = try send("POST", "/v1/sessions")
+        try #require(response.status == 201, "POST /v1/sessions: \(response)")
+        let body = try #require(response.json, "POST /v1/sessions: \(response)")
+        return Session(
+            id: try #require(body["id"] as? String), token: try #require(body["token"] as? String))
+    }
+
+    struct Response: CustomStringConvertible {
+        let status: Int
+        let headers: [(name: String, value: String)]
+        let body: [UInt8]
+
+        func header(_ name: String) -> String? {
+            headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+        }
+
+        var json: [String: Any]? {
+            (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        }
+
+        var description: String {
+            let text = String(decoding: body.prefix(400), as: UTF8.self)
+            return "HTTP \(status) \(headers.map { "\($0.name): \($0.value)" }) \(text)"
+        }
+    }
+
+    struct ClientError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// One request on a new connection (`Connection: close`). An event stream is not read past its
+    /// headers.
+    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: String? = nil) throws -> Response {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw ClientError(description: "socket() failed: errno \(errno)") }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw ClientError(description: "connect to port \(port) failed: errno \(errno)") }
+
+        let payload = Array((body ?? "").utf8)
+        var request = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+        for (name, value) in headers { request += "\(name): \(value)\r\n" }
+        if body != nil || ["POST", "PUT", "PATCH"].contains(method) {
+            request += "Content-Type: application/json\r\nContent-Length: \(payload.count)\r\n"
+        }
+        request += "\r\n"
+        let bytes = Array(request.utf8) + payload
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes { buffer in
+                #if canImport(Glibc)
+                Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+                #else
+                Darwin.send(fd, buffer.baseAddress, buffer.count, 0)
+                #endif
+            }
+            guard count > 0 else { throw ClientError(description: "send failed: errno \(errno)") }
+            sent += count
+        }
+
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16384)
+        func readMore() throws -> Bool {
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count < 0 { throw ClientError(description: "\(method) \(path): no answer (errno \(errno))") }
+            received += chunk[..<count]
+            return count > 0
+        }
+        let separator: [UInt8] = [13, 10, 13, 10]
+        var headEnd: Int?
+        while headEnd == nil {
+            guard try readMore() else {
+                throw ClientError(description: "\(method) \(path): connection closed before the headers ended")
+            }
+            if received.count >= 4 {
+                headEnd = (0...(received.count - 4)).first { received[$0..<($0 + 4)].elementsEqual(separator) }
+            }
+        }
+        let head = String(decoding: received[..<headEnd!], as: UTF8.self)
+        var lines = head.components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst()
+        let parts = statusLine.split(separator: " ")
+        guard parts.count >= 2, let status = Int(parts[1]) else {
+            throw ClientError(description: "\(method) \(path): bad status line \(statusLine.debugDescription)")
+        }
+        let fields: [(name: String, value: String)] = lines.compactMap { line in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        var response = Response(status: status, headers: fields, body: [])
+        let bodyStart = headEnd! + 4
+        if method == "HEAD" || status == 204 || status == 304
+            || response.header("Content-Type")?.hasPrefix("text/event-stream") == true
+        {
+            return response
+        }
+        if let lengthText = response.header("Content-Length"), let length = Int(lengthText) {
+            while received.count - bodyStart < length {
+                guard try readMore() else { break }
+            }
+            response = Response(status: status, headers: fields, body: Array(received[bodyStart..<min(received.count, bodyStart + length)]))
+        } else {
+            while try readMore() {}
+            response = Response(status: status, headers: fields, body: Array(received[bodyStart...]))
+        }
+        return response
+    }
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Fuzzes a live state-server against its own OpenAPI description (GET /openapi.json) with
+# schemathesis: no 5xx, and every status, content type, header and body as the spec says.
+#
+#   scripts/schemathesis.sh            # after `swift build`
+#
+# Builds nothing: runs .build/debug/state-server (or $STATE_SERVER_BIN) on a free port of
+# 127.0.0.1, creates two sessions with curl (one for every session route, one for
+# DELETE /v1/sessions/{id}), runs schemathesis with their tokens as Authorization headers,
+# stops the server, and exits non-zero when schemathesis reports a failure or the server died.
+#
+# Environment:
+#   STATE_SERVER_BIN            the binary (default .build/debug/state-server)
+#   SCHEMATHESIS_MAX_EXAMPLES   test cases per operation and phase (default 30)
+#   SCHEMATHESIS_TIMEOUT        hard bound on the schemathesis run, in seconds (default 600)
+#   SCHEMATHESIS_SEED           a seed, to replay a run
+#   SCHEMATHESIS_STORAGE        the server's --storage (default memory; e.g. sqlite:/tmp/x.db)
+#   SCHEMATHESIS_REPORT_DIR     where to write reports, relative to the repository root (default: none)
+#   SCHEMATHESIS_REPORT         their formats, e.g. junit,har (default junit)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+BIN=${STATE_SERVER_BIN:-.build/debug/state-server}
+MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-30}
+TIMEOUT=${SCHEMATHESIS_TIMEOUT:-600}
+STORAGE=${SCHEMATHESIS_STORAGE:-memory}
+
+if [ ! -x "$BIN" ]; then
+    echo "schemathesis.sh: $BIN not found or not executable; run 'swift build' first" >&2
+    exit 2
+fi
+for tool in curl python3; do
+    command -v "$tool" >/dev/null || { echo "schemathesis.sh: $tool is required" >&2; exit 2; }
+done
+
+# schemathesis 4 (its CLI and its config file); installed from PyPI when missing or older.
+if ! python3 -c 'import sys, importlib.metadata as m; sys.exit(int(m.version("schemathesis").split(".")[0]) < 4)' 2>/dev/null; then
+    echo "installing schemathesis"
+    # A Debian system Python refuses plain pip installs (PEP 668): then into the user's site.
+    python3 -m pip install --quiet 'schemathesis>=4' \
+        || python3 -m pip install --quiet --user --break-system-packages 'schemathesis>=4'
+fi
+ST=(python3 -m schemathesis.cli)
+echo "$("${ST[@]}" --version)"
+
+WORK=$(mktemp -d)
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# A short heartbeat lets the server notice the event streams schemathesis abandons, so the
+# 32-streams-per-session limit frees up during the run.
+"$BIN" --host 127.0.0.1 --port 0 --heartbeat 1 --storage "$STORAGE" >"$WORK/stdout" 2>"$WORK/stderr" &
+SERVER_PID=$!
+
+PORT=""
+for _ in $(seq 300); do
+    line=$(head -n 1 "$WORK/stdout" 2>/dev/null || true)
+    if [[ "$line" =~ ^listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]]; then
+        PORT=${BASH_REMATCH[1]}
+        break
+    fi
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$PORT" ]; then
+    echo "schemathesis.sh: the server did not print 'listening on http://127.0.0.1:PORT'" >&2
+    cat "$WORK/stdout" "$WORK/stderr" >&2
+    exit 1
+fi
+BASE="http://127.0.0.1:$PORT"
+echo "server on $BASE (pid $SERVER_PID, storage $STORAGE)"
+
+field() { python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+SESSION=$(curl -sS --fail -X POST "$BASE/v1/sessions")
+ID=$(field id <<<"$SESSION")
+TOKEN=$(field token <<<"$SESSION")
+DOOMED=$(curl -sS --fail -X POST "$BASE/v1/sessions")
+DOOMED_ID=$(field id <<<"$DOOMED")
+DOOMED_TOKEN=$(field token <<<"$DOOMED")
+
+# Every {id} is the first session, with its token; DELETE /v1/sessions/{id} gets a session of
+# its own (it is deleted by the first call, then answers 404). The event stream is read up to
+# its first event (the snapshot) or 2 seconds, whichever comes first.
+# Feature names are drawn from the registered ones half of the time, so requests get past
+# 404 unknown_feature. A dispatch with a remembered Idempotency-Key is answered with the first
+# reply whatever its body (the contract's replay rule), so negative_data_rejection is off there.
+# ignored_auth is not run: it expects 401/403 for a wrong token, where the contract answers
+# 404 session_not_found on purpose (a caller cannot tell an unknown session from a wrong token).
+cat >"$WORK/schemathesis.toml" <<EOF
+headers = { Authorization = "Bearer $TOKEN" }
+request-timeout = 10.0
+
+[cache]
+enabled = false
+
+[checks]
+enabled = false
+not_a_server_error.enabled = true
+status_code_conformance.enabled = true
+content_type_conformance.enabled = true
+response_headers_conformance.enabled = true
+response_schema_conformance.enabled = true
+negative_data_rejection.enabled = true
+unsupported_method.enabled = true
+allow_header_conformance.enabled = true
+
+[dictionaries.features]
+values = ["counter", "todos", "settings", "login"]
+
+[parameters]
+"path.id" = "$ID"
+"path.feature" = { dictionary = "features", probability = 0.5 }
+"body.feature" = { dictionary = "features", probability = 0.5 }
+
+[[operations]]
+include-operation-id = "deleteSession"
+headers = { Authorization = "Bearer $DOOMED_TOKEN" }
+parameters = { "path.id" = "$DOOMED_ID" }
+
+[[operations]]
+include-operation-id = "dispatchAction"
+checks = { negative_data_rejection = { enabled = false } }
+
+[[operations]]
+include-operation-id = "streamEvents"
+max-stream-events = 1
+request-timeout = 2.0
+EOF
+
+ARGS=(
+    --config-file "$WORK/schemathesis.toml"
+    run "$BASE/openapi.json"
+    --url "$BASE"
+    --max-examples "$MAX_EXAMPLES"
+    --generation-database none
+    --no-color
+)
+if [ -n "${SCHEMATHESIS_SEED:-}" ]; then
+    ARGS+=(--seed "$SCHEMATHESIS_SEED")
+fi
+if [ -n "${SCHEMATHESIS_REPORT_DIR:-}" ]; then
+    mkdir -p "$SCHEMATHESIS_REPORT_DIR"
+    ARGS+=(--report "${SCHEMATHESIS_REPORT:-junit}" --report-dir "$(cd "$SCHEMATHESIS_REPORT_DIR" && pwd)")
+fi
+
+status=0
+# From the scratch folder, so hypothesis's .hypothesis/ lands there and not in the repository.
+(cd "$WORK" && timeout --kill-after=10 "$TIMEOUT" "${ST[@]}" "${ARGS[@]}") || status=$?
+
+if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    echo "schemathesis.sh: the server died during the run" >&2
+    tail -n 50 "$WORK/stderr" >&2
+    status=1
+fi
+if grep -q 'internal error' "$WORK/stderr"; then
+    echo "schemathesis.sh: the server logged internal errors:" >&2
+    grep 'internal error' "$WORK/stderr" | head -n 20 >&2
+    status=1
+fi
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "schemathesis.sh: schemathesis did not finish within ${TIMEOUT}s" >&2
+fi
+if [ "$status" -ne 0 ]; then
+    echo "schemathesis.sh: FAILED (status $status)" >&2
+else
+    echo "schemathesis.sh: passed"
+fi
+exit "$status"
