@@ -21,13 +21,13 @@ public struct ReconnectPolicy: Sendable, Hashable {
     /// `nil` for no limit. `0` never reconnects: the stream ends with its connection.
     public var maximumAttempts: Int?
     /// How long a connection may stay silent before it is taken for dead and replaced. The
-    /// server sends a `: ping` on idle streams every `heartbeat` (15 s by default; 30 s are
-    /// observed), so keep this well above the server's heartbeat.
+    /// server sends a `: ping` on idle streams every `heartbeat` (15 s by default), so keep this
+    /// a few heartbeats long; the default, 60 s, allows three missed pings.
     public var idleTimeout: Duration
 
     public init(
         initialDelay: Duration = .milliseconds(500), maximumDelay: Duration = .seconds(30), multiplier: Double = 2,
-        jitter: Double = 0.2, maximumAttempts: Int? = nil, idleTimeout: Duration = .seconds(75)
+        jitter: Double = 0.2, maximumAttempts: Int? = nil, idleTimeout: Duration = .seconds(60)
     ) {
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
