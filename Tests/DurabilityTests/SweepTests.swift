@@ -32,6 +32,29 @@ struct SweepTests {
         }
     }
 
+    @Test("a session evicted while its login check runs still gets the check's result")
+    func evictionDuringCheck() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let environment = [
+                "STATE_SERVER_SESSIONS_IDLE_TIMEOUT": "0.2", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.1",
+                "STATE_SERVER_LOGIN_CHECK_DELAY": "1",
+            ]
+            try await withDurableServer(database, environment: environment) { server in
+                let session = try await server.api.createSession()
+                let submitted = try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
+                #expect(submitted["state"]?["isLoading"] == true)
+                // Nobody touches the session while the 1 s check runs: the sweeper evicts it.
+                try await Task.sleep(for: .milliseconds(1_600))
+                let login = try await session.store("login")
+                #expect(
+                    login == StoreState(version: 2, state: ["username": "ada", "isLoading": false, "isLoggedIn": true, "error": .null]),
+                    "the check succeeded (nothing restarted); its result must not be lost: \(login)")
+                await server.stopCleanly()
+            }
+        }
+    }
+
     @Test("a session inactive past the TTL is gone (404) and its rows are deleted")
     func ttlPurge() async throws {
         try await withTemporaryDirectory { directory in

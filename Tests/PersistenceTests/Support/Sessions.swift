@@ -131,6 +131,14 @@ extension Session {
         try #require(try await store(feature), "no store \(feature)", sourceLocation: sourceLocation)
     }
 
+    /// The store of a registered feature, for closures that throw `SessionFailure` only.
+    func knownStore(_ feature: String) async throws(SessionFailure) -> any AnyStateStore {
+        guard let store = try await store(feature) else {
+            throw .store(StoreError(.invalidState, "no feature named \(feature)", currentVersion: 0))
+        }
+        return store
+    }
+
     /// Dispatches an action (JSON text) durably.
     @discardableResult
     func dispatch(_ feature: String, _ action: String, key: String? = nil, ifVersion: Int? = nil) async throws -> EncodedChange {

@@ -1,0 +1,120 @@
+import Foundation
+import StatePersistence
+import StateSessions
+import StateStore
+import Testing
+
+/// Idle sessions leave memory and come back; sessions past the TTL are purged everywhere.
+@Suite("Sweeping: idle eviction and TTL (memory and SQLite storage)")
+struct SweepTests {
+    @Test("idle sessions are evicted and reload with the same state; busy ones stay", arguments: Backend.allCases)
+    func idleEviction(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let manager = try exampleManager(fixture.storage, settings: testSettings(idleTimeout: .seconds(1), ttl: .seconds(3_600)))
+            let (idle, idleToken) = try await manager.createDurably()
+            let (watched, _) = try await manager.createDurably()
+            for _ in 0..<3 { try await idle.dispatch("counter", #"{"type":"increment"}"#, key: UUID().uuidString) }
+            try await idle.dispatch("todos", #"{"type":"add","title":"keep me"}"#)
+            _ = watched.hub.subscribe(features: nil, lastEventID: nil, sink: RecordingSink())
+            let before = try await idle.current("todos")
+
+            let nothing = await manager.sweep(now: WallClock.now)
+            #expect(nothing.evicted == 0 && nothing.purged == 0)
+
+            let swept = await manager.sweep(now: WallClock.now + 2_000)
+            #expect(swept.evicted == 1, "only the idle one; an event stream keeps a session busy")
+            #expect(swept.purged == 0)
+            #expect(!manager.isLoaded(id: idle.id))
+            #expect(manager.isLoaded(id: watched.id))
+            #expect(try await fixture.storage.session(id: idle.id) != nil, "eviction deletes nothing")
+
+            let back = try #require(try await manager.load(id: idle.id, token: idleToken))
+            #expect(back !== idle, "a fresh session object, loaded from storage")
+            #expect(try await back.current("counter") == Snapshot(3, #"{"count":3}"#))
+            #expect(try await back.current("todos") == before)
+            #expect(back.hub.seq == 4)
+            #expect(try await back.dispatch("counter", #"{"type":"increment"}"#).version == 4)
+            #expect(try await fixture.storage.lastSeq(session: idle.id) == 5)
+        }
+    }
+
+    @Test("sessions inactive past the TTL are purged from memory and storage, loaded or not", arguments: Backend.allCases)
+    func ttlPurge(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let settings = testSettings(idleTimeout: .seconds(3_600), ttl: .seconds(10))
+            let first = try exampleManager(fixture.storage, settings: settings)
+            let (loaded, loadedToken) = try await first.createDurably()
+            let (stored, storedToken) = try await first.createDurably()
+            for session in [loaded, stored] {
+                try await session.dispatch("counter", #"{"type":"increment"}"#, key: "k")
+            }
+
+            // A new manager holds `loaded` in memory; `stored` is only on disk.
+            let second = try exampleManager(try await fixture.reopen(), settings: settings)
+            let inMemory = try #require(try await second.load(id: loaded.id, token: loadedToken))
+            #expect(try await inMemory.current("counter").version == 1)
+            #expect(!second.isLoaded(id: stored.id))
+
+            let early = await second.sweep(now: WallClock.now + 5_000)
+            #expect(early.purged == 0, "still within the TTL")
+
+            let swept = await second.sweep(now: WallClock.now + 20_000)
+            #expect(swept.purged == 2)
+            #expect(!second.isLoaded(id: loaded.id))
+            let storage = fixture.storage
+            for id in [loaded.id, stored.id] {
+                #expect(try await storage.session(id: id) == nil)
+                #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10).isEmpty)
+                #expect(try await storage.reply(session: id, key: "k") == nil)
+            }
+            #expect(try await second.load(id: loaded.id, token: loadedToken) == nil)
+            #expect(try await second.load(id: stored.id, token: storedToken) == nil)
+            #expect(try await storage.sessionCount() == 0)
+        }
+    }
+
+    @Test("a session in use is not purged by the TTL, however late its activity reaches storage", arguments: Backend.allCases)
+    func activeSessionSurvivesTTL(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let manager = try exampleManager(fixture.storage, settings: testSettings(ttl: .seconds(1)))
+            let (session, token) = try await manager.createDurably()
+            // Used every 100 ms for 2.5 s while the sweeper runs: never inactive near the 1 s TTL.
+            let end = ContinuousClock.now + .milliseconds(2_500)
+            var version = 0
+            while ContinuousClock.now < end {
+                guard let used = try await manager.load(id: session.id, token: token) else {
+                    Issue.record("a session used every 100 ms was purged after \(version) changes")
+                    return
+                }
+                version = try await used.dispatch("counter", #"{"type":"increment"}"#).version
+                await manager.sweep()
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(try await fixture.storage.session(id: session.id) != nil)
+        }
+    }
+
+    @Test("evicting a session while its asynchronous work runs does not lose the work's follow-up", arguments: Backend.allCases)
+    func evictionKeepsWorkInFlight(_ backend: Backend) async throws {
+        try await withStorage(backend) { fixture in
+            let manager = try exampleManager(
+                fixture.storage, settings: testSettings(idleTimeout: .milliseconds(200)), loginCheckDelay: .milliseconds(800))
+            // Hold no reference to the session object, as a server between requests holds none.
+            func submit() async throws -> (id: String, token: String) {
+                let (session, token) = try await manager.createDurably()
+                try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
+                return (session.id, token)
+            }
+            let (id, token) = try await submit()
+            // Idle past the timeout while the check runs; the sweeper sees an unused session.
+            try await Task.sleep(for: .milliseconds(400))
+            let swept = await manager.sweep()
+            try await Task.sleep(for: .milliseconds(800))
+            let reloaded = try #require(try await manager.load(id: id, token: token))
+            let login = try await reloaded.current("login")
+            #expect(
+                login == Snapshot(2, #"{"username":"ada","isLoading":false,"isLoggedIn":true,"error":null}"#),
+                "the check succeeded while the session was \(swept.evicted == 1 ? "evicted" : "in memory"); its result must be kept: \(login)")
+        }
+    }
+}
