@@ -7,6 +7,36 @@
 #include <string.h>
 #include <sys/socket.h>
 
+static int ss_hex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decoding of paths and query arguments that keeps "%00" as it is: a decoded NUL would
+   cut the C string that libmicrohttpd hands over, so "/healthz%00/x" would reach /healthz. */
+static size_t ss_unescape(void *cls, struct MHD_Connection *connection, char *text) {
+    (void)cls;
+    (void)connection;
+    char *read = text;
+    char *write = text;
+    while (*read != '\0') {
+        if (read[0] == '%' && read[1] != '\0' && read[2] != '\0') {
+            int high = ss_hex(read[1]);
+            int low = ss_hex(read[2]);
+            if (high >= 0 && low >= 0 && (high | low) != 0) {
+                *write++ = (char)(high * 16 + low);
+                read += 3;
+                continue;
+            }
+        }
+        *write++ = *read++;
+    }
+    *write = '\0';
+    return (size_t)(write - text);
+}
+
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
@@ -44,12 +74,13 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)config->connection_timeout, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL},
         {MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL},
+        {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)ss_unescape, NULL},
         {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)(config->thread_pool_size > 1 ? config->thread_pool_size : 0), NULL},
         {MHD_OPTION_END, 0, NULL},
     };
     if (config->thread_pool_size <= 1) {
         /* no pool: drop the THREAD_POOL_SIZE entry */
-        options[6].option = MHD_OPTION_END;
+        options[7].option = MHD_OPTION_END;
     }
     errno = 0;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, config->port, NULL, NULL, handler, handler_cls,

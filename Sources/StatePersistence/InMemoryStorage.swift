@@ -83,11 +83,13 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
-        tables.withLock { t in Array((t.journal[session] ?? []).filter { $0.seq > afterSeq }.prefix(limit)) }
+        tables.withLock { t in
+            Array((t.journal[session] ?? []).filter { $0.seq > afterSeq }.sorted { $0.seq < $1.seq }.prefix(limit))
+        }
     }
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
-        tables.withLock { $0.journal[session]?.last?.seq ?? 0 }
+        tables.withLock { $0.journal[session]?.map(\.seq).max() ?? 0 }
     }
 
     public func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {

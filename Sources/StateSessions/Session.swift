@@ -97,7 +97,11 @@ public final class Session: Sendable {
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
     /// Stores in memory.
     public var storeCount: Int { stores.withLock { $0.count } }
-    var isBusy: Bool { writeLock.isLocked || hub.subscriberCount > 0 }
+    /// In use: a change being written, an open event stream, or asynchronous work (a follow-up
+    /// still to come) — such a session is neither evicted nor purged.
+    var isBusy: Bool {
+        writeLock.isLocked || hub.subscriberCount > 0 || stores.withLock { $0.values.contains { $0.hasRunningWork } }
+    }
 
     // MARK: Stores
 
@@ -183,7 +187,8 @@ public final class Session: Sendable {
         let feature = definition.name
         let onRejected = followUpRejected
         var problem: String?
-        if let snapshot = try await storage.latestSnapshot(session: id, feature: feature) {
+        let snapshot = try await storage.latestSnapshot(session: id, feature: feature)
+        if let snapshot {
             let restored: (any AnyStateStore)?
             do throws(StoreError) {
                 restored = try definition.restoreStore(
@@ -202,17 +207,22 @@ public final class Session: Sendable {
                 }
             }
         }
-        // No snapshot, or it failed: rebuild from the start of the journal.
+        // No snapshot, or it failed: rebuild from the start of the journal — only when the
+        // journal starts at version 1 and reaches at least the snapshot's version (compaction
+        // may have removed the start; going back in time is not a recovery).
         let all = try await storage.journal(session: id, feature: feature, afterVersion: 0)
+        let snapshotVersion = snapshot?.version ?? 0
         let rebuilt = definition.makeStore(onFollowUpRejected: onRejected)
-        if all.first.map({ $0.version == 1 }) ?? true, replay(all, into: rebuilt, from: 0) == nil {
+        let complete = all.isEmpty ? snapshot == nil : (all.first?.version == 1 && (all.last?.version ?? 0) >= snapshotVersion)
+        if complete, replay(all, into: rebuilt, from: 0) == nil {
             if let problem {
                 notify(.storeRecovered(session: id, feature: feature, how: "rebuilt from the journal", reason: problem))
             }
             return rebuilt
         }
-        // Last resort: the initial state, as a journaled reset after the last known version.
-        let lastVersion = all.last?.version ?? 0
+        // Last resort: the initial state, as a journaled reset after the last known version,
+        // with a snapshot so the next load starts from it.
+        let lastVersion = max(all.last?.version ?? 0, snapshotVersion)
         let reason = problem ?? "the journal of \(feature) cannot be replayed"
         let store: any AnyStateStore
         do {
@@ -223,7 +233,12 @@ public final class Session: Sendable {
         do {
             let reset = try store.prepareReset(ifVersion: nil)
             let seq = max(hub.seq, try await storage.lastSeq(session: id)) + 1
-            try await storage.commit([.append(journalEntry(reset, seq: seq), idempotency: nil)])
+            try await storage.commit([
+                .append(journalEntry(reset, seq: seq), idempotency: nil),
+                .snapshot(StoreSnapshot(
+                    session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
+                    state: reset.encoded.state, time: WallClock.now)),
+            ])
             store.commit(reset, startWork: false)
             hub.advance(to: seq)
         } catch let error as StorageError {

@@ -171,10 +171,10 @@ public final class SessionManager: Sendable {
                 evicted += 1
             }
         }
-        if let storage {
-            if let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) {
-                purgedIDs += stale
-            }
+        if let storage, let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) {
+            // Stored activity is written at most once a minute; a session in memory is judged
+            // by its exact last use above, not by the stored time.
+            purgedIDs += stale.filter { !isLoaded(id: $0) }
         }
         var purged = 0
         for id in Set(purgedIDs) {

@@ -73,6 +73,8 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// The change that settles a state left waiting by work lost in a restart
     /// (``Feature/recoveryAction(for:)``), or nil.
     func prepareRecovery() throws(StoreError) -> PreparedChange?
+    /// Whether declared asynchronous work is still running.
+    var hasRunningWork: Bool { get }
 }
 
 extension DefaultStateStore: AnyStateStore {

@@ -93,6 +93,12 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     private let runsSideEffects: Bool
     let onFollowUpRejected: @Sendable (StoreError) -> Void
     let followUpRoute = Mutex<FollowUpRoute?>(nil)
+    /// Declared work started and not finished yet.
+    let runningWork = Atomic<Int>(0)
+
+    /// Whether asynchronous work declared by the reducer is still running (a follow-up may
+    /// still come).
+    public var hasRunningWork: Bool { runningWork.load(ordering: .relaxed) > 0 }
 
     /// - Parameters:
     ///   - state: a restored state (defaults to the feature's initial state).
@@ -226,7 +232,11 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             }
         }
         for work in works {
-            Task.detached { await work(send) }
+            runningWork.add(1, ordering: .relaxed)
+            Task.detached { [self] in
+                await work(send)
+                runningWork.subtract(1, ordering: .relaxed)
+            }
         }
     }
 }

@@ -50,7 +50,9 @@ public enum JSONValueDecoder {
         case .int(let int):
             if let exact = T(exactly: int) { return exact }
         case .double(let double):
-            if let exact = T(exactly: double) { return exact }
+            // Only doubles that are exact integers (|x| < 2^53): a larger literal such as
+            // -9223372036854775809 was rounded when parsed and must not become Int.min.
+            if abs(double) < 9_007_199_254_740_992, let exact = T(exactly: double) { return exact }
         default:
             throw mismatch(type, value, codingPath)
         }
