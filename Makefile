@@ -38,6 +38,8 @@ test: deps
 	$(SWIFT) test
 	@echo "== the HTTP behaviour suite again, against SQLite storage =="
 	STATE_SERVER_TEST_STORAGE=sqlite $(SWIFT) test --skip-build --filter StateServerIntegrationTests
+	@echo "== schemathesis against the OpenAPI description, on a live server =="
+	bash scripts/schemathesis.sh
 	@echo "== the web page in a real browser (headless Chromium) =="
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 

@@ -9,7 +9,8 @@ let strictSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "StateServer",
-    platforms: [.macOS(.v15)],
+    // Synchronization.Mutex needs these; the server itself runs on Linux.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         // The store core: no HTTP, no C. Embed it in an app or another server.
         .library(name: "StateStore", targets: ["StateStore"]),
