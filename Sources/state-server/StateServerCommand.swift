@@ -4,6 +4,7 @@ import Dispatch
 import ExampleFeatures
 import Foundation
 import Logging
+import CoreMetrics
 import Metrics
 import Prometheus
 import Synchronization
@@ -174,11 +175,9 @@ struct Server {
         http.connectionMemoryLimit = settings.connectionMemoryLimit
         http.heartbeat = .milliseconds(Int(settings.heartbeat * 1000))
         let accessLogger = logger
+        let requestCounters = RequestCounters()
         let server = HTTPServer(configuration: http, responder: responder) { record in
-            Counter(
-                label: "stateserver_http_requests_total",
-                dimensions: [("route", record.route), ("status", String(record.status))]
-            ).increment()
+            requestCounters.counter(route: record.route, status: record.status).increment()
             if record.route == "/v1/sessions/{id}/dispatch" {
                 let (seconds, attoseconds) = record.duration.components
                 dispatchTimer.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
@@ -259,6 +258,25 @@ struct Server {
                 "open-file limit is below the connection limit",
                 metadata: ["nofile": "\(limit.rlim_cur)", "http.connectionLimit": "\(settings.connectionLimit)"])
         }
+    }
+}
+
+/// `stateserver_http_requests_total{route,status}` counters, made once per label pair (making
+/// a `Counter` looks it up in the registry; this runs for every request).
+private final class RequestCounters: Sendable {
+    private struct Key: Hashable {
+        let route: String
+        let status: Int
+    }
+
+    private let counters = Mutex<[Key: CoreMetrics.Counter]>([:])
+
+    func counter(route: String, status: Int) -> CoreMetrics.Counter {
+        let key = Key(route: route, status: status)
+        if let counter = counters.withLock({ $0[key] }) { return counter }
+        let counter = CoreMetrics.Counter(label: "stateserver_http_requests_total", dimensions: [("route", route), ("status", String(status))])
+        counters.withLock { $0[key] = counter }
+        return counter
     }
 }
 

@@ -17,19 +17,19 @@ public enum JSONValueEncoder {
     }
 
     static func box<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> JSONValue {
-        switch value {
-        case let data as Data: return .string(data.base64EncodedString())
-        case let url as URL: return .string(url.absoluteString)
-        case let decimal as Decimal:
+        // Compare metatypes first (a pointer comparison): a dynamic cast of every value costs
+        // runtime type lookups on the hot path.
+        if T.self == Data.self, let data = value as? Data { return .string(data.base64EncodedString()) }
+        if T.self == URL.self, let url = value as? URL { return .string(url.absoluteString) }
+        if T.self == Decimal.self, let decimal = value as? Decimal {
             if let int = Int64(exactly: NSDecimalNumber(decimal: decimal).doubleValue), Decimal(int) == decimal {
                 return .int(int)
             }
             return .double(NSDecimalNumber(decimal: decimal).doubleValue)
-        default:
-            let encoder = ValueEncoder(codingPath: codingPath)
-            try value.encode(to: encoder)
-            return encoder.storage.value ?? .object([:])
         }
+        let encoder = ValueEncoder(codingPath: codingPath)
+        try value.encode(to: encoder)
+        return encoder.storage.value ?? .object([:])
     }
 
     static func number(_ value: Double, _ codingPath: [any CodingKey]) throws -> JSONValue {
