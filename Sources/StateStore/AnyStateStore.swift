@@ -81,11 +81,15 @@ extension DefaultStateStore: AnyStateStore {
     public var featureName: String { feature.name }
 
     public func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int) {
-        let (state, version) = current
-        do {
-            return (try JSONCoding.encode(state), version)
-        } catch {
-            throw StoreError(.encodingFailed, "the state could not be encoded: \(error)", currentVersion: version)
+        try inner.withLock { (inner: inout Inner) throws(StoreError) -> ([UInt8], Int) in
+            if let cached = inner.encodedState { return (cached, inner.version) }
+            do {
+                let bytes = try JSONCoding.encode(inner.state)
+                inner.encodedState = bytes
+                return (bytes, inner.version)
+            } catch {
+                throw StoreError(.encodingFailed, "the state could not be encoded: \(error)", currentVersion: inner.version)
+            }
         }
     }
 

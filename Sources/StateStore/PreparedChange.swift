@@ -64,6 +64,7 @@ extension DefaultStateStore {
                 guard inner.version == change.version - 1 else { return false }
                 inner.state = change.state
                 inner.version = change.version
+                inner.encodedState = encoded.state
                 for observer in inner.observers { observer.call(change) }
                 for observer in inner.jsonObservers { observer.call(encoded) }
                 return true

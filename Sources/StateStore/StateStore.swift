@@ -86,6 +86,9 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         var observers: [(token: ObserverToken, call: @Sendable (Change) -> Void)] = []
         var jsonObservers: [(token: ObserverToken, call: @Sendable (EncodedChange) -> Void)] = []
         var nextObserverID: UInt64 = 0
+        /// The current state's JSON, when known (set by changes that were encoded, and by
+        /// `currentJSON`), so reads do not encode the same state again.
+        var encodedState: [UInt8]?
     }
 
     public let feature: F
@@ -212,6 +215,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             }
             inner.state = state
             inner.version += 1
+            inner.encodedState = encoded?.state
             for observer in inner.observers { observer.call(change) }
             if let encoded {
                 for observer in inner.jsonObservers { observer.call(encoded) }
