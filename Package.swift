@@ -18,6 +18,8 @@ let package = Package(
         .library(name: "ExampleFeatures", targets: ["ExampleFeatures"]),
         // A typed Swift client (Foundation only) for apps: RemoteStore<Feature>.
         .library(name: "StateClient", targets: ["StateClient"]),
+        // An exhaustive TestStore (Swift Testing) for testing your own features.
+        .library(name: "StateStoreTesting", targets: ["StateStoreTesting"]),
         .executable(name: "state-server", targets: ["state-server"]),
     ],
     dependencies: [
@@ -39,6 +41,12 @@ let package = Package(
         ),
         .target(
             name: "ExampleFeatures",
+            dependencies: ["StateStore"],
+            swiftSettings: strictSettings
+        ),
+        // TestStore and Recorder for tests of features (imports Swift Testing).
+        .target(
+            name: "StateStoreTesting",
             dependencies: ["StateStore"],
             swiftSettings: strictSettings
         ),
@@ -132,14 +140,21 @@ let package = Package(
         ),
 
         // MARK: Tests
+        // What the suites that run the real server share: a socket HTTP/1.1 client, an SSE
+        // reader, the server process and its suite trait, API and JSON helpers (`package` access).
+        .target(
+            name: "HTTPTestSupport",
+            path: "Tests/HTTPTestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "StateStoreTests",
-            dependencies: ["StateStore"],
+            dependencies: ["StateStore", "StateStoreTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "ExampleFeaturesTests",
-            dependencies: ["ExampleFeatures", "StateStore"],
+            dependencies: ["ExampleFeatures", "StateStore", "StateStoreTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -149,22 +164,22 @@ let package = Package(
         ),
         .testTarget(
             name: "DurabilityTests",
-            dependencies: ["state-server", "StatePersistence"],
+            dependencies: ["state-server", "StatePersistence", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "StateClientTests",
-            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server"],
+            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "RepositoryTests",
-            dependencies: ["state-server"],
+            dependencies: ["state-server", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server"],
+            dependencies: ["state-server", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
     ]

@@ -1,5 +1,6 @@
 import ExampleFeatures
 import StateStore
+import StateStoreTesting
 import Testing
 
 @Suite("ExampleFeatures.registry")

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import Testing
 
 /// `config/state-server.yaml` restates the built-in defaults, and every setting is documented

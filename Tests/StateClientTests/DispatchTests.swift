@@ -3,6 +3,7 @@
 
 import ExampleFeatures
 import Foundation
+import HTTPTestSupport
 import StateClient
 import Testing
 

@@ -2,6 +2,7 @@
 
 import ExampleFeatures
 import Foundation
+import HTTPTestSupport
 import StateClient
 import StateStore
 import Testing

@@ -4,6 +4,7 @@
 
 import ExampleFeatures
 import Foundation
+import HTTPTestSupport
 import Observation
 import StateClient
 import Testing

@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 @Suite("Body limit (STATE_SERVER_BODY_LIMIT=256) and the order of checks", .localServer(environment: ["STATE_SERVER_BODY_LIMIT": "256"]))
@@ -18,7 +19,7 @@ struct BodyLimitTests {
         let put = try await session.request("PUT", "/state/counter", body: padded(["state": ["count": 5]], to: 300))
         expectError(put, 413, "payload_too_large", "PUT state")
         #expect(try await session.allStores() == before)
-        #expect(before["counter"] == StoreSnapshot(version: 1, state: ["count": 1]))
+        #expect(before["counter"] == StoreState(version: 1, state: ["count": 1]))
         #expect(await api.isHealthy())
     }
 

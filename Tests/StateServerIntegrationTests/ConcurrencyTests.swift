@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Synchronization
 import Testing
 
@@ -15,7 +16,7 @@ struct ConcurrencyTests {
         expectError(stale, 412, "version_conflict")
         let future = try await session.dispatch("counter", Self.increment, headers: [("If-Match", "\"5\"")])
         expectError(future, 412, "version_conflict")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": 1]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
         let current = try await session.dispatch("counter", Self.increment, headers: [("If-Match", "\"1\"")])
         #expect(current.json?["version"] == 2, "\(current)")
         // The version is the dispatched feature's: todos is still at 0.
@@ -35,7 +36,7 @@ struct ConcurrencyTests {
             let response = try await session.dispatch("counter", Self.increment, headers: [("If-Match", value)])
             expectError(response, 412, "version_conflict", "If-Match \(value)")
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: 2, state: ["count": 2]))
+        #expect(try await session.store("counter") == StoreState(version: 2, state: ["count": 2]))
     }
 
     @Test("a stale If-Match is a conflict even when the action would not decode")
@@ -60,7 +61,7 @@ struct ConcurrencyTests {
         expectError(
             try await session.request("DELETE", "/state/counter", headers: [("If-Match", "nonsense")]),
             412, "version_conflict", "DELETE with an unparsable If-Match")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": 1]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
         let put = try await session.request("PUT", "/state/counter", headers: [("If-Match", "\"1\"")], body: body)
         #expect(put.json?["version"] == 2, "\(put)")
         let delete = try await session.request("DELETE", "/state/counter", headers: [("If-Match", "\"2\"")])
@@ -82,14 +83,14 @@ struct ConcurrencyTests {
             #expect(again.header("Idempotent-Replayed") == "true", "\(again)")
             #expect(again.json == first.json)
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": 3]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 3]))
 
         // A repeat of the key returns the first response even if the body differs.
         let different = try await session.dispatch("counter", ["type": "set", "value": 99], headers: key)
         #expect(different.status == 200)
         #expect(different.header("Idempotent-Replayed") == "true", "\(different)")
         #expect(different.json == first.json)
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": 3]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 3]))
 
         // A new key applies again.
         let other = try await session.dispatch("counter", ["type": "increment", "by": 3], headers: [("Idempotency-Key", "retry-2")])
@@ -112,7 +113,7 @@ struct ConcurrencyTests {
         #expect(retried.json?["state"] == ["count": 5])
         let replayed = try await session.dispatch("counter", ["type": "set", "value": 5], headers: key)
         #expect(replayed.header("Idempotent-Replayed") == "true")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 2, state: ["count": 5]))
+        #expect(try await session.store("counter") == StoreState(version: 2, state: ["count": 5]))
     }
 
     @Test("Idempotency-Key: keys are per session; longer than 200 characters is 400 invalid_request")
@@ -165,7 +166,7 @@ struct ConcurrencyTests {
             return all
         }
         #expect(versions.sorted() == Array(1...200))
-        #expect(try await session.store("counter") == StoreSnapshot(version: 200, state: ["count": 200]))
+        #expect(try await session.store("counter") == StoreState(version: 200, state: ["count": 200]))
 
         var lastSeq = try #require(snapshot.seq)
         for expected in 1...200 {

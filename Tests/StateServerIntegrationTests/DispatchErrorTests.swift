@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 /// A dispatch body that must be refused.
@@ -119,7 +120,7 @@ struct DispatchErrorTests {
         let response = try await session.request("POST", "/dispatch", body: bad.body)
         expectError(response, bad.status, bad.code, messageContains: bad.field, Comment(rawValue: bad.name))
         #expect(try await session.allStores() == before)
-        #expect(before["counter"] == StoreSnapshot(version: 3, state: ["count": 3]))
+        #expect(before["counter"] == StoreState(version: 3, state: ["count": 3]))
     }
 
     @Test("the Content-Type of a request does not matter: the body is parsed as JSON")
@@ -130,7 +131,7 @@ struct DispatchErrorTests {
             let response = try await session.request("POST", "/dispatch", headers: [("Content-Type", contentType)], body: body)
             #expect(response.status == 200, "\(contentType): \(response)")
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: 6, state: ["count": 6]))
+        #expect(try await session.store("counter") == StoreState(version: 6, state: ["count": 6]))
     }
 
     @Test("login: the rules are action_rejected when no check is in flight")
@@ -165,6 +166,6 @@ struct DispatchErrorTests {
 
         let exact = try await session.request("POST", "/dispatch", body: padded(action, to: 65536))
         #expect(exact.status == 200, "\(exact)")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 4, state: ["count": 4]))
+        #expect(try await session.store("counter") == StoreState(version: 4, state: ["count": 4]))
     }
 }

@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 @Suite("Dispatch: every example action", .localServer())
@@ -38,7 +39,7 @@ struct DispatchTests {
             #expect(body["version"] == .int(index + 1), "\(action)")
             #expect(body["effect"] == .null)
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: steps.count, state: ["count": .int(Int.min)]))
+        #expect(try await session.store("counter") == StoreState(version: steps.count, state: ["count": .int(Int.min)]))
     }
 
     @Test("counter: overflow at Int.max / Int.min is action_rejected and changes nothing")
@@ -55,7 +56,7 @@ struct DispatchTests {
         for action in overflows {
             expectError(try await session.dispatch("counter", action), 422, "action_rejected", "\(action) at Int.max")
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": .int(Int.max)]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": .int(Int.max)]))
 
         try await session.dispatchOK("counter", ["type": "set", "value": .int(Int.min)])
         let underflows: [JSON] = [
@@ -66,13 +67,13 @@ struct DispatchTests {
         for action in underflows {
             expectError(try await session.dispatch("counter", action), 422, "action_rejected", "\(action) at Int.min")
         }
-        #expect(try await session.store("counter") == StoreSnapshot(version: 2, state: ["count": .int(Int.min)]))
+        #expect(try await session.store("counter") == StoreState(version: 2, state: ["count": .int(Int.min)]))
 
         try await session.dispatchOK("counter", ["type": "set", "value": 0])
         expectError(
             try await session.dispatch("counter", ["type": "decrement", "by": .int(Int.min)]), 422, "action_rejected",
             "0 - Int.min")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 3, state: ["count": 0]))
+        #expect(try await session.store("counter") == StoreState(version: 3, state: ["count": 0]))
         #expect(await api.isHealthy())
     }
 
@@ -182,9 +183,9 @@ struct DispatchTests {
         try await session.dispatchOK("counter", ["type": "increment"])
         try await session.dispatchOK("settings", ["type": "setTextColor", "color": "#000000"])
         let stores = try await session.allStores()
-        #expect(stores["counter"] == StoreSnapshot(version: 2, state: ["count": 2]))
+        #expect(stores["counter"] == StoreState(version: 2, state: ["count": 2]))
         #expect(stores["settings"]?.version == 1)
         #expect(stores["todos"]?.version == 0)
-        #expect(stores["login"] == StoreSnapshot(version: 0, state: Examples.login))
+        #expect(stores["login"] == StoreState(version: 0, state: Examples.login))
     }
 }

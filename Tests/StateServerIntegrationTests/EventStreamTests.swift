@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 @Suite("Events (server-sent events)", .localServer())

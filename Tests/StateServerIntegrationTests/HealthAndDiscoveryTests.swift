@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 @Suite("Health and discovery", .localServer())

@@ -1,10 +1,11 @@
+import HTTPTestSupport
 import Testing
 
 /// Login's simulated credential check runs 1 s here, so "in flight" is easy to hit.
 @Suite("Login: asynchronous follow-up actions", .localServer(environment: ["STATE_SERVER_LOGIN_CHECK_DELAY": "1"]))
 struct LoginTests {
     /// Waits for the check to finish: `isLoading` false again.
-    func settled(_ session: Session) async throws -> StoreSnapshot {
+    func settled(_ session: Session) async throws -> StoreState {
         var last = try await session.store("login")
         let done = try await eventually(timeout: .seconds(8)) {
             last = try await session.store("login")
@@ -36,7 +37,7 @@ struct LoginTests {
         #expect(change["version"] == 2)
         #expect(change["state"] == ["username": "alice", "isLoading": false, "isLoggedIn": true, "error": .null])
         #expect(change["effect"] == .null)
-        #expect(try await session.store("login") == StoreSnapshot(version: 2, state: change["state"]!))
+        #expect(try await session.store("login") == StoreState(version: 2, state: change["state"]!))
     }
 
     @Test("failed check: failed {reason} with a toast effect delivered once, never in GET state")
@@ -117,7 +118,7 @@ struct LoginTests {
         // The store keeps accepting dispatches while the work runs.
         try await session.dispatchOK("counter", ["type": "increment"])
         let final = try await settled(session)
-        #expect(final == StoreSnapshot(version: 2, state: ["username": "carol", "isLoading": false, "isLoggedIn": true, "error": .null]))
+        #expect(final == StoreState(version: 2, state: ["username": "carol", "isLoading": false, "isLoggedIn": true, "error": .null]))
 
         let loggedIn = try await session.dispatch("login", ["type": "submit", "username": "carol", "password": "password123"])
         expectError(loggedIn, 422, "action_rejected", "submit while logged in")

@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 /// Malformed traffic must never crash, hang or change the server: after each test `/healthz`
@@ -43,7 +44,7 @@ struct RobustnessTests {
     func expectHealthy(_ bystander: Session, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         #expect(await bystander.api.isHealthy(), "healthz after the test", sourceLocation: sourceLocation)
         #expect(
-            try await bystander.store("counter") == StoreSnapshot(version: 1, state: ["count": 1]),
+            try await bystander.store("counter") == StoreState(version: 1, state: ["count": 1]),
             sourceLocation: sourceLocation)
     }
 

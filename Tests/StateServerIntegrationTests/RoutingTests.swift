@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 /// A route of the contract, the methods it allows and wrong ones to try.

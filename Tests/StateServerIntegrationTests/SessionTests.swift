@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import Testing
 
 /// Every request on a session, for checks that must hold on all of them.
@@ -65,8 +66,8 @@ struct SessionTests {
         #expect(Set(sessions.map(\.id)).count == 20)
         #expect(Set(sessions.map(\.token)).count == 20)
         try await sessions[0].dispatchOK("counter", ["type": "increment", "by": 7])
-        #expect(try await sessions[0].store("counter") == StoreSnapshot(version: 1, state: ["count": 7]))
-        #expect(try await sessions[1].store("counter") == StoreSnapshot(version: 0, state: ["count": 0]))
+        #expect(try await sessions[0].store("counter") == StoreState(version: 1, state: ["count": 7]))
+        #expect(try await sessions[1].store("counter") == StoreState(version: 0, state: ["count": 0]))
     }
 
     @Test("DELETE /v1/sessions/{id}: 204, then 404 session_not_found on every route")
@@ -134,7 +135,7 @@ struct SessionTests {
             }
         }
         // Nothing applied, session intact.
-        #expect(try await session.store("counter") == StoreSnapshot(version: 0, state: ["count": 0]))
+        #expect(try await session.store("counter") == StoreState(version: 0, state: ["count": 0]))
     }
 
     @Test("a wrong token, another session's token or an unknown session: 404 session_not_found")
@@ -159,8 +160,8 @@ struct SessionTests {
         }
         // A caller can't tell an unknown session from a wrong token.
         #expect(messages.count == 1, "different messages: \(messages)")
-        #expect(try await session.store("counter") == StoreSnapshot(version: 0, state: ["count": 0]))
-        #expect(try await other.store("counter") == StoreSnapshot(version: 0, state: ["count": 0]))
+        #expect(try await session.store("counter") == StoreState(version: 0, state: ["count": 0]))
+        #expect(try await other.store("counter") == StoreState(version: 0, state: ["count": 0]))
     }
 
     @Test("credentials are checked before the session exists")

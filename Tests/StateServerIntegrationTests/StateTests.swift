@@ -1,3 +1,4 @@
+import HTTPTestSupport
 import Testing
 
 @Suite("State: GET, ETag, rehydrate, reset", .localServer())
@@ -71,19 +72,19 @@ struct StateTests {
         #expect(response.json?["feature"] == "counter")
         #expect(response.json?["version"] == 1)
         #expect(response.json?["state"] == ["count": 42])
-        #expect(try await session.store("counter") == StoreSnapshot(version: 1, state: ["count": 42]))
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 42]))
         try await session.dispatchOK("counter", ["type": "increment"])
-        #expect(try await session.store("counter") == StoreSnapshot(version: 2, state: ["count": 43]))
+        #expect(try await session.store("counter") == StoreState(version: 2, state: ["count": 43]))
 
         let colours: JSON = ["backgroundColor": "#000000", "textColor": "#ABCDEF"]
         let settings = try await session.request("PUT", "/state/settings", body: jsonBytes(["state": colours]))
         #expect(settings.status == 200, "\(settings)")
-        #expect(try await session.store("settings") == StoreSnapshot(version: 1, state: colours))
+        #expect(try await session.store("settings") == StoreState(version: 1, state: colours))
 
         let loggedIn: JSON = ["username": "zoe", "isLoading": false, "isLoggedIn": true, "error": .null]
         let login = try await session.request("PUT", "/state/login", body: jsonBytes(["state": loggedIn]))
         #expect(login.status == 200, "\(login)")
-        #expect(try await session.store("login") == StoreSnapshot(version: 1, state: loggedIn))
+        #expect(try await session.store("login") == StoreState(version: 1, state: loggedIn))
         // Other stores are untouched.
         #expect(try await session.store("todos").version == 0)
     }
@@ -129,7 +130,7 @@ struct StateTests {
             expectError(response, 422, "invalid_state", "PUT \(feature) \(body)")
         }
         #expect(try await session.allStores() == before)
-        #expect(before["counter"] == StoreSnapshot(version: 1, state: ["count": 9]))
+        #expect(before["counter"] == StoreState(version: 1, state: ["count": 9]))
     }
 
     @Test("PUT with a body that is not JSON: 400 malformed_json; without `state`: refused")
@@ -158,7 +159,7 @@ struct StateTests {
         #expect(response.json?["feature"] == "counter")
         #expect(response.json?["version"] == 4)
         #expect(response.json?["state"] == Examples.counter)
-        #expect(try await session.store("counter") == StoreSnapshot(version: 4, state: Examples.counter))
+        #expect(try await session.store("counter") == StoreState(version: 4, state: Examples.counter))
 
         let fresh = try await session.request("DELETE", "/state/settings")
         #expect(fresh.status == 200, "\(fresh)")

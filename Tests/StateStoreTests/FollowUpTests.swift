@@ -1,4 +1,5 @@
 import StateStore
+import StateStoreTesting
 import Testing
 
 @Suite("Asynchronous work and follow-up actions")

@@ -1,4 +1,5 @@
 import StateStore
+import StateStoreTesting
 import Testing
 
 @Suite("FeatureRegistry")

@@ -1,4 +1,5 @@
 import StateStore
+import StateStoreTesting
 import Synchronization
 import Testing
 

@@ -1,4 +1,5 @@
 import StateStore
+import StateStoreTesting
 import Synchronization
 
 /// A gate that asynchronous work can wait at until the test opens it. Thread-safe.

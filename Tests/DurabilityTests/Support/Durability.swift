@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import StatePersistence
 import Synchronization
 import Testing
@@ -68,22 +69,9 @@ func runServerToExit(
     arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(15)
 ) async throws -> FinishedRun {
     let binary = try #require(ServerBinary.locate(), "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: binary)
-    process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
-    var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-    env.merge(environment) { _, new in new }
-    process.environment = env
-    let stdout = Pipe()
-    let stderr = Pipe()
-    process.standardOutput = stdout
-    process.standardError = stderr
-    process.standardInput = FileHandle.nullDevice
-    let output = OutputCollector()
     let start = ContinuousClock.now
-    try process.run()
-    OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
-    OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+    let (process, output) = try ServerProcess.launch(
+        binary, arguments: ["--host", "127.0.0.1", "--port", "0"] + arguments, environment: environment)
     while process.isRunning, ContinuousClock.now < start + timeout {
         try await Task.sleep(for: .milliseconds(10))
     }
@@ -120,15 +108,7 @@ func seconds(_ duration: Duration) -> String {
 func withDurableServer<T>(
     _ database: String, environment: [String: String] = [:], _ body: (ServerProcess) async throws -> T
 ) async throws -> T {
-    let server = try await ServerProcess.durable(database, environment: environment)
-    do {
-        let result = try await body(server)
-        await server.stop()
-        return result
-    } catch {
-        await server.stop()
-        throw error
-    }
+    try await ServerProcess.durable(database, environment: environment).stopping(after: body)
 }
 
 /// A flag shared by concurrent tasks.

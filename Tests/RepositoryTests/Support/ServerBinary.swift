@@ -1,38 +1,12 @@
 import Foundation
+import HTTPTestSupport
 import Testing
 
-/// The built `state-server` executable: `STATE_SERVER_BIN`, else the file next to this test
-/// bundle in the build folder (this target depends on the executable, so it is built first),
-/// else `.build/debug/state-server` under the repository root.
-enum ServerBinary {
-    static func locate() -> String? {
-        let fileManager = FileManager.default
-        func executable(_ path: String) -> Bool {
-            var isDirectory: ObjCBool = false
-            return fileManager.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
-                && fileManager.isExecutableFile(atPath: path)
-        }
-        if let path = ProcessInfo.processInfo.environment["STATE_SERVER_BIN"], !path.isEmpty {
-            return path
-        }
-        var starts: [URL] = []
-        if let first = CommandLine.arguments.first {
-            starts.append(URL(fileURLWithPath: first).resolvingSymlinksInPath())
-        }
-        starts.append(Bundle.main.bundleURL)
-        if let url = Bundle.main.executableURL { starts.append(url) }
-        for start in starts {
-            var directory = start.deletingLastPathComponent()
-            for _ in 0..<5 {
-                let candidate = directory.appendingPathComponent("state-server").path
-                if executable(candidate) { return candidate }
-                directory = directory.deletingLastPathComponent()
-            }
-        }
-        let fallback = Repository.url(".build/debug/state-server").path
-        return executable(fallback) ? fallback : nil
-    }
-
+// `ServerBinary.locate()` (HTTPTestSupport) finds the built `state-server` executable:
+// `STATE_SERVER_BIN`, else the file next to this test bundle in the build folder (this target
+// depends on the executable, so it is built first), else `.build/debug/state-server` under the
+// repository root.
+extension ServerBinary {
     struct Output {
         let status: Int32
         let stdout: String

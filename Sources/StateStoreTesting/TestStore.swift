@@ -2,101 +2,76 @@ import StateStore
 import Synchronization
 import Testing
 
-// Test helpers. The same file is in Tests/StateStoreTests and Tests/ExampleFeaturesTests
-// (test targets cannot share code without a library of their own); keep the copies in step.
-
-/// Collects values (typically observed changes) and lets a test wait, with a bound, until
-/// enough of them arrived. Thread-safe.
-final class Recorder<Element: Sendable>: Sendable {
-    private struct Inner {
-        var values: [Element] = []
-        var waiters: [UInt64: (count: Int, continuation: CheckedContinuation<Bool, Never>)] = [:]
-        var expired: Set<UInt64> = []
-        var nextWaiter: UInt64 = 0
-    }
-
-    private let inner = Mutex(Inner())
-
-    init() {}
-
-    var values: [Element] { inner.withLock { $0.values } }
-    var count: Int { inner.withLock { $0.values.count } }
-
-    func append(_ value: Element) {
-        let ready = inner.withLock { inner in
-            inner.values.append(value)
-            let count = inner.values.count
-            let ready = inner.waiters.filter { $0.value.count <= count }
-            for id in ready.keys { inner.waiters[id] = nil }
-            return ready.values.map(\.continuation)
-        }
-        for continuation in ready { continuation.resume(returning: true) }
-    }
-
-    /// Waits until at least `count` values have arrived. Returns `false` if `timeout` passes
-    /// first. Returns at once when they are already there.
-    func wait(forCount count: Int, timeout: Duration = .seconds(10)) async -> Bool {
-        let id = inner.withLock { inner in
-            inner.nextWaiter += 1
-            return inner.nextWaiter
-        }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            guard !Task.isCancelled else { return }
-            self?.expire(id)
-        }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { continuation in
-            let answer: Bool? = inner.withLock { inner in
-                if inner.values.count >= count { return true }
-                if inner.expired.contains(id) { return false }
-                inner.waiters[id] = (count, continuation)
-                return nil
-            }
-            if let answer { continuation.resume(returning: answer) }
-        }
-    }
-
-    private func expire(_ id: UInt64) {
-        let waiter = inner.withLock { inner in
-            let waiter = inner.waiters.removeValue(forKey: id)
-            if waiter == nil { inner.expired.insert(id) }
-            return waiter
-        }
-        waiter?.continuation.resume(returning: false)
-    }
-}
-
-/// Parses a JSON literal written in a test.
-func json(_ text: String) -> JSONValue {
-    guard let value = JSONCoding.parse(Array(text.utf8)) else {
-        Issue.record("not JSON: \(text)")
-        return .null
-    }
-    return value
-}
-
-/// JSON bytes as text, for readable comparisons.
-func text(_ bytes: [UInt8]?) -> String? {
-    bytes.map { String(decoding: $0, as: UTF8.self) }
-}
-
-/// An exhaustive test store in the spirit of The Composable Architecture's `TestStore`.
+/// An exhaustive test store for a ``StateStore/Feature``, in the spirit of The Composable
+/// Architecture's `TestStore`, for tests written with Swift Testing.
 ///
 /// Every change the store makes must be asserted: `send` dispatches an action and checks the
 /// resulting state (described as a mutation of the previous one) and effect; `receive` waits
 /// for a follow-up action sent by asynchronous work and checks it the same way; `finish`
 /// fails the test if a change was left unchecked or a follow-up was rejected.
-final class TestStore<F: Feature>: Sendable
+///
+/// ## Testing a feature
+///
+/// The feature's `State`, `Action` and `Effect` must be `Equatable`. Create a `TestStore` with
+/// the feature (and, if you like, a starting state), then walk through the actions a user or the
+/// feature's own work would send:
+///
+/// - `send(_:effect:_:)` dispatches an action. The trailing closure receives the state before
+///   the action and changes it into the state you expect after it; leave it out when the state
+///   must not change. Pass `effect:` when the change must carry a one-shot effect (a toast),
+///   otherwise the change must have none.
+/// - `sendRejected(_:)` dispatches an action the reducer must refuse (``StateStore/ActionRejected``)
+///   and checks that nothing changed; it returns the rejection message.
+/// - `await receive(_:effect:timeout:_:)` waits for the next follow-up action that the feature's
+///   asynchronous work (`dispatch.run { send in ... }`) sends back, and checks it like `send`.
+/// - `finish()` at the end fails the test when a change was not asserted by `send` or
+///   `receive`, or when the store rejected a follow-up action.
+///
+/// The `send(json:)` and `sendRejected(json:)` forms take the tagged JSON a client sends
+/// (`{"type": "increment", "by": 2}`), to test the wire shape of actions too.
+///
+/// A failed expectation is recorded as a test issue at the line of the step; the store then
+/// carries on from its actual state, so one wrong step does not fail every later one.
+///
+/// ```swift
+/// import StateStoreTesting
+/// import Testing
+///
+/// @Test func counting() {
+///     let store = TestStore(CounterFeature())
+///     store.send(.increment(by: 2)) { $0.count = 2 }
+///     store.send(.set(value: 7)) { $0.count = 7 }
+///     store.sendRejected(.increment(by: .max))  // would overflow: refused, nothing changes
+///     store.finish()
+/// }
+///
+/// @Test func loggingIn() async {
+///     let store = TestStore(LoginFeature(checkDelay: .milliseconds(10)))
+///     store.send(.submit(username: "ada", password: "correct horse")) {
+///         $0.username = "ada"
+///         $0.isLoading = true
+///     }
+///     // The password check runs asynchronously and sends `.succeeded` back.
+///     await store.receive(.succeeded) {
+///         $0.isLoading = false
+///         $0.isLoggedIn = true
+///     }
+///     store.finish()
+/// }
+/// ```
+public final class TestStore<F: Feature>: Sendable
 where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
-    let store: DefaultStateStore<F>
+    /// The store under test, for checks the steps do not cover (its version, its JSON).
+    public let store: DefaultStateStore<F>
     /// Follow-up actions the store rejected.
-    let rejectedFollowUps: Recorder<StoreError>
+    public let rejectedFollowUps: Recorder<StoreError>
     private let changes: Recorder<StoreChange<F.State, F.Action, F.Effect>>
     /// How many observed changes were checked, and the state and version after the last one.
     private let checked: Mutex<(count: Int, state: F.State, version: Int)>
 
-    init(_ feature: F, state: F.State? = nil) {
+    /// A store of `feature` at version 0, starting from `state` (the feature's initial state
+    /// when `nil`).
+    public init(_ feature: F, state: F.State? = nil) {
         let rejected = Recorder<StoreError>()
         let changes = Recorder<StoreChange<F.State, F.Action, F.Effect>>()
         store = DefaultStateStore(feature: feature, state: state, onFollowUpRejected: { rejected.append($0) })
@@ -106,11 +81,13 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
         checked = Mutex((0, state ?? feature.initialState, 0))
     }
 
-    var state: F.State { store.state }
+    /// The store's current state.
+    public var state: F.State { store.state }
 
-    /// Dispatches `action`; `update` turns the previous state into the expected one.
+    /// Dispatches `action`; `update` turns the previous state into the expected one. Returns
+    /// the change, or `nil` (after recording an issue) when the action was not applied.
     @discardableResult
-    func send(
+    public func send(
         _ action: F.Action, effect: F.Effect? = nil, sourceLocation: SourceLocation = #_sourceLocation,
         _ update: (inout F.State) -> Void = { _ in }
     ) -> StoreChange<F.State, F.Action, F.Effect>? {
@@ -126,8 +103,9 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
     }
 
     /// Dispatches a tagged action as JSON (`{"type": "increment", "by": 2}`), like the server.
+    /// Returns the change as JSON, or `nil` (after recording an issue) when it was not applied.
     @discardableResult
-    func send(
+    public func send(
         json action: String, effect: F.Effect? = nil, sourceLocation: SourceLocation = #_sourceLocation,
         _ update: (inout F.State) -> Void = { _ in }
     ) -> EncodedChange? {
@@ -149,13 +127,13 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
     /// Dispatches `action` and expects the reducer to reject it, leaving everything unchanged.
     /// Returns the rejection message.
     @discardableResult
-    func sendRejected(_ action: F.Action, sourceLocation: SourceLocation = #_sourceLocation) -> String? {
+    public func sendRejected(_ action: F.Action, sourceLocation: SourceLocation = #_sourceLocation) -> String? {
         expectRejected(sourceLocation: sourceLocation) { () throws(StoreError) in _ = try store.dispatch(action) }
     }
 
     /// Dispatches a tagged JSON action and expects the reducer to reject it. Returns the message.
     @discardableResult
-    func sendRejected(json action: String, sourceLocation: SourceLocation = #_sourceLocation) -> String? {
+    public func sendRejected(json action: String, sourceLocation: SourceLocation = #_sourceLocation) -> String? {
         expectRejected(sourceLocation: sourceLocation) { () throws(StoreError) in
             _ = try store.dispatch(json: json(action), ifVersion: nil)
         }
@@ -163,7 +141,7 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
 
     /// Waits (at most `timeout`) for the next change and checks that it is the follow-up
     /// `action`; `update` turns the previous state into the expected one.
-    func receive(
+    public func receive(
         _ action: F.Action, effect: F.Effect? = nil, timeout: Duration = .seconds(10),
         sourceLocation: SourceLocation = #_sourceLocation, _ update: (inout F.State) -> Void = { _ in }
     ) async {
@@ -176,7 +154,7 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
     }
 
     /// Fails the test if a change was left unchecked or a follow-up action was rejected.
-    func finish(sourceLocation: SourceLocation = #_sourceLocation) {
+    public func finish(sourceLocation: SourceLocation = #_sourceLocation) {
         expectNothingUnchecked(before: "finish", sourceLocation: sourceLocation)
         #expect(rejectedFollowUps.values.isEmpty, "rejected follow-ups", sourceLocation: sourceLocation)
     }

@@ -1,5 +1,3 @@
-// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code).
-
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -7,14 +5,14 @@ import Darwin
 #endif
 
 /// What went wrong on a test connection.
-enum ClientError: Error, CustomStringConvertible {
+package enum ClientError: Error, CustomStringConvertible {
     case system(String, Int32)
     case timedOut(String)
     /// The peer closed (FIN or reset) before the expected bytes arrived.
     case closedEarly(String)
     case malformedResponse(String)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .system(let call, let code): "\(call) failed: \(String(cString: strerror(code))) (\(code))"
         case .timedOut(let what): "timed out waiting for \(what)"
@@ -29,16 +27,16 @@ enum ClientError: Error, CustomStringConvertible {
 ///
 /// Not thread-safe. `@unchecked Sendable` only so it can be created on a helper thread and
 /// handed to its `HTTPConnection`, which from then on touches it from its own serial queue only.
-final class BlockingSocket: @unchecked Sendable {
+package final class BlockingSocket: @unchecked Sendable {
     private(set) var fd: Int32
     /// Bytes received and not consumed yet.
-    var buffer: [UInt8] = []
+    package var buffer: [UInt8] = []
     /// The peer finished sending (FIN) or reset the connection.
     private(set) var reachedEOF = false
     /// The end was a reset (ECONNRESET) rather than an orderly close.
     private(set) var wasReset = false
 
-    init(port: Int, receiveBufferSize: Int? = nil) throws {
+    package init(port: Int, receiveBufferSize: Int? = nil) throws {
         #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
@@ -64,7 +62,7 @@ final class BlockingSocket: @unchecked Sendable {
         }
         guard result == 0 else {
             let code = errno
-            Glibc.close(fd)
+            Self.closeDescriptor(fd)
             self.fd = -1
             throw ClientError.system("connect to port \(port)", code)
         }
@@ -72,20 +70,28 @@ final class BlockingSocket: @unchecked Sendable {
 
     deinit { close() }
 
-    func close() {
+    package func close() {
         if fd >= 0 {
-            Glibc.close(fd)
+            Self.closeDescriptor(fd)
             fd = -1
         }
     }
 
+    private static func closeDescriptor(_ fd: Int32) {
+        #if canImport(Glibc)
+        _ = Glibc.close(fd)
+        #else
+        _ = Darwin.close(fd)
+        #endif
+    }
+
     /// Half-closes: the server sees end of input, we can still read.
-    func shutdownWrite() {
+    package func shutdownWrite() {
         if fd >= 0 { _ = shutdown(fd, Int32(SHUT_WR)) }
     }
 
     /// Sends all bytes. Throws `closedEarly` when the peer closed or reset the connection.
-    func send(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
+    package func send(_ bytes: [UInt8], deadline: ContinuousClock.Instant) throws {
         guard fd >= 0 else { throw ClientError.closedEarly("sending (socket closed)") }
         var offset = 0
         while offset < bytes.count {
@@ -109,7 +115,7 @@ final class BlockingSocket: @unchecked Sendable {
 
     /// Receives whatever arrives next into `buffer`. Returns false at end of stream.
     @discardableResult
-    func fill(deadline: ContinuousClock.Instant, what: String) throws -> Bool {
+    package func fill(deadline: ContinuousClock.Instant, what: String) throws -> Bool {
         if reachedEOF { return false }
         try wait(for: Int16(POLLIN), deadline: deadline, what: what)
         var chunk = [UInt8](repeating: 0, count: 65536)
@@ -154,7 +160,7 @@ final class BlockingSocket: @unchecked Sendable {
     // MARK: Reading helpers for HTTP
 
     /// Consumes and returns a CRLF- (or LF-) terminated line without its terminator.
-    func readLine(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+    package func readLine(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
         var searchFrom = 0
         while true {
             if let newline = buffer[searchFrom...].firstIndex(of: UInt8(ascii: "\n")) {
@@ -169,7 +175,7 @@ final class BlockingSocket: @unchecked Sendable {
     }
 
     /// Consumes and returns exactly `count` bytes.
-    func readExactly(_ count: Int, deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+    package func readExactly(_ count: Int, deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
         while buffer.count < count {
             guard try fill(deadline: deadline, what: what) else { throw ClientError.closedEarly(what) }
         }
@@ -179,7 +185,7 @@ final class BlockingSocket: @unchecked Sendable {
     }
 
     /// Consumes everything until the peer closes.
-    func readToEnd(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
+    package func readToEnd(deadline: ContinuousClock.Instant, what: String) throws -> [UInt8] {
         while try fill(deadline: deadline, what: what) {}
         let bytes = buffer
         buffer.removeAll()

@@ -1,22 +1,20 @@
-// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code).
-
 import Foundation
 
 /// One server-sent event.
-struct SSEEvent: Sendable, CustomStringConvertible {
-    var id: String?
-    var event: String
-    var data: String
+package struct SSEEvent: Sendable, CustomStringConvertible {
+    package var id: String?
+    package var event: String
+    package var data: String
 
     /// `id` as the session's sequence number.
-    var seq: Int? { id.flatMap { Int($0) } }
-    var json: JSON? { try? JSON.parse(data) }
+    package var seq: Int? { id.flatMap { Int($0) } }
+    package var json: JSON? { try? JSON.parse(data) }
 
-    var description: String { "id: \(id ?? "-") event: \(event) data: \(data.prefix(300))" }
+    package var description: String { "id: \(id ?? "-") event: \(event) data: \(data.prefix(300))" }
 }
 
 /// What a stream yields next.
-enum SSEItem: Sendable {
+package enum SSEItem: Sendable {
     case event(SSEEvent)
     /// A comment line (`: ping` gives "ping").
     case comment(String)
@@ -25,7 +23,7 @@ enum SSEItem: Sendable {
 }
 
 /// Incremental `text/event-stream` parser.
-struct SSEParser {
+package struct SSEParser {
     private var partialLine: [UInt8] = []
     private var id: String?
     private var event: String?
@@ -34,7 +32,7 @@ struct SSEParser {
     private var items: [SSEItem] = []
     private var taken = 0
 
-    mutating func feed(_ bytes: [UInt8]) {
+    package mutating func feed(_ bytes: [UInt8]) {
         var start = bytes.startIndex
         while let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
             var end = newline
@@ -52,7 +50,7 @@ struct SSEParser {
         partialLine += bytes[start...]
     }
 
-    mutating func take() -> SSEItem? {
+    package mutating func take() -> SSEItem? {
         guard taken < items.count else { return nil }
         defer {
             taken += 1
@@ -105,18 +103,18 @@ struct SSEParser {
 ///
 /// `@unchecked Sendable`: `parser` and `ended` are only touched inside `connection.run`, i.e. on
 /// the connection's serial queue.
-final class EventStream: @unchecked Sendable {
-    let connection: HTTPConnection
-    let head: HTTPHead
+package final class EventStream: @unchecked Sendable {
+    package let connection: HTTPConnection
+    package let head: HTTPHead
     private let framing: HTTPHead.Framing
     private var parser = SSEParser()
     private var ended = false
     private var remainingLength = 0
 
-    var status: Int { head.status }
-    func header(_ name: String) -> String? { head.header(name) }
+    package var status: Int { head.status }
+    package func header(_ name: String) -> String? { head.header(name) }
 
-    init(connection: HTTPConnection, head: HTTPHead) throws {
+    package init(connection: HTTPConnection, head: HTTPHead) throws {
         self.connection = connection
         self.head = head
         self.framing = try head.framing(requestMethod: "GET")
@@ -125,7 +123,7 @@ final class EventStream: @unchecked Sendable {
 
     /// Opens `target` and reads the response head. For a status other than 200 use
     /// `readErrorBody()`.
-    static func open(
+    package static func open(
         port: Int, target: String, headers: [Header] = [], receiveBufferSize: Int? = nil,
         timeout: Duration = .seconds(10)
     ) async throws -> EventStream {
@@ -137,7 +135,7 @@ final class EventStream: @unchecked Sendable {
     }
 
     /// The body of a non-stream (error) response.
-    func readErrorBody(timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
+    package func readErrorBody(timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
         let head = self.head
         let framing = self.framing
         let body = try await connection.run { socket -> [UInt8] in
@@ -157,7 +155,7 @@ final class EventStream: @unchecked Sendable {
 
     /// The next event or comment; `.end` when the server ended the stream. Throws
     /// `ClientError.timedOut` when nothing arrives within `timeout`.
-    func next(timeout: Duration = .seconds(5)) async throws -> SSEItem {
+    package func next(timeout: Duration = .seconds(5)) async throws -> SSEItem {
         try await connection.run { socket in
             let deadline = ContinuousClock.now + timeout
             return try self.nextOnQueue(socket, deadline: deadline)
@@ -207,7 +205,7 @@ final class EventStream: @unchecked Sendable {
     }
 
     /// The next event, skipping comments. Fails when the stream ends first.
-    func nextEvent(timeout: Duration = .seconds(5)) async throws -> SSEEvent {
+    package func nextEvent(timeout: Duration = .seconds(5)) async throws -> SSEEvent {
         let deadline = ContinuousClock.now + timeout
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
@@ -221,7 +219,7 @@ final class EventStream: @unchecked Sendable {
     }
 
     /// Reads (and drops events and comments) until the stream ends. True when it ended in time.
-    func waitForEnd(timeout: Duration = .seconds(5)) async throws -> Bool {
+    package func waitForEnd(timeout: Duration = .seconds(5)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
@@ -234,5 +232,5 @@ final class EventStream: @unchecked Sendable {
         }
     }
 
-    func close() { connection.close() }
+    package func close() { connection.close() }
 }

@@ -1,21 +1,21 @@
-// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code); StoreSnapshot is StoreState here (StatePersistence has a StoreSnapshot).
-
 import Foundation
 import Testing
 
 /// The four example features and their initial states, as the contract gives them.
-enum Examples {
-    static let names: Set<String> = ["counter", "todos", "settings", "login"]
-    static let counter: JSON = ["count": 0]
-    static let settings: JSON = ["backgroundColor": "#FF0000", "textColor": "#FFFFFF"]
-    static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": .null]
+package enum Examples {
+    package static let names: Set<String> = ["counter", "todos", "settings", "login"]
+    package static let counter: JSON = ["count": 0]
+    package static let settings: JSON = ["backgroundColor": "#FF0000", "textColor": "#FFFFFF"]
+    package static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": .null]
 }
 
 /// Requests to one server, each on a fresh connection.
-struct API: Sendable {
-    let port: Int
+package struct API: Sendable {
+    package let port: Int
 
-    func request(
+    package init(port: Int) { self.port = port }
+
+    package func request(
         _ method: String, _ target: String, headers: [Header] = [], body: [UInt8]? = nil,
         timeout: Duration = .seconds(10)
     ) async throws -> HTTPResponse {
@@ -25,11 +25,11 @@ struct API: Sendable {
             method, target, headers: headers + [("Connection", "close")], body: body, timeout: timeout)
     }
 
-    func request(_ method: String, _ target: String, headers: [Header] = [], json: JSON) async throws -> HTTPResponse {
+    package func request(_ method: String, _ target: String, headers: [Header] = [], json: JSON) async throws -> HTTPResponse {
         try await request(method, target, headers: headers, body: json.bytes)
     }
 
-    func createSession(sourceLocation: SourceLocation = #_sourceLocation) async throws -> Session {
+    package func createSession(sourceLocation: SourceLocation = #_sourceLocation) async throws -> Session {
         let response = try await request("POST", "/v1/sessions")
         try #require(response.status == 201, "create session: \(response)", sourceLocation: sourceLocation)
         let body = try #require(response.json, sourceLocation: sourceLocation)
@@ -39,48 +39,61 @@ struct API: Sendable {
     }
 
     /// `GET /healthz` answers 200 `{"status":"ok"}`.
-    func isHealthy() async -> Bool {
+    package func isHealthy() async -> Bool {
         guard let response = try? await request("GET", "/healthz", timeout: .seconds(5)) else { return false }
         return response.status == 200 && response.json == ["status": "ok"]
     }
 
-    func openEvents(
+    package func openEvents(
         _ target: String, headers: [Header] = [], receiveBufferSize: Int? = nil
     ) async throws -> EventStream {
         try await EventStream.open(port: port, target: target, headers: headers, receiveBufferSize: receiveBufferSize)
     }
 }
 
-/// A version and state of one feature's store.
-struct StoreState: Sendable, Equatable, CustomStringConvertible {
-    var version: Int
-    var state: JSON
-    var description: String { "v\(version) \(state)" }
+/// A version and state of one feature's store, as `GET .../state` gives it.
+///
+/// (Not `StoreState`: StatePersistence, which DurabilityTests also import, has one.)
+package struct StoreState: Sendable, Equatable, CustomStringConvertible {
+    package var version: Int
+    package var state: JSON
+    package var description: String { "v\(version) \(state)" }
+
+    package init(version: Int, state: JSON) {
+        self.version = version
+        self.state = state
+    }
 }
 
 /// A session and its token.
-struct Session: Sendable {
-    let api: API
-    let id: String
-    let token: String
+package struct Session: Sendable {
+    package let api: API
+    package let id: String
+    package let token: String
 
-    var path: String { "/v1/sessions/\(id)" }
-    var auth: [Header] { [("Authorization", "Bearer \(token)")] }
+    package init(api: API, id: String, token: String) {
+        self.api = api
+        self.id = id
+        self.token = token
+    }
+
+    package var path: String { "/v1/sessions/\(id)" }
+    package var auth: [Header] { [("Authorization", "Bearer \(token)")] }
 
     /// A request on `path + subpath` with the bearer token.
-    func request(
+    package func request(
         _ method: String, _ subpath: String, headers: [Header] = [], body: [UInt8]? = nil
     ) async throws -> HTTPResponse {
         try await api.request(method, path + subpath, headers: auth + headers, body: body)
     }
 
-    func dispatch(_ feature: String, _ action: JSON, headers: [Header] = []) async throws -> HTTPResponse {
+    package func dispatch(_ feature: String, _ action: JSON, headers: [Header] = []) async throws -> HTTPResponse {
         try await request("POST", "/dispatch", headers: headers, body: JSON.object(["feature": .string(feature), "action": action]).bytes)
     }
 
     /// Dispatches and requires 200; returns the body.
     @discardableResult
-    func dispatchOK(
+    package func dispatchOK(
         _ feature: String, _ action: JSON, headers: [Header] = [], sourceLocation: SourceLocation = #_sourceLocation
     ) async throws -> JSON {
         let response = try await dispatch(feature, action, headers: headers)
@@ -89,7 +102,7 @@ struct Session: Sendable {
     }
 
     /// `GET .../state/{feature}`, required to be 200.
-    func store(_ feature: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> StoreState {
+    package func store(_ feature: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> StoreState {
         let response = try await request("GET", "/state/\(feature)")
         try #require(response.status == 200, "GET state/\(feature): \(response)", sourceLocation: sourceLocation)
         let body = try #require(response.json, sourceLocation: sourceLocation)
@@ -98,7 +111,7 @@ struct Session: Sendable {
     }
 
     /// `GET .../state`, required to be 200: every feature's store.
-    func allStores(sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: StoreState] {
+    package func allStores(sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String: StoreState] {
         let response = try await request("GET", "/state")
         try #require(response.status == 200, "GET state: \(response)", sourceLocation: sourceLocation)
         let features = try #require(response.json?["features"]?.object, "features in \(response)", sourceLocation: sourceLocation)
@@ -111,14 +124,14 @@ struct Session: Sendable {
     }
 
     /// Opens `GET .../events` (`query` without the `?`) with the bearer header.
-    func events(query: String = "", headers: [Header] = [], receiveBufferSize: Int? = nil) async throws -> EventStream {
+    package func events(query: String = "", headers: [Header] = [], receiveBufferSize: Int? = nil) async throws -> EventStream {
         try await api.openEvents(
             path + "/events" + (query.isEmpty ? "" : "?" + query), headers: auth + headers,
             receiveBufferSize: receiveBufferSize)
     }
 
     /// Opens the event stream, requires 200 and reads the snapshot.
-    func subscribe(
+    package func subscribe(
         query: String = "", headers: [Header] = [], receiveBufferSize: Int? = nil,
         sourceLocation: SourceLocation = #_sourceLocation
     ) async throws -> (stream: EventStream, snapshot: SSEEvent) {
@@ -129,13 +142,13 @@ struct Session: Sendable {
         return (stream, snapshot)
     }
 
-    func delete() async throws -> HTTPResponse {
+    package func delete() async throws -> HTTPResponse {
         try await request("DELETE", "")
     }
 }
 
 /// Checks an error response: status, `{"error": {"code", "message"}}` with a non-empty message.
-func expectError(
+package func expectError(
     _ response: HTTPResponse, _ status: Int, _ code: String, messageContains: String? = nil,
     _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation
 ) {
@@ -150,7 +163,7 @@ func expectError(
 }
 
 /// Polls until `condition` holds or `timeout` passes.
-func eventually(
+package func eventually(
     timeout: Duration = .seconds(5), every interval: Duration = .milliseconds(50),
     _ condition: () async throws -> Bool
 ) async throws -> Bool {
@@ -163,21 +176,21 @@ func eventually(
 }
 
 /// The `Allow` header as a set of upper-cased methods.
-func allowedMethods(_ response: HTTPResponse) -> Set<String> {
+package func allowedMethods(_ response: HTTPResponse) -> Set<String> {
     Set((response.header("Allow") ?? "").split(separator: ",").map {
         $0.trimmingCharacters(in: .whitespaces).uppercased()
     })
 }
 
 /// Percent-encodes a query value.
-func queryEncoded(_ value: String) -> String {
+package func queryEncoded(_ value: String) -> String {
     var allowed = CharacterSet.alphanumerics
     allowed.insert(charactersIn: "-._~")
     return value.addingPercentEncoding(withAllowedCharacters: allowed) ?? value
 }
 
 /// JSON text padded with trailing spaces to exactly `size` bytes.
-func padded(_ json: JSON, to size: Int) -> [UInt8] {
+package func padded(_ json: JSON, to size: Int) -> [UInt8] {
     let bytes = json.bytes
     precondition(bytes.count <= size)
     return bytes + [UInt8](repeating: UInt8(ascii: " "), count: size - bytes.count)

@@ -1,11 +1,14 @@
-// Integration tests of the HTTP API v1 contract (shared/contract/http-api-v1.md) over real HTTP.
+// The real `state-server` binary as a child process, for the suites that test over real HTTP
+// (StateServerIntegrationTests, DurabilityTests, StateClientTests, RepositoryTests).
 //
-// Each suite starts the real `state-server` binary on a free port (`.localServer` trait: one
-// process per suite, stopped with SIGTERM after it; `withServer` for tests that need special
-// settings or stop the server). Requests go through a small HTTP/1.1 client over POSIX sockets
-// (`HTTPConnection`, `EventStream`) whose every wait has a deadline, and whose blocking calls run
-// off Swift's cooperative pool. The binary is `$STATE_SERVER_BIN`, else `state-server` next to
-// the test bundle, else `.build/debug/state-server`.
+// A suite starts one server on a free port (`.localServer` trait: one process per suite, stopped
+// with SIGTERM after it; `withServer` for tests that need special settings or stop the server).
+// Requests go through a small HTTP/1.1 client over POSIX sockets (`HTTPConnection`,
+// `EventStream`) whose every wait has a deadline, and whose blocking calls run off Swift's
+// cooperative pool. The binary is `$STATE_SERVER_BIN`, else `state-server` next to the test
+// bundle, else `.build/debug/state-server`. With STATE_SERVER_TEST_STORAGE=sqlite, every
+// server started without `--storage` gets a fresh SQLite database of its own (`make test` runs
+// StateServerIntegrationTests a second time that way).
 //
 //     swift build && swift test --filter StateServerIntegrationTests
 
@@ -15,31 +18,35 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Why a server could not be started.
-struct ServerStartError: Error, CustomStringConvertible {
-    var description: String
+package struct ServerStartError: Error, CustomStringConvertible {
+    package var description: String
+
+    package init(description: String) { self.description = description }
 }
 
 /// How a server process ended.
-struct ServerExit: Sendable, CustomStringConvertible {
+package struct ServerExit: Sendable, CustomStringConvertible {
     /// Exit status, or the signal number when `bySignal`.
-    var status: Int32
-    var bySignal: Bool
+    package var status: Int32
+    package var bySignal: Bool
     /// From the signal (or the stop request) to the exit.
-    var elapsed: Duration
+    package var elapsed: Duration
     /// False when it had to be killed with SIGKILL.
-    var exitedByItself: Bool
+    package var exitedByItself: Bool
 
-    var description: String {
+    package var description: String {
         "\(bySignal ? "signal" : "status") \(status) after \(elapsed)\(exitedByItself ? "" : " (SIGKILLed)")"
     }
 }
 
 /// Where the `state-server` binary is.
-enum ServerBinary {
-    static func locate(filePath: String = #filePath) -> String? {
+package enum ServerBinary {
+    package static func locate() -> String? {
         let fileManager = FileManager.default
         if let path = ProcessInfo.processInfo.environment["STATE_SERVER_BIN"], !path.isEmpty {
             return path
@@ -63,17 +70,16 @@ enum ServerBinary {
                 directory = directory.deletingLastPathComponent()
             }
         }
-        // Tests/StateServerIntegrationTests/Support/ServerProcess.swift → package root.
-        let root = URL(fileURLWithPath: filePath)
-            .deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
+        // Tests/HTTPTestSupport/ServerProcess.swift → package root.
+        let root = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let fallback = root.appendingPathComponent(".build/debug/state-server").path
         return fileManager.isExecutableFile(atPath: fallback) ? fallback : nil
     }
 }
 
 /// Collected output of a child process (thread-safe).
-final class OutputCollector: Sendable {
+package final class OutputCollector: Sendable {
     private struct State {
         var stdout: [UInt8] = []
         var stderrTail: [UInt8] = []
@@ -83,13 +89,15 @@ final class OutputCollector: Sendable {
     private let state = Mutex(State())
     private static let tailLimit = 64 * 1024
 
-    func appendStdout(_ bytes: [UInt8]) {
+    package init() {}
+
+    package func appendStdout(_ bytes: [UInt8]) {
         state.withLock { state in
             if state.stdout.count < Self.tailLimit { state.stdout += bytes }
         }
     }
 
-    func appendStderr(_ bytes: [UInt8]) {
+    package func appendStderr(_ bytes: [UInt8]) {
         state.withLock { state in
             state.stderrTail += bytes
             if state.stderrTail.count > Self.tailLimit {
@@ -98,21 +106,21 @@ final class OutputCollector: Sendable {
         }
     }
 
-    func closeStdout() { state.withLock { $0.stdoutClosed = true } }
+    package func closeStdout() { state.withLock { $0.stdoutClosed = true } }
 
-    var firstStdoutLine: String? {
+    package var firstStdoutLine: String? {
         state.withLock { state in
             guard let newline = state.stdout.firstIndex(of: UInt8(ascii: "\n")) else { return nil }
             return String(decoding: state.stdout[..<newline], as: UTF8.self)
         }
     }
 
-    var stdoutClosed: Bool { state.withLock { $0.stdoutClosed } }
-    var stdoutText: String { state.withLock { String(decoding: $0.stdout, as: UTF8.self) } }
-    var stderrText: String { state.withLock { String(decoding: $0.stderrTail, as: UTF8.self) } }
+    package var stdoutClosed: Bool { state.withLock { $0.stdoutClosed } }
+    package var stdoutText: String { state.withLock { String(decoding: $0.stdout, as: UTF8.self) } }
+    package var stderrText: String { state.withLock { String(decoding: $0.stderrTail, as: UTF8.self) } }
 
     /// Reads `handle` on a thread of its own until end of file, so the pipe never fills.
-    static func drain(_ handle: FileHandle, into sink: @escaping @Sendable ([UInt8]) -> Void, atEnd: @escaping @Sendable () -> Void) {
+    package static func drain(_ handle: FileHandle, into sink: @escaping @Sendable ([UInt8]) -> Void, atEnd: @escaping @Sendable () -> Void) {
         let thread = Thread {
             while true {
                 let data = handle.availableData
@@ -125,19 +133,21 @@ final class OutputCollector: Sendable {
     }
 }
 
-/// A `state-server` child process listening on a free port of 127.0.0.1.
+/// A `state-server` child process listening on 127.0.0.1 (on a free port unless one is given).
 ///
 /// `@unchecked Sendable`: `process` is only used for its pid, `isRunning` and termination
 /// properties, which Foundation reads under its own lock; all other state is immutable or
 /// behind `Mutex`.
-final class ServerProcess: @unchecked Sendable {
-    let port: Int
-    let output: OutputCollector
+package final class ServerProcess: @unchecked Sendable {
+    package let port: Int
+    package let output: OutputCollector
     private let process: Process
     private let exitResult = Mutex<ServerExit?>(nil)
 
-    var pid: Int32 { process.processIdentifier }
-    var api: API { API(port: port) }
+    package var pid: Int32 { process.processIdentifier }
+    package var api: API { API(port: port) }
+    /// `http://127.0.0.1:<port>`, for clients that take a URL.
+    package var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
     private init(port: Int, process: Process, output: OutputCollector) {
         self.port = port
@@ -145,18 +155,17 @@ final class ServerProcess: @unchecked Sendable {
         self.output = output
     }
 
-    /// Starts the binary with `--host 127.0.0.1 --port 0` plus `arguments`, in the test's
-    /// environment minus any `STATE_SERVER_*` settings, plus `environment`.
-    static func start(
-        arguments: [String] = [], environment: [String: String] = [:],
+    /// Starts the binary with `--host 127.0.0.1 --port <port>` plus `arguments`, in the test's
+    /// environment minus any `STATE_SERVER_*` settings, plus `environment`. Port 0 (the default)
+    /// takes a free port; a fixed one lets a test restart a server where clients expect it.
+    package static func start(
+        port: Int = 0, arguments: [String] = [], environment: [String: String] = [:],
         timeout: Duration = .seconds(30)
     ) async throws -> ServerProcess {
         guard let binary = ServerBinary.locate() else {
             throw ServerStartError(
                 description: "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
         var arguments = arguments
         // The same behaviour suite runs against both storages: STATE_SERVER_TEST_STORAGE=sqlite
         // gives every server its own fresh SQLite database.
@@ -165,29 +174,18 @@ final class ServerProcess: @unchecked Sendable {
                 .appendingPathComponent("state-server-tests-\(UUID().uuidString)")
             arguments += ["--storage", "sqlite:\(directory.path)/state.db"]
         }
-        process.arguments = ["--host", "127.0.0.1", "--port", "0"] + arguments
-        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-        env.merge(environment) { _, new in new }
-        process.environment = env
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.standardInput = FileHandle.nullDevice
-        let output = OutputCollector()
-        try process.run()
-        OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
-        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+        let (process, output) = try launch(
+            binary, arguments: ["--host", "127.0.0.1", "--port", String(port)] + arguments, environment: environment)
 
         let deadline = ContinuousClock.now + timeout
         while true {
             if let line = output.firstStdoutLine {
                 let prefix = "listening on http://127.0.0.1:"
-                guard line.hasPrefix(prefix), let port = Int(line.dropFirst(prefix.count)), port > 0 else {
+                guard line.hasPrefix(prefix), let bound = Int(line.dropFirst(prefix.count)), bound > 0 else {
                     kill(process.processIdentifier, SIGKILL)
                     throw ServerStartError(description: "unexpected first stdout line: \(line.debugDescription)")
                 }
-                return ServerProcess(port: port, process: process, output: output)
+                return ServerProcess(port: bound, process: process, output: output)
             }
             if !process.isRunning || output.stdoutClosed {
                 kill(process.processIdentifier, SIGKILL)
@@ -203,12 +201,36 @@ final class ServerProcess: @unchecked Sendable {
         }
     }
 
-    var isRunning: Bool { process.isRunning }
+    /// Runs `binary` with exactly `arguments`, in the test's environment minus any
+    /// `STATE_SERVER_*` settings, plus `environment`; stdin is empty and stdout and stderr are
+    /// drained, on threads of their own, into the returned collector.
+    package static func launch(
+        _ binary: String, arguments: [String], environment: [String: String]
+    ) throws -> (process: Process, output: OutputCollector) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        env.merge(environment) { _, new in new }
+        process.environment = env
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        let output = OutputCollector()
+        try process.run()
+        OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
+        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+        return (process, output)
+    }
+
+    package var isRunning: Bool { process.isRunning }
 
     /// Sends `signal` and waits up to `timeout` for the exit; then SIGKILLs. Idempotent: a second
     /// call returns the first result.
     @discardableResult
-    func stop(signal: Int32 = SIGTERM, timeout: Duration = .seconds(5)) async -> ServerExit {
+    package func stop(signal: Int32 = SIGTERM, timeout: Duration = .seconds(5)) async -> ServerExit {
         if let result = exitResult.withLock({ $0 }) { return result }
         let start = ContinuousClock.now
         if process.isRunning { kill(pid, signal) }
@@ -232,6 +254,19 @@ final class ServerProcess: @unchecked Sendable {
         return result
     }
 
+    /// Runs `body` against this server, then stops it (SIGTERM, then SIGKILL) whatever happens.
+    /// `body` may stop or crash it itself.
+    package func stopping<T>(after body: (ServerProcess) async throws -> T) async throws -> T {
+        do {
+            let result = try await body(self)
+            await stop()
+            return result
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
     private func waitForExit(until deadline: ContinuousClock.Instant) async -> Bool {
         while process.isRunning {
             if ContinuousClock.now >= deadline { return false }
@@ -242,23 +277,23 @@ final class ServerProcess: @unchecked Sendable {
 }
 
 /// The server a suite shares, set by the `.localServer` trait.
-enum SharedServer {
-    @TaskLocal static var current: ServerProcess?
+package enum SharedServer {
+    @TaskLocal package static var current: ServerProcess?
 
     /// The suite's server (fails the test when the suite has none).
-    static func api(sourceLocation: SourceLocation = #_sourceLocation) throws -> API {
+    package static func api(sourceLocation: SourceLocation = #_sourceLocation) throws -> API {
         try #require(current, "the suite needs the .localServer trait", sourceLocation: sourceLocation).api
     }
 }
 
 /// Starts one server for a whole suite and stops it (SIGTERM, then SIGKILL) after the suite.
-struct LocalServerTrait: SuiteTrait, TestScoping {
-    var arguments: [String]
-    var environment: [String: String]
+package struct LocalServerTrait: SuiteTrait, TestScoping {
+    package var arguments: [String]
+    package var environment: [String: String]
 
-    var isRecursive: Bool { false }
+    package var isRecursive: Bool { false }
 
-    func provideScope(
+    package func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
         let server = try await ServerProcess.start(arguments: arguments, environment: environment)
@@ -277,23 +312,15 @@ struct LocalServerTrait: SuiteTrait, TestScoping {
 
 extension Trait where Self == LocalServerTrait {
     /// One `state-server` for the whole suite, with extra arguments and environment.
-    static func localServer(arguments: [String] = [], environment: [String: String] = [:]) -> Self {
+    package static func localServer(arguments: [String] = [], environment: [String: String] = [:]) -> Self {
         LocalServerTrait(arguments: arguments, environment: environment)
     }
 }
 
 /// Runs `body` against a server of its own and stops it afterwards.
-func withServer<T>(
+package func withServer<T>(
     arguments: [String] = [], environment: [String: String] = [:],
     _ body: (ServerProcess) async throws -> T
 ) async throws -> T {
-    let server = try await ServerProcess.start(arguments: arguments, environment: environment)
-    do {
-        let result = try await body(server)
-        await server.stop()
-        return result
-    } catch {
-        await server.stop()
-        throw error
-    }
+    try await ServerProcess.start(arguments: arguments, environment: environment).stopping(after: body)
 }

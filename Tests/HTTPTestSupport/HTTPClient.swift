@@ -1,30 +1,33 @@
-// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code).
-
 import Dispatch
 import Foundation
 
 /// A request or response header field.
-typealias Header = (name: String, value: String)
+package typealias Header = (name: String, value: String)
 
 /// Status line and headers of a response.
-struct HTTPHead: Sendable {
-    var status: Int
-    var headers: [Header]
+package struct HTTPHead: Sendable {
+    package var status: Int
+    package var headers: [Header]
+
+    package init(status: Int, headers: [Header]) {
+        self.status = status
+        self.headers = headers
+    }
 
     /// The first value of a header (names are case-insensitive).
-    func header(_ name: String) -> String? {
+    package func header(_ name: String) -> String? {
         headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
     }
 
     /// How the body is delimited.
-    enum Framing: Sendable {
+    package enum Framing: Sendable {
         case none
         case length(Int)
         case chunked
         case untilClose
     }
 
-    func framing(requestMethod: String) throws -> Framing {
+    package func framing(requestMethod: String) throws -> Framing {
         if requestMethod == "HEAD" || (100..<200).contains(status) || status == 204 || status == 304 {
             return .none
         }
@@ -42,25 +45,30 @@ struct HTTPHead: Sendable {
 }
 
 /// A complete response.
-struct HTTPResponse: Sendable, CustomStringConvertible {
-    var head: HTTPHead
-    var body: [UInt8]
+package struct HTTPResponse: Sendable, CustomStringConvertible {
+    package var head: HTTPHead
+    package var body: [UInt8]
 
-    var status: Int { head.status }
-    var headers: [Header] { head.headers }
+    package init(head: HTTPHead, body: [UInt8]) {
+        self.head = head
+        self.body = body
+    }
 
-    func header(_ name: String) -> String? { head.header(name) }
+    package var status: Int { head.status }
+    package var headers: [Header] { head.headers }
+
+    package func header(_ name: String) -> String? { head.header(name) }
 
     /// The body parsed as JSON, nil when it is not JSON.
-    var json: JSON? { try? JSON.parse(body) }
+    package var json: JSON? { try? JSON.parse(body) }
 
-    var text: String { String(decoding: body, as: UTF8.self) }
+    package var text: String { String(decoding: body, as: UTF8.self) }
 
     /// The `error.code` of an error body.
-    var errorCode: String? { json?["error"]?["code"]?.string }
-    var errorMessage: String? { json?["error"]?["message"]?.string }
+    package var errorCode: String? { json?["error"]?["code"]?.string }
+    package var errorMessage: String? { json?["error"]?["message"]?.string }
 
-    var description: String {
+    package var description: String {
         let shown = body.count > 600 ? String(decoding: body.prefix(600), as: UTF8.self) + "…" : text
         return "HTTP \(status) \(headers.map { "\($0.name): \($0.value)" }) \(shown)"
     }
@@ -73,8 +81,8 @@ struct HTTPResponse: Sendable, CustomStringConvertible {
 ///
 /// `@unchecked Sendable`: the mutable socket state is only touched from `queue`, one job at a
 /// time; the stored properties are immutable.
-final class HTTPConnection: @unchecked Sendable {
-    let port: Int
+package final class HTTPConnection: @unchecked Sendable {
+    package let port: Int
     private let queue: DispatchQueue
     private let socket: BlockingSocket
 
@@ -84,13 +92,13 @@ final class HTTPConnection: @unchecked Sendable {
         self.queue = DispatchQueue(label: "test-connection-\(port)")
     }
 
-    static func open(port: Int, receiveBufferSize: Int? = nil) async throws -> HTTPConnection {
+    package static func open(port: Int, receiveBufferSize: Int? = nil) async throws -> HTTPConnection {
         let socket = try await onThread { try BlockingSocket(port: port, receiveBufferSize: receiveBufferSize) }
         return HTTPConnection(port: port, socket: socket)
     }
 
     /// Runs blocking work on the connection's queue.
-    func run<T: Sendable>(_ body: @escaping @Sendable (BlockingSocket) throws -> T) async throws -> T {
+    package func run<T: Sendable>(_ body: @escaping @Sendable (BlockingSocket) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 continuation.resume(with: Result { try body(self.socket) })
@@ -98,7 +106,7 @@ final class HTTPConnection: @unchecked Sendable {
         }
     }
 
-    static func serialize(
+    package static func serialize(
         method: String, target: String, port: Int, headers: [Header], body: [UInt8]?
     ) -> [UInt8] {
         var text = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
@@ -109,7 +117,7 @@ final class HTTPConnection: @unchecked Sendable {
     }
 
     /// Sends one request and reads its response. `body` adds a `Content-Length`.
-    func request(
+    package func request(
         _ method: String, _ target: String, headers: [Header] = [], body: [UInt8]? = nil,
         timeout: Duration = .seconds(10)
     ) async throws -> HTTPResponse {
@@ -127,25 +135,25 @@ final class HTTPConnection: @unchecked Sendable {
     }
 
     /// Sends raw bytes as they are.
-    func send(_ bytes: [UInt8], timeout: Duration = .seconds(10)) async throws {
+    package func send(_ bytes: [UInt8], timeout: Duration = .seconds(10)) async throws {
         try await run { socket in try socket.send(bytes, deadline: ContinuousClock.now + timeout) }
     }
 
     /// Reads one response (after `send`).
-    func readResponse(method: String = "GET", timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
+    package func readResponse(method: String = "GET", timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
         try await run { socket in
             try Self.readResponse(socket, method: method, deadline: ContinuousClock.now + timeout)
         }
     }
 
     /// Reads the status line and headers only (for streams).
-    func readHead(timeout: Duration = .seconds(10)) async throws -> HTTPHead {
+    package func readHead(timeout: Duration = .seconds(10)) async throws -> HTTPHead {
         try await run { socket in try Self.readHead(socket, deadline: ContinuousClock.now + timeout) }
     }
 
     /// Reads and discards until the server closes the connection. Returns the bytes read and
     /// whether the end came before the deadline.
-    func readUntilClosed(timeout: Duration = .seconds(5)) async throws -> (bytes: [UInt8], closed: Bool) {
+    package func readUntilClosed(timeout: Duration = .seconds(5)) async throws -> (bytes: [UInt8], closed: Bool) {
         try await run { socket in
             let deadline = ContinuousClock.now + timeout
             do {
@@ -161,7 +169,7 @@ final class HTTPConnection: @unchecked Sendable {
 
     /// Reads until a response head has arrived or the server closes. Returns the bytes read
     /// and whether the server closed; throws `timedOut` when neither happens in time.
-    func readHeadOrClose(timeout: Duration = .seconds(5)) async throws -> (bytes: [UInt8], closed: Bool) {
+    package func readHeadOrClose(timeout: Duration = .seconds(5)) async throws -> (bytes: [UInt8], closed: Bool) {
         try await run { socket in
             let deadline = ContinuousClock.now + timeout
             let end: [UInt8] = [13, 10, 13, 10]
@@ -177,17 +185,17 @@ final class HTTPConnection: @unchecked Sendable {
     }
 
     /// Half-closes our side: the server sees end of input.
-    func shutdownWrite() async throws {
+    package func shutdownWrite() async throws {
         try await run { socket in socket.shutdownWrite() }
     }
 
-    func close() {
+    package func close() {
         queue.async { self.socket.close() }
     }
 
     // MARK: Parsing (on the queue)
 
-    static func readHead(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> HTTPHead {
+    package static func readHead(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> HTTPHead {
         var statusLine = try socket.readLine(deadline: deadline, what: "a status line")
         while statusLine.isEmpty {  // tolerate stray CRLF between messages
             statusLine = try socket.readLine(deadline: deadline, what: "a status line")
@@ -213,7 +221,7 @@ final class HTTPConnection: @unchecked Sendable {
         return HTTPHead(status: status, headers: headers)
     }
 
-    static func readResponse(
+    package static func readResponse(
         _ socket: BlockingSocket, method: String, deadline: ContinuousClock.Instant
     ) throws -> HTTPResponse {
         let head = try readHead(socket, deadline: deadline)
@@ -232,7 +240,7 @@ final class HTTPConnection: @unchecked Sendable {
     }
 
     /// One chunk of a chunked body, nil after the last chunk (and its trailers).
-    static func readChunk(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> [UInt8]? {
+    package static func readChunk(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> [UInt8]? {
         let sizeLine = String(decoding: try socket.readLine(deadline: deadline, what: "a chunk size"), as: UTF8.self)
         let sizeText = sizeLine.split(separator: ";").first.map(String.init) ?? ""
         guard let size = Int(sizeText.trimmingCharacters(in: .whitespaces), radix: 16), size >= 0 else {
@@ -250,7 +258,7 @@ final class HTTPConnection: @unchecked Sendable {
 }
 
 /// Runs blocking work on a thread of its own, off Swift's cooperative pool.
-func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+package func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         let thread = Thread { continuation.resume(with: Result { try body() }) }
         thread.start()

@@ -1,5 +1,3 @@
-// Copied from Tests/StateServerIntegrationTests/Support (test targets cannot share code).
-
 import Foundation
 
 /// A JSON value decoded from a response or built (with literals) for a request body.
@@ -7,7 +5,7 @@ import Foundation
 /// Numbers that fit an `Int` decode as `.int`, others as `.double`, so states compare exactly
 /// with literals such as `["count": 3]`. Not `ExpressibleByNilLiteral` on purpose: JSON `null`
 /// is `.null`, and `nil` always means an absent key.
-enum JSON: Sendable, Hashable {
+package enum JSON: Sendable, Hashable {
     case null
     case bool(Bool)
     case int(Int)
@@ -17,59 +15,59 @@ enum JSON: Sendable, Hashable {
     case object([String: JSON])
 
     /// Parses UTF-8 JSON text (any top-level value).
-    static func parse(_ bytes: [UInt8]) throws -> JSON {
+    package static func parse(_ bytes: [UInt8]) throws -> JSON {
         try JSONDecoder().decode(JSON.self, from: Data(bytes))
     }
 
-    static func parse(_ text: String) throws -> JSON {
+    package static func parse(_ text: String) throws -> JSON {
         try parse(Array(text.utf8))
     }
 
-    subscript(key: String) -> JSON? {
+    package subscript(key: String) -> JSON? {
         if case .object(let fields) = self { return fields[key] }
         return nil
     }
 
-    subscript(index: Int) -> JSON? {
+    package subscript(index: Int) -> JSON? {
         if case .array(let items) = self, items.indices.contains(index) { return items[index] }
         return nil
     }
 
-    var int: Int? {
+    package var int: Int? {
         if case .int(let value) = self { return value }
         return nil
     }
 
-    var string: String? {
+    package var string: String? {
         if case .string(let value) = self { return value }
         return nil
     }
 
-    var bool: Bool? {
+    package var bool: Bool? {
         if case .bool(let value) = self { return value }
         return nil
     }
 
-    var array: [JSON]? {
+    package var array: [JSON]? {
         if case .array(let value) = self { return value }
         return nil
     }
 
-    var object: [String: JSON]? {
+    package var object: [String: JSON]? {
         if case .object(let value) = self { return value }
         return nil
     }
 
-    var isNull: Bool { self == .null }
+    package var isNull: Bool { self == .null }
 
     /// Compact JSON text.
-    var text: String {
+    package var text: String {
         var out = ""
         write(to: &out)
         return out
     }
 
-    var bytes: [UInt8] { Array(text.utf8) }
+    package var bytes: [UInt8] { Array(text.utf8) }
 
     private func write(to out: inout String) {
         switch self {
@@ -119,7 +117,7 @@ enum JSON: Sendable, Hashable {
 }
 
 extension JSON: Decodable {
-    init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
@@ -140,24 +138,24 @@ extension JSON: Decodable {
 }
 
 extension JSON: CustomStringConvertible {
-    var description: String { text }
+    package var description: String { text }
 }
 
 extension JSON: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
     ExpressibleByDictionaryLiteral
 {
-    init(booleanLiteral value: Bool) { self = .bool(value) }
-    init(integerLiteral value: Int) { self = .int(value) }
-    init(floatLiteral value: Double) { self = .double(value) }
-    init(stringLiteral value: String) { self = .string(value) }
-    init(arrayLiteral elements: JSON...) { self = .array(elements) }
-    init(dictionaryLiteral elements: (String, JSON)...) {
+    package init(booleanLiteral value: Bool) { self = .bool(value) }
+    package init(integerLiteral value: Int) { self = .int(value) }
+    package init(floatLiteral value: Double) { self = .double(value) }
+    package init(stringLiteral value: String) { self = .string(value) }
+    package init(arrayLiteral elements: JSON...) { self = .array(elements) }
+    package init(dictionaryLiteral elements: (String, JSON)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
 }
 
 /// The compact UTF-8 text of a JSON value, for request bodies.
-func jsonBytes(_ value: JSON) -> [UInt8] {
+package func jsonBytes(_ value: JSON) -> [UInt8] {
     value.bytes
 }
