@@ -20,9 +20,21 @@ public final class SQLiteStorage: SessionStorage {
 
     /// Opens (creating if needed) the database at `path`. Fails with `.unusable` and a clear
     /// reason when the path is a directory, not writable, or not a SQLite database.
+    /// How much a commit waits for the disk.
+    public enum Durability: String, Sendable {
+        /// `synchronous=FULL`: every commit is fsynced before it returns; an acknowledged change
+        /// survives a crash of the process, the kernel or the power. The default.
+        case full
+        /// `synchronous=NORMAL`: a commit returns once the WAL is written; the WAL is fsynced at
+        /// checkpoints. An acknowledged change survives a crash of the process, but the last
+        /// commits may be lost if the machine itself goes down. Much faster on slow fsyncs.
+        case normal
+    }
+
+    /// - Parameter durability: `.full` (fsync every commit) or `.normal` (see ``Durability``).
     /// - Parameter maxBytes: an upper bound on the file size (`PRAGMA max_page_count`); writes
     ///   past it fail like a full disk. `nil`: no bound but the disk's.
-    public init(path: String, maxBytes: Int? = nil) throws(StorageError) {
+    public init(path: String, maxBytes: Int? = nil, durability: Durability = .full) throws(StorageError) {
         name = "sqlite:\(path)"
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
@@ -40,6 +52,9 @@ public final class SQLiteStorage: SessionStorage {
         do {
             connection = try SQLiteConnection(path: path, readOnly: false)
             try connection.exec(Self.schema)
+            if durability == .normal {
+                try connection.exec("PRAGMA synchronous = NORMAL;")
+            }
             if let maxBytes {
                 try connection.exec("PRAGMA max_page_count = \(max(16, maxBytes / 4096));")
             }

@@ -15,6 +15,7 @@ import SystemPackage
 /// | `storage` | `memory` or `sqlite:PATH` | `memory` |
 /// | `persistence.snapshotEvery` | changes per store between snapshots | `100` |
 /// | `persistence.maxBytes` | bytes the database may grow to, 0 = no limit | `0` |
+/// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
 /// | `sessions.idleTimeout` | seconds before an unused durable session leaves memory | `300` |
 /// | `sessions.ttl` | seconds of inactivity before a session is deleted | `2592000` |
 /// | `sessions.sweepInterval` | seconds between eviction and TTL sweeps | `30` |
@@ -39,6 +40,7 @@ struct ServerConfiguration: Equatable {
     var storage = "memory"
     var snapshotEvery = 100
     var storageMaxBytes = 0
+    var sync = "full"
     var idleTimeout = 300.0
     var ttl = 2_592_000.0
     var sweepInterval = 30.0
@@ -63,7 +65,7 @@ struct ServerConfiguration: Equatable {
     var json: String {
         let values: [String: Any] = [
             "host": host, "port": port, "storage": storage, "persistence.snapshotEvery": snapshotEvery,
-            "persistence.maxBytes": storageMaxBytes, "sessions.idleTimeout": idleTimeout, "sessions.ttl": ttl,
+            "persistence.maxBytes": storageMaxBytes, "persistence.sync": sync, "sessions.idleTimeout": idleTimeout, "sessions.ttl": ttl,
             "sessions.sweepInterval": sweepInterval, "bodyLimit": bodyLimit, "heartbeat": heartbeat,
             "replayBuffer": replayBuffer, "streams.perSession": streamsPerSession,
             "streams.total": streamsTotal, "streams.bufferLimit": streamBufferLimit,
@@ -90,6 +92,7 @@ struct ServerConfiguration: Equatable {
         ("sessions.sweepInterval", "seconds between sweeps"),
         ("persistence.snapshotEvery", "changes per snapshot"),
         ("persistence.maxBytes", "db size cap, 0 = none"),
+        ("persistence.sync", "full (fsync) or normal"),
         ("idempotency.keys", "keys kept per session"),
         ("login.checkDelay", "login check seconds"),
         ("log.level", "trace ... critical"), ("log.format", "text or json"),
@@ -142,6 +145,10 @@ struct ServerConfiguration: Equatable {
         }
         c.snapshotEvery = try int(reader, "persistence.snapshotEvery", c.snapshotEvery, 1...1_000_000)
         c.storageMaxBytes = try int(reader, "persistence.maxBytes", c.storageMaxBytes, 0...Int.max)
+        c.sync = try string(reader, "persistence.sync", c.sync)
+        guard ["full", "normal"].contains(c.sync) else {
+            throw Invalid(description: "persistence.sync must be full or normal; got '\(c.sync)'")
+        }
         c.idleTimeout = try double(reader, "sessions.idleTimeout", c.idleTimeout, 0.1...31_536_000)
         c.ttl = try double(reader, "sessions.ttl", c.ttl, 1...3_153_600_000)
         c.sweepInterval = try double(reader, "sessions.sweepInterval", c.sweepInterval, 0.05...86_400)

@@ -125,7 +125,8 @@ struct Server {
             do {
                 storage = try SQLiteStorage(
                     path: String(settings.storage.dropFirst("sqlite:".count)),
-                    maxBytes: settings.storageMaxBytes > 0 ? settings.storageMaxBytes : nil)
+                    maxBytes: settings.storageMaxBytes > 0 ? settings.storageMaxBytes : nil,
+                    durability: settings.sync == "normal" ? .normal : .full)
             } catch {
                 logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage)", "error": "\(error)"])
                 StderrLogWriter.shared.flush()
