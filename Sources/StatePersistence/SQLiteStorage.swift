@@ -76,6 +76,9 @@ public final class SQLiteStorage: SessionStorage {
         PRAGMA page_size = 4096;
         PRAGMA journal_mode = WAL;
         PRAGMA synchronous = FULL;
+        PRAGMA cache_size = -65536;
+        PRAGMA mmap_size = 268435456;
+        PRAGMA temp_store = MEMORY;
         CREATE TABLE IF NOT EXISTS sessions (
             id TEXT PRIMARY KEY,
             token_hash BLOB NOT NULL,
@@ -292,27 +295,35 @@ extension SQLiteStorage {
             }
             var results: [Result<Void, StorageError>] = []
             do {
-                try connection.exec("BEGIN IMMEDIATE")
+                try connection.run("BEGIN IMMEDIATE", [])
             } catch {
                 for job in jobs { job.done(.failure(error)) }
                 return
             }
             for job in jobs {
                 do {
-                    try connection.exec("SAVEPOINT batch")
+                    // A lone batch needs no savepoint: the transaction is its boundary.
+                    if jobs.count > 1 { try connection.run("SAVEPOINT batch", []) }
                     for write in job.batch { try apply(write) }
-                    try connection.exec("RELEASE batch")
+                    if jobs.count > 1 { try connection.run("RELEASE batch", []) }
                     results.append(.success(()))
                 } catch {
-                    try? connection.exec("ROLLBACK TO batch")
-                    try? connection.exec("RELEASE batch")
+                    if jobs.count > 1 {
+                        try? connection.run("ROLLBACK TO batch", [])
+                        try? connection.run("RELEASE batch", [])
+                    }
                     results.append(.failure(error))
                 }
             }
+            if jobs.count == 1, case .failure = results[0] {
+                try? connection.run("ROLLBACK", [])
+                jobs[0].done(results[0])
+                return
+            }
             do {
-                try connection.exec("COMMIT")
+                try connection.run("COMMIT", [])
             } catch {
-                try? connection.exec("ROLLBACK")
+                try? connection.run("ROLLBACK", [])
                 for job in jobs { job.done(.failure(error)) }
                 return
             }
