@@ -148,6 +148,11 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(
+            name: "MicroHTTPTests",
+            dependencies: ["MicroHTTP"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting"],
             swiftSettings: strictSettings

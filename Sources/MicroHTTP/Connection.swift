@@ -193,7 +193,7 @@ extension HTTPServer {
             stream.attach(connection)
             context.stream.withLock { $0 = stream }
             mhdResponse = MHD_create_response_from_callback(
-                ss_size_unknown, 8 * 1024, streamReader,
+                ss_size_unknown, HTTPServer.streamBlockSize, streamReader,
                 Unmanaged.passRetained(stream).toOpaque(), streamFree)
         }
         guard let mhdResponse else { return MHD_Result.NO }

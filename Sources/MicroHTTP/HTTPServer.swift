@@ -24,13 +24,17 @@ public final class HTTPServer: Sendable {
         public var connectionLimit = 20_000
         /// Seconds of inactivity before a (non-streaming) connection is closed.
         public var connectionTimeout = 60
-        public var connectionMemoryLimit = 16 * 1024
+        public var connectionMemoryLimit = 8 * 1024
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
 
         public init() {}
     }
+
+    /// Bytes libmicrohttpd buffers per event stream (it allocates this per response). Larger
+    /// events are sent in several chunks; idle streams cost this much less memory each.
+    static let streamBlockSize = 2048
 
     public struct StartError: Error, CustomStringConvertible {
         public let description: String

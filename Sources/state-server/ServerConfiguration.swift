@@ -34,7 +34,7 @@ import SystemPackage
 /// | `http.threads` | event threads, 0 = one per core | `0` |
 /// | `http.connectionLimit` | connections | `20000` |
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
-/// | `http.connectionMemoryLimit` | bytes per connection | `16384` |
+/// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
 struct ServerConfiguration: Equatable {
     var host = "127.0.0.1"
     var storage = "memory"
@@ -59,7 +59,7 @@ struct ServerConfiguration: Equatable {
     var httpThreads = 0
     var connectionLimit = 20_000
     var connectionTimeout = 60
-    var connectionMemoryLimit = 16_384
+    var connectionMemoryLimit = 8192
 
     /// The settings as a JSON object keyed like the config file (`streams.bufferLimit`).
     var json: String {

@@ -48,9 +48,8 @@ struct StreamLimitTests {
             let session = try await server.api.createSession()
             let (stream, _) = try await session.subscribe()
             defer { stream.close() }
-            // Consecutive pings on an idle stream: one every interval (a ping is not activity
-            // that postpones the next one). Generous bound: 4 pings within 8 s.
-            let started = ContinuousClock.now
+            // Consecutive pings on an idle stream (that a ping does not postpone the next one is
+            // checked without a clock in MicroHTTPTests).
             for index in 1...4 {
                 let item = try await stream.next(timeout: .seconds(5))
                 guard case .comment(let text) = item else {
@@ -59,7 +58,6 @@ struct StreamLimitTests {
                 }
                 #expect(text == "ping")
             }
-            #expect(ContinuousClock.now - started < .seconds(8), "4 pings took \(ContinuousClock.now - started) at --heartbeat 1")
             try await session.dispatchOK("counter", ["type": "increment"])
             let event = try await stream.nextEvent()
             #expect(event.json?["version"] == 1, "events still flow between pings: \(event)")
@@ -205,7 +203,8 @@ struct StreamLimitTests {
             // Closing a stream frees its slot (the server notices at the latest at the next ping).
             a1.close()
             var reopened: EventStream?
-            let freed = try await eventually(timeout: .seconds(8), every: .milliseconds(200)) {
+            // Generous: the machine may be loaded; this guards against never, not against slow.
+            let freed = try await eventually(timeout: .seconds(30), every: .milliseconds(200)) {
                 let attempt = try await b.events()
                 if attempt.status == 200 {
                     reopened = attempt
@@ -220,7 +219,7 @@ struct StreamLimitTests {
             // Deleting a session ends its streams and frees their slots.
             #expect(try await a.delete().status == 204)
             #expect(try await a2.waitForEnd(timeout: .seconds(5)))
-            let freedByDelete = try await eventually(timeout: .seconds(8), every: .milliseconds(200)) {
+            let freedByDelete = try await eventually(timeout: .seconds(30), every: .milliseconds(200)) {
                 let attempt = try await c.events()
                 defer { attempt.close() }
                 return attempt.status == 200
