@@ -1,0 +1,436 @@
+#!/usr/bin/env bash
+# StateServer benchmark suite — `make bench` builds the release binary, then runs this.
+#
+#   bash bench/run.sh            (builds .build/release/state-server first if it is missing)
+#
+# Everything runs on 127.0.0.1 only, every step is bounded in time, and every process this
+# script starts is stopped on exit, failure or Ctrl-C. Raw outputs stay in a temp dir
+# (printed at the end); bench/report.py prints the table and writes docs/PERFORMANCE.md.
+#
+# Knobs (environment): BENCH_DURATION (wrk seconds, default 8), BENCH_ROUNDS (wrk runs of each
+# main scenario, interleaved with nginx, default 2), BENCH_RATE_DURATION (seconds of each
+# constant-rate run after 1 s of warm-up, default 5), BENCH_RATE (constant-rate
+# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 570),
+# BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it).
+
+set -uo pipefail
+exec 3>&1 4>&2  # the terminal, for messages from traps (which may run inside a redirected step)
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+T_START=$(date +%s)
+
+DURATION=${BENCH_DURATION:-8}
+ROUNDS=${BENCH_ROUNDS:-2}
+RATE=${BENCH_RATE:-1000}
+RATE_DURATION=${BENCH_RATE_DURATION:-5}
+BUDGET=${BENCH_BUDGET:-570}
+DOC=${BENCH_DOC-docs/PERFORMANCE.md}
+WRK_ARGS=(-t2 -c64 "-d${DURATION}s" --latency)
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+
+log() { printf '\n== %s  [%ss]\n' "$*" "$(( $(date +%s) - T_START ))"; }
+warn() { printf 'bench: WARNING: %s\n' "$*" >&2; echo "$*" >> "${TMP:-/tmp}/warnings.txt"; }
+
+# ---------------------------------------------------------------------------------------------
+# Tools: wrk and nginx from Debian, the Python peer's packages from PyPI.
+log "checking tools"
+apt_missing=()
+command -v wrk >/dev/null || apt_missing+=(wrk)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_missing+=(nginx-light)
+command -v python3 >/dev/null || apt_missing+=(python3 python3-venv python3-pip)
+command -v curl >/dev/null || apt_missing+=(curl)
+if [ ${#apt_missing[@]} -gt 0 ]; then
+    echo "installing: ${apt_missing[*]}"
+    $SUDO apt-get update -qq
+    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_missing[@]}"; then
+        # nginx-light is not in every release; plain nginx is.
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+            "${apt_missing[@]/nginx-light/nginx}" || { echo "bench: cannot install ${apt_missing[*]}" >&2; exit 1; }
+    fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+PY=python3
+PEER_MODULES="import fastapi, uvicorn, sse_starlette, uvloop, httptools"
+if ! $PY -c "$PEER_MODULES" 2>/dev/null; then
+    echo "installing the Python peer's packages (fastapi, uvicorn[standard], sse-starlette)"
+    if ! $PY -m pip install -q fastapi 'uvicorn[standard]' sse-starlette 2>/dev/null; then
+        # Debian's own python3 refuses pip installs (PEP 668): use a venv kept in the cache.
+        VENV=${XDG_CACHE_HOME:-$HOME/.cache}/state-server-bench/venv
+        if [ ! -x "$VENV/bin/python" ]; then
+            $PY -m venv "$VENV" 2>/dev/null || {
+                $SUDO apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
+                $PY -m venv "$VENV"
+            }
+        fi
+        "$VENV/bin/python" -m pip install -q fastapi 'uvicorn[standard]' sse-starlette || exit 1
+        PY=$VENV/bin/python
+    fi
+fi
+$PY -c "$PEER_MODULES" || { echo "bench: the peer's Python packages are missing" >&2; exit 1; }
+
+if [ ! -x .build/release/state-server ]; then
+    log "building the release binary"
+    swift build -c release --product state-server --static-swift-stdlib || exit 1
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Temp dir, process bookkeeping, cleanup, watchdog.
+TMP=$(mktemp -d /tmp/sbench.XXXXXX)
+RAW=$TMP/raw
+RES=$TMP/results.jsonl
+mkdir -p "$RAW" "$TMP/bin"
+: > "$RES"
+: > "$TMP/commands.txt"
+PIDS=()
+WATCHDOG=""
+CHILD=""
+
+stop_pid() {  # stop_pid PID [seconds]: TERM, wait, then KILL
+    local pid=$1 wait_s=${2:-10} i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < wait_s * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$CHILD" ] && stop_pid "$CHILD" 5
+    for pid in "${PIDS[@]}"; do stop_pid "$pid" 5; done
+    [ -n "$WATCHDOG" ] && kill "$WATCHDOG" 2>/dev/null
+    wait 2>/dev/null
+    echo "bench: raw outputs in $TMP" >&3
+    exit $rc
+}
+trap cleanup EXIT
+trap 'echo "bench: interrupted, stopping everything it started" >&4; exit 130' INT TERM
+
+# The watchdog ends a run that overruns its budget (every step also has its own timeout).
+(
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$BUDGET" & sp=$!
+    wait "$sp" && { echo "bench: time budget of ${BUDGET}s used up, stopping" >&4; kill -TERM $$; }
+) &
+WATCHDOG=$!
+
+# Event streams and 100,000-session clients need many descriptors (the server raises its own
+# soft limit to the hard one too).
+NOFILE=$(ulimit -Hn)
+[ "$NOFILE" = unlimited ] && NOFILE=1048576
+ulimit -n "$NOFILE" 2>/dev/null || true
+NOFILE=$(ulimit -n)
+CONN_LIMIT=$(( NOFILE - 1000 < 19000 ? NOFILE - 1000 : 19000 ))
+IDLE_STREAMS=$(( CONN_LIMIT - 500 < 10000 ? CONN_LIMIT - 500 : 10000 ))
+BIG_FANOUT=$IDLE_STREAMS
+echo "open files: $NOFILE, server connection limit: $CONN_LIMIT, idle streams: $IDLE_STREAMS"
+
+# Runs a step in the background and waits for it: a trapped signal (Ctrl-C, the watchdog)
+# interrupts `wait` at once, while a foreground child would delay the trap until it ended.
+bg() {
+    "$@" &
+    CHILD=$!
+    wait "$CHILD"
+    local rc=$?
+    CHILD=""
+    return $rc
+}
+
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A command line as docs/PERFORMANCE.md shows it: temp paths as $TMP, ports and pids by name.
+NGINX_PORT=""; PEER_PORT=""; PEER_PID=""
+shown() {
+    local sub="s#$TMP#\$TMP#g; s#$ROOT/##g; s#timeout [0-9]* ##; s# --results [^ ]*##; s#$PY #python3 #"
+    [ -n "${SERVER_PORT:-}" ] && sub="$sub; s#:$SERVER_PORT\b#:\$SERVER_PORT#g"
+    [ -n "${SERVER_PID:-}" ] && sub="$sub; s#--pid $SERVER_PID\b#--pid \$SERVER_PID#g"
+    [ -n "$NGINX_PORT" ] && sub="$sub; s#:$NGINX_PORT\b#:\$NGINX_PORT#g"
+    [ -n "$PEER_PORT" ] && sub="$sub; s#:$PEER_PORT\b#:\$PEER_PORT#g; s#--port $PEER_PORT\b#--port \$PEER_PORT#g"
+    [ -n "$PEER_PID" ] && sub="$sub; s#--pid $PEER_PID\b#--pid \$PEER_PID#g"
+    echo "$*" | sed "$sub"
+}
+
+# Records a command for docs/PERFORMANCE.md and runs it.
+run() {
+    shown "$*" >> "$TMP/commands.txt"
+    bg "$@"
+}
+
+# The server runs as a copy named ssbench: on a shared machine, other work that stops
+# "state-server" processes by name must not hit the bench's server mid-run.
+cp -p .build/release/state-server "$TMP/bin/ssbench"
+SERVER_BIN=$TMP/bin/ssbench
+SERVER_ENV=(
+    STATE_SERVER_LOG_LEVEL=warning
+    STATE_SERVER_STREAMS_TOTAL=$CONN_LIMIT
+    STATE_SERVER_STREAMS_PER_SESSION=$CONN_LIMIT
+    STATE_SERVER_HTTP_CONNECTION_LIMIT=$CONN_LIMIT
+    STATE_SERVER_SESSIONS_MAX=200000
+)
+SERVER_PID=""
+SERVER_PORT=""
+SERVER_NAME=""
+
+start_server() {  # start_server NAME [extra flags...]
+    SERVER_NAME=$1; shift
+    local out=$RAW/server-$SERVER_NAME.out err=$RAW/server-$SERVER_NAME.err i
+    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 $*   # -> \$SERVER_PORT, \$SERVER_PID" \
+        >> "$TMP/commands.txt"
+    env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 "$@" > "$out" 2> "$err" &
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    SERVER_PORT=""
+    for ((i = 0; i < 100; i++)); do
+        SERVER_PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$out" 2>/dev/null | head -1)
+        [ -n "$SERVER_PORT" ] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$SERVER_PORT" ]; then
+        warn "server '$SERVER_NAME' did not start: $(tail -3 "$err")"
+        return 1
+    fi
+    echo "server '$SERVER_NAME' pid $SERVER_PID on port $SERVER_PORT"
+}
+
+# Stops the current server; records whether it was still alive (a crash shows up here).
+stop_server() {
+    local status alive=1
+    kill -0 "$SERVER_PID" 2>/dev/null || alive=0
+    if [ $alive = 1 ]; then
+        curl -s -m 5 "http://127.0.0.1:$SERVER_PORT/metrics" > "$RAW/metrics-$SERVER_NAME.txt" || true
+        stop_pid "$SERVER_PID" 10
+    fi
+    wait "$SERVER_PID" 2>/dev/null
+    status=$?
+    if [ $alive = 0 ]; then
+        warn "server '$SERVER_NAME' exited on its own during the phase (exit status $status; 0 means a SIGTERM/SIGINT from outside, >128 a signal such as 139 = SIGSEGV, 134 = abort). stderr tail: $(tail -5 "$RAW/server-$SERVER_NAME.err" | tr '\n' ' ')"
+    fi
+    $PY bench/tools/event.py "$RES" "$SERVER_NAME" "$alive" "$status" \
+        "$RAW/server-$SERVER_NAME.err" > /dev/null 2>&1 || true
+}
+
+# wrk_run SCENARIO TARGET URL [-- script args...]
+# Uses PHASE and ROUND (the record's name is PHASE-SCENARIO-rROUND), WRK_SCRIPT, WRK_SESSIONS, WRK_PID.
+# Each phase runs its scenarios in ROUNDS interleaved with nginx, and report.py compares every
+# scenario with the nginx runs of its own phase: on a shared machine the capacity drifts within
+# minutes, and interleaving spreads that drift over both sides of each ratio.
+PHASE=""
+ROUND=1
+wrk_run() {
+    local scenario=$1 target=$2 url=$3; shift 3
+    local name=$PHASE-$scenario-r$ROUND
+    local out=$RAW/wrk-$name.txt
+    local cmd=(wrk "${WRK_ARGS[@]}" -s "${WRK_SCRIPT:-bench/wrk/report.lua}" "$url" "$@")
+    echo "\$ ${cmd[*]}" > "$out"
+    shown "${cmd[*]}" >> "$TMP/commands.txt"
+    bg timeout $((DURATION + 30)) "${cmd[@]}" >> "$out" 2>&1 || echo "wrk exited with status $?" >> "$out"
+    $PY bench/tools/wrkrecord.py --name "$name" --scenario "$scenario" --phase "$PHASE" --round "$ROUND" \
+        --target "$target" --raw "$out" --results "$RES" ${WRK_PID:+--pid "$WRK_PID"} ${WRK_SESSIONS:+--sessions "$WRK_SESSIONS"} \
+        | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-22s %10s req/s  p99 %8s us  non2xx %s  errors %s" % (r["name"], r.get("rps"), r.get("p99_us"), r.get("non2xx"), sum(r.get(k,0) for k in ("connect_errors","read_errors","write_errors","timeouts"))))'
+}
+
+mksessions() {  # mksessions URL COUNT FILE NAME [--pid PID]
+    local url=$1 count=$2 file=$3 name=$4; shift 4
+    run timeout 200 $PY bench/tools/mksessions.py --url "$url" --count "$count" --out "$file" \
+        --dispatch --name "$name" --results "$RES" --timeout 180 "$@" > "$RAW/mksessions-$name.txt" 2>&1 \
+        || { warn "creating $count sessions ($name) failed: $(tail -c 400 "$RAW/mksessions-$name.txt")"; return 1; }
+    tail -1 "$RAW/mksessions-$name.txt" | cut -c1-200
+}
+
+rate_run() {  # rate_run NAME TARGET URL args...
+    local name=$1 target=$2 url=$3; shift 3
+    run timeout 60 $PY bench/tools/rate.py --url "$url" --rate "$RATE" --duration "$RATE_DURATION" \
+        --name "$name" --results "$RES" "$@" > "$RAW/rate-$name.txt" 2>&1 \
+        || warn "constant-rate run $name reported errors: $(tail -c 300 "$RAW/rate-$name.txt")"
+    $PY - "$target" "$RES" "$name" <<'EOF'
+import json, sys
+target, res, name = sys.argv[1:]
+lines = [json.loads(l) for l in open(res)]
+rec = [r for r in lines if r.get("name") == name and r["kind"] == "rate"][-1]
+rec["target"] = target
+open(res, "w").write("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+print("   %-22s at %s/s  p50 %s us  p99 %s us  (service p99 %s us, generator lag p99 %s us)" % (
+    name, rec["target_rps"], rec["p50_us"], rec["p99_us"], rec["service_p99_us"], rec["send_lag_p99_us"]))
+EOF
+}
+
+sse_run() {  # sse_run NAME URL SESSIONS_FILE args...
+    local name=$1 url=$2 file=$3; shift 3
+    run timeout 200 $PY bench/tools/sse.py --url "$url" --sessions "$file" --name "$name" \
+        --results "$RES" --timeout 150 "$@" > "$RAW/sse-$name.txt" 2>&1 \
+        || warn "SSE run $name reported errors: $(tail -c 400 "$RAW/sse-$name.txt")"
+    tail -1 "$RAW/sse-$name.txt" | $PY -c 'import json,sys
+try:
+    r = json.loads(sys.stdin.read())
+except ValueError:
+    sys.exit(0)
+keys = ("streams_ready", "p50_ms", "p99_ms", "max_ms", "client_cpu_ms_per_round", "server_cpu_ms_per_round", "rss_after_kib", "bytes_per_stream", "idle_cpu_percent", "error_count")
+print("   %-22s " % r["name"] + "  ".join("%s=%s" % (k, r[k]) for k in keys if k in r))'
+}
+
+# ---------------------------------------------------------------------------------------------
+log "machine"
+{
+    echo "start: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(git status --porcelain -- Sources Package.swift Package.resolved 2>/dev/null | wc -l) uncommitted file(s) under Sources/ and Package.*"
+    echo "binary: .build/release/state-server built $(date -u -d "@$(stat -c %Y "$SERVER_BIN")" '+%Y-%m-%d %H:%M:%S UTC'), sha256 $(sha256sum "$SERVER_BIN" | cut -c1-12)"
+} > "$TMP/run-info.txt"
+cat "$TMP/run-info.txt"
+
+# ---------------------------------------------------------------------------------------------
+log "nginx baseline (static JSON, 2 workers)"
+NGINX_PORT=$(free_port)
+mkdir -p "$TMP/nginx"
+sed -e "s#@DIR@#$TMP/nginx#g" -e "s#@PORT@#$NGINX_PORT#g" bench/nginx/nginx.conf.in > "$TMP/nginx/nginx.conf"
+echo "nginx -c \$TMP/nginx/nginx.conf -p \$TMP/nginx   # from bench/nginx/nginx.conf.in" >> "$TMP/commands.txt"
+"$NGINX" -c "$TMP/nginx/nginx.conf" -p "$TMP/nginx" -e "$TMP/nginx/nginx-error.log" 2> "$RAW/nginx.err" &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+for ((i = 0; i < 50; i++)); do
+    curl -sf -m 2 "http://127.0.0.1:$NGINX_PORT/state.json" >/dev/null && break
+    sleep 0.1
+done
+curl -sf -m 2 "http://127.0.0.1:$NGINX_PORT/state.json" >/dev/null || { echo "bench: nginx did not start: $(cat "$RAW/nginx.err")" >&2; exit 1; }
+NGINX_URL=http://127.0.0.1:$NGINX_PORT/state.json
+
+# ---------------------------------------------------------------------------------------------
+log "HTTP throughput: nginx, /healthz, GET state, dispatch (wrk ${WRK_ARGS[*]})"
+start_server http || exit 1
+URL=http://127.0.0.1:$SERVER_PORT
+S1K=$TMP/sessions-1000.txt
+mksessions "$URL" 1000 "$S1K" http-1000 --pid "$SERVER_PID"
+head -1 "$S1K" > "$TMP/sessions-hot.txt"
+PHASE=http
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    wrk_run nginx nginx "$NGINX_URL"
+    WRK_PID=$SERVER_PID
+    wrk_run healthz server "$URL/healthz"
+    WRK_SCRIPT=bench/wrk/sessions.lua
+    wrk_run state-1000 server "$URL" -- state "$S1K"
+    wrk_run dispatch-1000 server "$URL" -- dispatch "$S1K"
+    wrk_run dispatch-hot server "$URL" -- dispatch "$TMP/sessions-hot.txt"
+    WRK_SCRIPT=""
+    WRK_PID=""
+done
+ROUND=1
+
+log "latency at a constant ${RATE} requests/s (bench/tools/rate.py, 16 connections)"
+rate_run rate-nginx nginx "$NGINX_URL" --mode path --path /state.json
+rate_run rate-state server "$URL" --mode state --sessions "$S1K"
+rate_run rate-dispatch server "$URL" --mode dispatch --sessions "$S1K"
+stop_server
+
+# ---------------------------------------------------------------------------------------------
+log "SSE fan-out (one fresh server; each test on its own sessions)"
+start_server sse || exit 1
+URL=http://127.0.0.1:$SERVER_PORT
+SSE_S=$TMP/sessions-sse.txt
+mksessions "$URL" 1000 "$SSE_S" sse-1000
+# Session k of the file for test k, so streams left from one test (closed by the client, noticed
+# by the server at the next write or heartbeat) are on sessions the next test does not touch.
+pick() { sed -n "$1p" "$SSE_S" > "$TMP/sse-$2.txt"; echo "$TMP/sse-$2.txt"; }
+sse_run fanout-1x1000 "$URL" "$(pick 1 a)" --n-sessions 1 --subs 1000 --rounds 50 --pid "$SERVER_PID" --rss
+sse_run fanout-100x10 "$URL" "$(pick 2,101 b)" --n-sessions 100 --subs 10 --rounds 50 --pid "$SERVER_PID"
+sse_run fanout-1x10 "$URL" "$(pick 102 c)" --n-sessions 1 --subs 10 --rounds 50 --pid "$SERVER_PID"
+sse_run fanout-1x100 "$URL" "$(pick 103 d)" --n-sessions 1 --subs 100 --rounds 50 --pid "$SERVER_PID"
+stop_server
+# The largest fan-out on its own server: the earlier tests' closed streams would still hold
+# descriptors (the server notices a closed stream at its next write or heartbeat).
+start_server sse-big || exit 1
+URL=http://127.0.0.1:$SERVER_PORT
+mksessions "$URL" 1 "$TMP/sessions-big.txt" sse-big
+sse_run "fanout-1x$BIG_FANOUT" "$URL" "$TMP/sessions-big.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
+    --rounds 20 --pid "$SERVER_PID" --rss
+stop_server
+
+# ---------------------------------------------------------------------------------------------
+log "$IDLE_STREAMS idle event streams (1,000 sessions x $((IDLE_STREAMS / 1000)))"
+start_server idle || exit 1
+URL=http://127.0.0.1:$SERVER_PORT
+mksessions "$URL" 1000 "$TMP/sessions-idle.txt" idle-1000
+sse_run "idle-$IDLE_STREAMS" "$URL" "$TMP/sessions-idle.txt" --n-sessions 1000 \
+    --subs $((IDLE_STREAMS / 1000)) --hold 5 --pid "$SERVER_PID" --rss
+stop_server
+
+# ---------------------------------------------------------------------------------------------
+log "cost as work grows: sessions 100 -> 100,000 (a fresh server each; RSS, then wrk dispatch)"
+PHASE=scale
+wrk_run nginx nginx "$NGINX_URL"
+for N in 100 1000 10000 100000; do
+    start_server "scale-$N" || continue
+    URL=http://127.0.0.1:$SERVER_PORT
+    curl -s -m 2 "$URL/healthz" >/dev/null
+    mksessions "$URL" "$N" "$TMP/sessions-scale-$N.txt" "sessions-$N" --pid "$SERVER_PID" --conns 32 --depth 8
+    WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$SERVER_PID WRK_SESSIONS=$N \
+        wrk_run "scale-dispatch-$N" server "$URL" -- dispatch "$TMP/sessions-scale-$N.txt"
+    stop_server
+done
+
+# ---------------------------------------------------------------------------------------------
+log "durable dispatch (--storage sqlite:\$TMP/bench.db)"
+start_server durable --storage "sqlite:$TMP/bench.db" || true
+if [ -n "$SERVER_PORT" ]; then
+    URL=http://127.0.0.1:$SERVER_PORT
+    mksessions "$URL" 1000 "$TMP/sessions-durable.txt" durable-1000
+    PHASE=durable
+    for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+        wrk_run nginx nginx "$NGINX_URL"
+        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$SERVER_PID \
+            wrk_run durable-dispatch-1000 durable "$URL" -- dispatch "$TMP/sessions-durable.txt"
+    done
+    ROUND=1
+    rate_run rate-durable-dispatch durable "$URL" --mode dispatch --sessions "$TMP/sessions-durable.txt"
+    stop_server
+    ls -l "$TMP"/bench.db* > "$RAW/durable-files.txt" 2>&1
+fi
+
+# ---------------------------------------------------------------------------------------------
+log "the Python peer (FastAPI + uvicorn[standard], 1 worker, bench/peer/app.py)"
+PEER_PORT=$(free_port)
+PEER_CMD=($PY -m uvicorn app:app --app-dir bench/peer --host 127.0.0.1 --port "$PEER_PORT"
+          --workers 1 --no-access-log --log-level warning)
+shown "${PEER_CMD[*]}   # -> \$PEER_PID" >> "$TMP/commands.txt"
+"${PEER_CMD[@]}" > "$RAW/peer.out" 2> "$RAW/peer.err" &
+PEER_PID=$!
+PIDS+=("$PEER_PID")
+for ((i = 0; i < 100; i++)); do
+    curl -sf -m 2 "http://127.0.0.1:$PEER_PORT/healthz" >/dev/null && break
+    sleep 0.1
+done
+if curl -sf -m 2 "http://127.0.0.1:$PEER_PORT/healthz" >/dev/null; then
+    PURL=http://127.0.0.1:$PEER_PORT
+    mksessions "$PURL" 1000 "$TMP/sessions-peer.txt" peer-1000
+    PHASE=peer
+    for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+        wrk_run nginx nginx "$NGINX_URL"
+        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$PEER_PID \
+            wrk_run peer-dispatch-1000 peer "$PURL" -- dispatch "$TMP/sessions-peer.txt"
+        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$PEER_PID \
+            wrk_run peer-state-1000 peer "$PURL" -- state "$TMP/sessions-peer.txt"
+    done
+    ROUND=1
+    rate_run rate-peer-dispatch peer "$PURL" --mode dispatch --sessions "$TMP/sessions-peer.txt"
+    sed -n 1p "$TMP/sessions-peer.txt" > "$TMP/peer-a.txt"
+    sed -n 2,101p "$TMP/sessions-peer.txt" > "$TMP/peer-b.txt"
+    sse_run peer-fanout-1x1000 "$PURL" "$TMP/peer-a.txt" --n-sessions 1 --subs 1000 --rounds 20 --pid "$PEER_PID" --rss
+    sse_run peer-fanout-100x10 "$PURL" "$TMP/peer-b.txt" --n-sessions 100 --subs 10 --rounds 20 --pid "$PEER_PID"
+    kill -0 "$PEER_PID" 2>/dev/null || warn "the peer exited during its runs: $(tail -5 "$RAW/peer.err")"
+else
+    warn "the peer did not start: $(tail -5 "$RAW/peer.err")"
+fi
+stop_pid "$PEER_PID" 10
+
+# ---------------------------------------------------------------------------------------------
+log "report"
+stop_pid "$NGINX_PID" 5
+echo "end: $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >> "$TMP/run-info.txt"
+echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$TMP/run-info.txt"
+echo "seconds: $(( $(date +%s) - T_START ))" >> "$TMP/run-info.txt"
+$PY bench/report.py --dir "$TMP" ${DOC:+--doc "$DOC"} --nginx "$NGINX" --python "$PY"
