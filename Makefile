@@ -2,6 +2,7 @@
 #
 #   make run    install missing system packages, build release, serve on 127.0.0.1:8080
 #   make test   install missing system packages, build, run the whole test suite
+#   make bench  benchmarks (nginx baseline, wrk, SSE fan-out, memory); writes docs/PERFORMANCE.md
 #
 # System packages are installed with apt-get (as root, or through sudo).
 
@@ -11,7 +12,7 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test browser-test clean
+.PHONY: all deps build release run test browser-test bench clean
 
 all: build
 
@@ -42,6 +43,10 @@ test: deps
 	bash scripts/schemathesis.sh
 	@echo "== the web page in a real browser (headless Chromium) =="
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
+
+# Benchmarks against nginx and a Python peer, in one run; writes docs/PERFORMANCE.md.
+bench: release
+	bash bench/run.sh
 
 browser-test: build
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
