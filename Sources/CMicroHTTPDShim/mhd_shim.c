@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/epoll.h>
 
 static int ss_hex(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -96,4 +97,33 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
 uint16_t ss_daemon_port(struct MHD_Daemon *daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == NULL ? 0 : info->port;
+}
+
+int ss_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
+int ss_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int ss_epoll_watch_hangup(int epoll_fd, int fd, uint64_t id) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    event.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLONESHOT;
+    event.data.u64 = id;
+    return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+}
+
+int ss_epoll_forget(int epoll_fd, int fd) {
+    struct epoll_event unused;
+    memset(&unused, 0, sizeof unused);
+    return epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, &unused);
+}
+
+int ss_epoll_wait_ids(int epoll_fd, uint64_t *ids, int max, int timeout_ms) {
+    struct epoll_event events[64];
+    if (max > 64) max = 64;
+    int count = epoll_wait(epoll_fd, events, max, timeout_ms);
+    for (int i = 0; i < count; i++) ids[i] = events[i].data.u64;
+    return count;
 }

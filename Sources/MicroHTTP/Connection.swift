@@ -192,6 +192,12 @@ extension HTTPServer {
             }
             stream.attach(connection)
             context.stream.withLock { $0 = stream }
+            if let watcher = hangups {
+                let fd = ss_connection_fd(connection)
+                if let id = watcher.watch(fd: fd, stream: stream) {
+                    stream.onFinish { watcher.forget(id: id, fd: fd) }
+                }
+            }
             mhdResponse = MHD_create_response_from_callback(
                 ss_size_unknown, HTTPServer.streamBlockSize, streamReader,
                 Unmanaged.passRetained(stream).toOpaque(), streamFree)

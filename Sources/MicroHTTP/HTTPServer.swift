@@ -52,6 +52,8 @@ public final class HTTPServer: Sendable {
     let responder: any HTTPResponder
     let accessLog: @Sendable (HTTPAccessRecord) -> Void
     let shared = Mutex(Shared())
+    /// Ends event streams whose client hung up while suspended (nil if epoll is unavailable).
+    let hangups = HangupWatcher()
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(
@@ -113,6 +115,7 @@ public final class HTTPServer: Sendable {
             return s.daemon
         })?.pointer else { return }
         heartbeatTask.withLock { $0?.cancel() }
+        hangups?.stop()
         let listenSocket = MHD_quiesce_daemon(daemon)
         let deadline = ContinuousClock.now + grace
         while ContinuousClock.now < deadline {

@@ -31,6 +31,17 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
 /// The port the daemon is bound to (useful with port 0), or 0 if unknown.
 uint16_t ss_daemon_port(struct MHD_Daemon *daemon);
 
+/// The socket of a connection (MHD_get_connection_info is variadic), or -1.
+int ss_connection_fd(struct MHD_Connection *connection);
+
+/// A small epoll wrapper for the hang-up watcher (epoll_event is a packed struct).
+int ss_epoll_create(void);
+/// Watches `fd` for the peer hanging up (EPOLLRDHUP | EPOLLHUP | EPOLLERR, one shot).
+int ss_epoll_watch_hangup(int epoll_fd, int fd, uint64_t id);
+int ss_epoll_forget(int epoll_fd, int fd);
+/// Waits up to `timeout_ms`; writes the ids of ready registrations, returns their count.
+int ss_epoll_wait_ids(int epoll_fd, uint64_t *ids, int max, int timeout_ms);
+
 /// MHD_CONTENT_READER_END_OF_STREAM and _WITH_ERROR, which Swift cannot import as macros.
 static const ssize_t ss_content_reader_end_of_stream = -1;
 static const ssize_t ss_content_reader_end_with_error = -2;
