@@ -188,6 +188,19 @@ private func waitForStreams(
     throw Timeout(description: "the server has \(last.map { "\($0)" } ?? "no") open streams, not \(what), after \(timeout)")
 }
 
+/// Waits until the server has answered at least `count` event-stream requests with 200.
+func waitForEventStreamRequests(atLeast count: Int, at baseURL: URL, timeout: Duration = .seconds(15)) async throws {
+    let name = #"stateserver_http_requests_total{route="/v1/sessions/{id}/events",status="200"}"#
+    let deadline = ContinuousClock.now + timeout
+    var last: Double?
+    while ContinuousClock.now < deadline {
+        last = try await metric(name, at: baseURL)
+        if let last, last >= Double(count) { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw Timeout(description: "the server answered \(last.map { "\($0)" } ?? "no") event-stream requests, not at least \(count), after \(timeout)")
+}
+
 /// `body`'s result, or a `Timeout` after `timeout` (the body is cancelled then).
 func withDeadline<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await withThrowingTaskGroup(of: T?.self) { group in

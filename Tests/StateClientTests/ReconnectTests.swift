@@ -110,9 +110,9 @@ struct ReconnectTests {
             let policy = ReconnectPolicy(initialDelay: .milliseconds(50), maximumDelay: .milliseconds(100), idleTimeout: .seconds(1))
             let recorder = EventRecorder(counter.changes(reconnect: policy))
             try await recorder.wait(for: "the snapshot") { !$0.isEmpty }
-            // The server keeps the abandoned streams until it next writes to them: two open
-            // streams show that the client gave up on a silent one and opened another.
-            try await waitForStreams(atLeast: 2, at: server.baseURL)
+            // Two event-stream requests answered 200 show that the client gave up on the silent
+            // stream and opened another (the server closes abandoned streams at once).
+            try await waitForEventStreamRequests(atLeast: 2, at: server.baseURL)
             try await counter.dispatch(.increment(by: 1))
             try await counter.dispatch(.increment(by: 1))
             let events = try await recorder.wait(for: "two changes") { $0.last?.version == 2 }
