@@ -314,7 +314,9 @@ public final class Session: Sendable {
             throw .store(error)
         }
         var remembered: (key: String, reply: StoredReply)?
-        if let idempotencyKey, let reply { remembered = (idempotencyKey, reply(prepared.encoded)) }
+        if let idempotencyKey, let reply, settings.idempotencyKeys > 0 {
+            remembered = (idempotencyKey, reply(prepared.encoded))
+        }
         return try await commitLocked(store, storage: storage, prepared: prepared, idempotency: remembered)
     }
 

@@ -103,6 +103,7 @@ struct Server {
     let settings: ServerConfiguration
 
     func run() async throws {
+        let termination = catchTermination()
         let level = Logger.Level(rawValue: settings.logLevel) ?? .info
         let format: StderrLogHandler.Format = settings.logFormat == "json" ? .json : .text
         LoggingSystem.bootstrap { label in StderrLogHandler(label: label, format: format, logLevel: level) }
@@ -222,7 +223,7 @@ struct Server {
             }
         }
 
-        let signal = await waitForTermination()
+        let signal = await waitForTermination(termination)
         logger.info("shutting down", metadata: ["signal": "\(signal)", "event_streams": "\(server.openStreams)"])
         sweeper.cancel()
         await server.stop(grace: .seconds(2))
@@ -231,18 +232,25 @@ struct Server {
         StderrLogWriter.shared.flush()
     }
 
-    /// Suspends until SIGTERM or SIGINT arrives; returns its name.
-    private func waitForTermination() async -> String {
+    /// Catches SIGTERM and SIGINT from now on. The dispatch sources are registered before the
+    /// default action is turned off, so there is no moment in which a signal would be ignored
+    /// and lost (before this runs, a signal simply ends the process, which is not ready yet).
+    private func catchTermination() -> (signalled: Signalled, sources: [any DispatchSourceSignal]) {
         let signalled = Signalled()
         let sources = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { number, name in
-            Foundation.signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler { signalled.fire(name) }
             source.resume()
+            Foundation.signal(number, SIG_IGN)
             return source
         }
-        let name = await withCheckedContinuation { signalled.wait($0) }
-        withExtendedLifetime(sources) {}
+        return (signalled, sources)
+    }
+
+    /// Suspends until SIGTERM or SIGINT arrives; returns its name.
+    private func waitForTermination(_ caught: (signalled: Signalled, sources: [any DispatchSourceSignal])) async -> String {
+        let name = await withCheckedContinuation { caught.signalled.wait($0) }
+        withExtendedLifetime(caught.sources) {}
         return name
     }
 
@@ -282,7 +290,7 @@ private final class RequestCounters: Sendable {
 }
 
 /// The first signal received, handed to one waiting continuation.
-private final class Signalled: Sendable {
+final class Signalled: Sendable {
     private struct State {
         var continuation: CheckedContinuation<String, Never>?
         var name: String?
