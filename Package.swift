@@ -126,9 +126,12 @@ let package = Package(
         ),
 
         // MARK: The executable
+        // SIGTERM/SIGINT handlers that write to a pipe, read by one thread (no signal lost).
+        .target(name: "CTerminationSignals"),
         .executableTarget(
             name: "state-server",
             dependencies: [
+                "CTerminationSignals",
                 "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

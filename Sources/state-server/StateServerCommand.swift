@@ -1,4 +1,5 @@
 import ArgumentParser
+import CTerminationSignals
 import Configuration
 import Dispatch
 import ExampleFeatures
@@ -232,26 +233,25 @@ struct Server {
         StderrLogWriter.shared.flush()
     }
 
-    /// Catches SIGTERM and SIGINT from now on. The dispatch sources are registered before the
-    /// default action is turned off, so there is no moment in which a signal would be ignored
-    /// and lost (before this runs, a signal simply ends the process, which is not ready yet).
-    private func catchTermination() -> (signalled: Signalled, sources: [any DispatchSourceSignal]) {
+    /// Catches SIGTERM and SIGINT from now on: C handlers (installed synchronously, replacing an
+    /// inherited SIG_IGN) write the signal to a pipe; a thread of its own waits on the pipe, so
+    /// a signal sent at any moment after this is handled, never lost.
+    private func catchTermination() -> Signalled {
         let signalled = Signalled()
-        let sources = [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")].map { number, name in
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { signalled.fire(name) }
-            source.resume()
-            Foundation.signal(number, SIG_IGN)
-            return source
+        if ss_install_termination_handlers() == 0 {
+            let thread = Thread {
+                let number = ss_wait_for_termination()
+                signalled.fire(number == SIGINT ? "SIGINT" : "SIGTERM")
+            }
+            thread.name = "signals"
+            thread.start()
         }
-        return (signalled, sources)
+        return signalled
     }
 
     /// Suspends until SIGTERM or SIGINT arrives; returns its name.
-    private func waitForTermination(_ caught: (signalled: Signalled, sources: [any DispatchSourceSignal])) async -> String {
-        let name = await withCheckedContinuation { caught.signalled.wait($0) }
-        withExtendedLifetime(caught.sources) {}
-        return name
+    private func waitForTermination(_ signalled: Signalled) async -> String {
+        await withCheckedContinuation { signalled.wait($0) }
     }
 
     /// Event streams hold a descriptor each: raise the soft limit to the hard one.
