@@ -45,28 +45,17 @@ extension DefaultStateStore {
         ifVersion: Int?, works: @escaping () -> [Dispatcher<F.Action>.Work],
         _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
     ) throws(StoreError) -> PreparedChange {
-        let (change, encoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange) in
-            if let ifVersion, ifVersion != inner.version {
-                throw StoreError(
-                    .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
-                    currentVersion: inner.version)
-            }
-            let (state, effect, cause) = try next(inner.state, inner.version)
-            let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
-            let encoded = try EncodedChange(
-                feature: feature.name, change: change, currentVersion: inner.version,
-                publicAction: feature.publicAction)
-            return (change, encoded)
+        let (change, maybeEncoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange?) in
+            try compute(&inner, ifVersion: ifVersion, encode: true, next)
+        }
+        guard let encoded = maybeEncoded else {
+            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: change.version - 1)
         }
         let pending = works()
         return PreparedChange(encoded: encoded) { [self] startWork in
             let applied = inner.withLock { inner -> Bool in
                 guard inner.version == change.version - 1 else { return false }
-                inner.state = change.state
-                inner.version = change.version
-                inner.encodedState = encoded.state
-                for observer in inner.observers { observer.call(change) }
-                for observer in inner.jsonObservers { observer.call(encoded) }
+                install(&inner, change, encoded)
                 return true
             }
             if applied && startWork { start(pending) }

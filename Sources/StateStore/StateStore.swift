@@ -200,27 +200,39 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
     ) throws(StoreError) -> (change: Change, encoded: EncodedChange?) {
         try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange?) in
-            if let ifVersion, ifVersion != inner.version {
-                throw StoreError(
-                    .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
-                    currentVersion: inner.version)
-            }
-            let (state, effect, cause) = try next(inner.state, inner.version)
-            let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
-            var encoded: EncodedChange?
-            if encode || !inner.jsonObservers.isEmpty {
-                encoded = try EncodedChange(
-                    feature: feature.name, change: change, currentVersion: inner.version,
-                    publicAction: feature.publicAction)
-            }
-            inner.state = state
-            inner.version += 1
-            inner.encodedState = encoded?.state
-            for observer in inner.observers { observer.call(change) }
-            if let encoded {
-                for observer in inner.jsonObservers { observer.call(encoded) }
-            }
+            let (change, encoded) = try compute(&inner, ifVersion: ifVersion, encode: encode || !inner.jsonObservers.isEmpty, next)
+            install(&inner, change, encoded)
             return (change, encoded)
+        }
+    }
+
+    /// The next change against `inner`, changing nothing: the version precondition, the
+    /// reducer (or other `next`), and the JSON encoding when `encode`.
+    func compute(
+        _ inner: inout Inner, ifVersion: Int?, encode: Bool,
+        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
+    ) throws(StoreError) -> (Change, EncodedChange?) {
+        if let ifVersion, ifVersion != inner.version {
+            throw StoreError(
+                .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
+                currentVersion: inner.version)
+        }
+        let (state, effect, cause) = try next(inner.state, inner.version)
+        let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
+        guard encode else { return (change, nil) }
+        let encoded = try EncodedChange(
+            feature: feature.name, change: change, currentVersion: inner.version, publicAction: feature.publicAction)
+        return (change, encoded)
+    }
+
+    /// Makes `change` current and tells the observers, in application order.
+    func install(_ inner: inout Inner, _ change: Change, _ encoded: EncodedChange?) {
+        inner.state = change.state
+        inner.version = change.version
+        inner.encodedState = encoded?.state
+        for observer in inner.observers { observer.call(change) }
+        if let encoded {
+            for observer in inner.jsonObservers { observer.call(encoded) }
         }
     }
 
