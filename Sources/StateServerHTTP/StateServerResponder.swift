@@ -214,9 +214,8 @@ public final class StateServerResponder: HTTPResponder {
         case .featureState(let feature):
             if let refused = refusedStateBody(request, route: template) { return refused }
             guard let store = session.loadedStore(feature) else { return unknownFeature(feature, route: template) }
-            return featureState(request, store, feature: feature, route: template) { prepare, ifVersion in
-                Self.applyNow(store, prepare, ifVersion)
-            }
+            guard let change = stateChange(request, store) else { return readState(request, store, feature: feature, route: template) }
+            return changeResponse(Self.applyNow(store, change.prepare, change.ifVersion), withEffect: false, route: template)
         case .dispatch:
             return dispatch(request, session, route: template) { store, command in
                 let run = {
@@ -278,17 +277,10 @@ public final class StateServerResponder: HTTPResponder {
             case .featureState(let feature):
                 if let refused = refusedStateBody(request, route: template) { return refused }
                 guard let store = try await session.store(feature) else { return unknownFeature(feature, route: template) }
-                if request.method == "GET" || request.method == "HEAD" {
-                    return featureState(request, store, feature: feature, route: template) { _, _ in
-                        .failure(.store(StoreError(.invalidState, "unreachable", currentVersion: 0)))
-                    }
+                guard let change = stateChange(request, store) else {
+                    return readState(request, store, feature: feature, route: template)
                 }
-                guard let parsed = parseStateChange(request, store, route: template) else {
-                    return featureState(request, store, feature: feature, route: template) { _, _ in
-                        .failure(.store(StoreError(.invalidState, "unreachable", currentVersion: 0)))
-                    }
-                }
-                let result = await Self.applyDurably(session, store, parsed.prepare, parsed.ifVersion)
+                let result = await Self.applyDurably(session, store, change.prepare, change.ifVersion)
                 return changeResponse(result, withEffect: false, route: template)
             case .dispatch:
                 let command: DispatchCommand
@@ -392,51 +384,38 @@ public final class StateServerResponder: HTTPResponder {
         }
     }
 
-    /// GET answers from the store; PUT and DELETE parse and hand the change to `apply`.
-    private func featureState(
-        _ request: HTTPRequest, _ store: any AnyStateStore, feature: String, route: String,
-        apply: (_ prepare: (Int?) throws(StoreError) -> PreparedChange, _ ifMatch: IfMatch) -> Result<EncodedChange, SessionFailure>
-    ) -> HTTPResponse {
-        if request.method == "GET" || request.method == "HEAD" {
-            do {
-                let (state, version) = try store.currentJSON()
-                if let header = request.header("if-none-match"), EntityTagCondition(header).matches(version) {
-                    return Reply.empty(304, route: route, headers: [Reply.etag(version)])
-                }
-                var body = JSONObjectWriter(capacity: state.count + 64)
-                body.string("feature", feature)
-                body.int("version", version)
-                body.raw("state", state)
-                return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version)])
-            } catch {
-                return internalError(error, route: route)
+    /// GET and HEAD: the store's state with its ETag, or 304 when `If-None-Match` names it.
+    private func readState(_ request: HTTPRequest, _ store: any AnyStateStore, feature: String, route: String) -> HTTPResponse {
+        do {
+            let (state, version) = try store.currentJSON()
+            if let header = request.header("if-none-match"), EntityTagCondition(header).matches(version) {
+                return Reply.empty(304, route: route, headers: [Reply.etag(version)])
             }
-        }
-        switch parseStateChange(request, store, route: route) {
-        case .none:
-            return errorFromParse(request, route: route)
-        case .some(let parsed):
-            return changeResponse(apply(parsed.prepare, parsed.ifVersion), withEffect: false, route: route)
+            var body = JSONObjectWriter(capacity: state.count + 64)
+            body.string("feature", feature)
+            body.int("version", version)
+            body.raw("state", state)
+            return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version)])
+        } catch {
+            return internalError(error, route: route)
         }
     }
 
-    /// A PUT (rehydrate) or DELETE (reset) as a prepare function; `nil` when the body is bad
-    /// (see ``errorFromParse(_:route:)``).
-    private func parseStateChange(
-        _ request: HTTPRequest, _ store: any AnyStateStore, route: String
+    /// PUT (rehydrate) or DELETE (reset) as a prepare function with its `If-Match`; `nil` for
+    /// GET and HEAD. A PUT body was checked by ``refusedStateBody(_:route:)`` before.
+    private func stateChange(
+        _ request: HTTPRequest, _ store: any AnyStateStore
     ) -> (prepare: @Sendable (Int?) throws(StoreError) -> PreparedChange, ifVersion: IfMatch)? {
         let ifMatch = IfMatch(request.header("if-match"))
-        if request.method == "DELETE" {
+        switch request.method {
+        case "DELETE":
             return ({ v throws(StoreError) in try store.prepareReset(ifVersion: v) }, ifMatch)
-        }
-        guard let json = JSONCoding.parse(request.body), case .object(let fields) = json, let state = fields["state"] else {
+        case "PUT":
+            guard let json = JSONCoding.parse(request.body), let state = json["state"] else { return nil }
+            return ({ v throws(StoreError) in try store.prepareRehydrate(json: state, ifVersion: v) }, ifMatch)
+        default:
             return nil
         }
-        return ({ v throws(StoreError) in try store.prepareRehydrate(json: state, ifVersion: v) }, ifMatch)
-    }
-
-    private func errorFromParse(_ request: HTTPRequest, route: String) -> HTTPResponse {
-        refusedStateBody(request, route: route) ?? invalidRequest("the body is missing the field 'state'", route)
     }
 
     /// For PUT: the error for a body that is not `{"state": ...}` (checked before the feature,
