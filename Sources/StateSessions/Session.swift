@@ -76,7 +76,7 @@ public final class Session: Sendable {
     }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
+        guard a.count == b.count, !a.isEmpty else { return false }
         var difference: UInt8 = 0
         for index in 0..<a.count { difference |= a[index] ^ b[index] }
         return difference == 0
