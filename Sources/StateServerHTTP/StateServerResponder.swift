@@ -187,17 +187,28 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     private func credentials(_ request: HTTPRequest, allowQueryToken: Bool) -> String? {
-        if let header = request.header("authorization") {
-            let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-            if parts.count == 2, parts[0].lowercased() == "bearer" {
-                let token = parts[1].trimmingWhitespace()
-                if !token.isEmpty { return token }
-            }
+        if let header = request.header("authorization"), let token = Self.bearerToken(header) {
+            return token
         }
         if allowQueryToken, let value = request.queryValues("access_token").first, !value.isEmpty {
             return value
         }
         return nil
+    }
+
+    /// The token of `Bearer <token>` (scheme in any case, spaces around), by UTF-8 byte: this
+    /// runs on every session request.
+    static func bearerToken(_ header: String) -> String? {
+        let utf8 = header.utf8
+        var index = utf8.startIndex
+        while index != utf8.endIndex, utf8[index] == 0x20 || utf8[index] == 0x09 { index = utf8.index(after: index) }
+        for expected in "bearer".utf8 {
+            guard index != utf8.endIndex, utf8[index] | 0x20 == expected else { return nil }
+            index = utf8.index(after: index)
+        }
+        guard index != utf8.endIndex, utf8[index] == 0x20 || utf8[index] == 0x09 else { return nil }
+        let token = header[index...].trimmingWhitespace()
+        return token.isEmpty ? nil : token
     }
 
     // MARK: Memory mode (synchronous)

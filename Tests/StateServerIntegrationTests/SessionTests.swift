@@ -138,6 +138,20 @@ struct SessionTests {
         #expect(try await session.store("counter") == StoreState(version: 0, state: ["count": 0]))
     }
 
+    @Test("the Bearer scheme is case-insensitive and spaces around the token are ignored")
+    func bearerSpellings() async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        for header in ["bearer \(session.token)", "BEARER \(session.token)", "Bearer   \(session.token)  ", "  Bearer \(session.token)"] {
+            let response = try await api.request("GET", session.path + "/state/counter", headers: [("Authorization", header)])
+            #expect(response.status == 200, "\(header.debugDescription): \(response.status)")
+        }
+        for header in ["Bearer", "Bearer ", "Bearers \(session.token)", "Bearer\(session.token)"] {
+            let response = try await api.request("GET", session.path + "/state/counter", headers: [("Authorization", header)])
+            expectError(response, 401, "unauthorized", "\(header.debugDescription)")
+        }
+    }
+
     @Test("a wrong token, another session's token or an unknown session: 404 session_not_found")
     func sessionNotFound() async throws {
         let api = try SharedServer.api()
