@@ -103,14 +103,7 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded: F.State
-        do {
-            decoded = try JSONCoding.decode(F.State.self, from: state)
-        } catch {
-            throw StoreError(
-                .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
-                currentVersion: version)
-        }
+        let decoded = try decodeState(state)
         return try encodedApply(ifVersion: ifVersion) { _, version throws(StoreError) in
             (try validated(decoded, version: version), nil, .rehydrate)
         }
