@@ -181,20 +181,21 @@ struct ServerConfiguration: Equatable {
     }
 
     private static func int(_ r: ConfigReader, _ key: String, _ fallback: Int, _ range: ClosedRange<Int>) throws -> Int {
-        let value: Int
-        do { value = try r.requiredInt(forKey: ConfigKey(key)) } catch where missing(error) { return fallback } catch {
-            throw Invalid(description: "setting '\(key)' must be an integer")
-        }
-        guard range.contains(value) else {
-            throw Invalid(description: "setting '\(key)' must be in \(range.lowerBound)...\(range.upperBound); got \(value)")
-        }
-        return value
+        try bounded(key, fallback, range, "an integer") { try r.requiredInt(forKey: ConfigKey(key)) }
     }
 
     private static func double(_ r: ConfigReader, _ key: String, _ fallback: Double, _ range: ClosedRange<Double>) throws -> Double {
-        let value: Double
-        do { value = try r.requiredDouble(forKey: ConfigKey(key)) } catch where missing(error) { return fallback } catch {
-            throw Invalid(description: "setting '\(key)' must be a number")
+        try bounded(key, fallback, range, "a number") { try r.requiredDouble(forKey: ConfigKey(key)) }
+    }
+
+    /// A setting read by `lookup`: the fallback when it is missing, an error naming the key when
+    /// it has the wrong type or lies outside `range`.
+    private static func bounded<T: Comparable>(
+        _ key: String, _ fallback: T, _ range: ClosedRange<T>, _ kind: String, _ lookup: () throws -> T
+    ) throws -> T {
+        let value: T
+        do { value = try lookup() } catch where missing(error) { return fallback } catch {
+            throw Invalid(description: "setting '\(key)' must be \(kind)")
         }
         guard range.contains(value) else {
             throw Invalid(description: "setting '\(key)' must be in \(range.lowerBound)...\(range.upperBound); got \(value)")
