@@ -182,7 +182,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RepositoryTests",
-            dependencies: ["state-server", "HTTPTestSupport"],
+            dependencies: ["state-server", "StateServerHTTP", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

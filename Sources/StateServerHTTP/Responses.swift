@@ -30,62 +30,8 @@ enum Reply {
         return outer.finish()
     }
 
-    /// The status and code of a store error.
-    static func storeError(_ error: StoreError) -> (status: Int, code: String) {
-        switch error.kind {
-        case .versionConflict: (412, "version_conflict")
-        case .actionRejected: (422, "action_rejected")
-        case .invalidAction: (422, "invalid_action")
-        case .invalidState: (422, "invalid_state")
-        default: (500, "internal_error")
-        }
-    }
-
-    /// `{"feature", "version", "state"}` plus `"effect"` for dispatches.
-    static func changeBody(_ change: EncodedChange, withEffect: Bool) -> [UInt8] {
-        var body = JSONObjectWriter(capacity: change.state.count + 96)
-        body.string("feature", change.feature)
-        body.int("version", change.version)
-        body.raw("state", change.state)
-        if withEffect { body.raw("effect", change.effect) }
-        return body.finish()
-    }
-
     static func etag(_ version: Int) -> (name: String, value: String) {
         ("ETag", "\"\(version)\"")
-    }
-}
-
-/// An `If-Match` or `If-None-Match` header: `*`, or a list of entity tags (`"3"`, `W/"3"`).
-enum EntityTagCondition: Equatable {
-    case any
-    case versions(Set<Int>)
-
-    /// - Parameter weak: whether weak tags (`W/"3"`) count: yes for `If-None-Match` (weak
-    ///   comparison), no for `If-Match` (strong comparison, RFC 9110 §13.1.1).
-    init(_ header: String, weak: Bool = true) {
-        var versions = Set<Int>()
-        for part in header.split(separator: ",") {
-            var tag = part.trimmingWhitespace()
-            if tag == "*" {
-                self = .any
-                return
-            }
-            if tag.hasPrefix("W/") {
-                guard weak else { continue }
-                tag = String(tag.dropFirst(2))
-            }
-            guard tag.count >= 2, tag.hasPrefix("\""), tag.hasSuffix("\"") else { continue }
-            if let version = Int(tag.dropFirst().dropLast()) { versions.insert(version) }
-        }
-        self = .versions(versions)
-    }
-
-    func matches(_ version: Int) -> Bool {
-        switch self {
-        case .any: true
-        case .versions(let set): set.contains(version)
-        }
     }
 }
 

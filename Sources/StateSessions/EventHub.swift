@@ -27,6 +27,24 @@ public struct HubMetrics: Sendable {
     }
 }
 
+/// The bytes every hub of a server may pin for replay together. When a publish would pass it,
+/// the publishing session forgets its own oldest frames first (a clients resuming past them
+/// gets a fresh snapshot, as the contract says).
+public final class ReplayBudget: Sendable {
+    public let limit: Int
+    private let used = Atomic<Int>(0)
+
+    public init(limit: Int) {
+        self.limit = max(0, limit)
+    }
+
+    /// Bytes pinned now, over all hubs.
+    public var bytes: Int { used.load(ordering: .relaxed) }
+
+    func add(_ count: Int) -> Int { used.add(count, ordering: .relaxed).newValue }
+    func remove(_ count: Int) { used.subtract(count, ordering: .relaxed) }
+}
+
 /// The outcome of ``EventHub/subscribe(features:lastEventID:sink:)``.
 public enum Subscription: Sendable, Equatable {
     /// Subscribed; the id unsubscribes.
@@ -34,8 +52,10 @@ public enum Subscription: Sendable, Equatable {
     /// What the subscriber had to catch up on did not fit in its buffer: it got what fit and
     /// its stream ends, so the client resumes from the last event it received.
     case caughtUpPartially
-    /// The hub is closed (the session was deleted).
+    /// The hub is closed (the session was deleted, or left memory).
     case closed
+    /// The session already has its maximum of subscribers.
+    case full
 }
 
 /// A session's event log: numbers every change (`seq`, strictly increasing across the session's
@@ -60,6 +80,15 @@ public final class EventHub: Sendable {
         let feature: String
         let content: Content
 
+        /// Bytes this frame pins in the replay buffer (roughly: its data).
+        var size: Int {
+            switch content {
+            case .framed(let bytes): bytes.count
+            case .change(let change): change.state.count + (change.action?.count ?? 0) + (change.effect?.count ?? 0) + 96
+            case .data(let data): data.count
+            }
+        }
+
         var bytes: [UInt8] {
             switch content {
             case .framed(let bytes): bytes
@@ -79,6 +108,8 @@ public final class EventHub: Sendable {
     struct State {
         var seq: Int
         var replay = Deque<Frame>()
+        /// Bytes the replay buffer pins (``Frame/size``).
+        var replaySize = 0
         var latest: [String: (version: Int, state: [UInt8])]
         var subscribers: [UInt64: Subscriber] = [:]
         var nextSubscriberID: UInt64 = 0
@@ -88,6 +119,8 @@ public final class EventHub: Sendable {
     /// The features in registration order, for snapshots.
     private let featureOrder: [String]
     private let replayLimit: Int
+    private let replayBytes: Int
+    private let budget: ReplayBudget?
     private let metrics: HubMetrics
     private let state: Mutex<State>
 
@@ -97,17 +130,22 @@ public final class EventHub: Sendable {
     ///   - recent: the latest journaled changes (seq, feature, event data), oldest first, to
     ///     serve `Last-Event-ID` after a restart.
     public init(
-        features: [AnyFeature], replayLimit: Int, startSeq: Int = 0,
-        recent: [(seq: Int, feature: String, data: [UInt8])] = [], metrics: HubMetrics = HubMetrics()
+        features: [AnyFeature], replayLimit: Int, replayBytes: Int = 16 << 20, startSeq: Int = 0,
+        recent: [(seq: Int, feature: String, data: [UInt8])] = [], metrics: HubMetrics = HubMetrics(),
+        budget: ReplayBudget? = nil
     ) {
+        self.budget = budget
         self.metrics = metrics
         featureOrder = features.map(\.name)
         self.replayLimit = max(0, replayLimit)
+        self.replayBytes = max(0, replayBytes)
         var latest: [String: (version: Int, state: [UInt8])] = [:]
         for feature in features { latest[feature.name] = (0, feature.initialStateJSON) }
         var initial = State(seq: startSeq, latest: latest)
         for entry in recent.suffix(self.replayLimit) {
-            initial.replay.append(Frame(seq: entry.seq, feature: entry.feature, content: .data(entry.data)))
+            Self.keep(
+                Frame(seq: entry.seq, feature: entry.feature, content: .data(entry.data)), in: &initial,
+                limit: self.replayLimit, bytes: self.replayBytes, budget: budget)
         }
         state = Mutex(initial)
     }
@@ -134,10 +172,7 @@ public final class EventHub: Sendable {
             let frame = Frame(
                 seq: state.seq, feature: change.feature,
                 content: watched ? .framed(Self.stateFrame(seq: state.seq, change)) : .change(change))
-            if replayLimit > 0 {
-                state.replay.append(frame)
-                if state.replay.count > replayLimit { state.replay.removeFirst() }
-            }
+            keep(frame, in: &state)
             var dropped: [UInt64] = []
             var sent = 0
             if watched {
@@ -155,9 +190,13 @@ public final class EventHub: Sendable {
     /// Adds a subscriber and sends what it must see first, atomically with respect to
     /// `publish`: the changes after `lastEventID` when they are all still held, otherwise a
     /// snapshot of the observed features. Returns `nil` when the hub is closed.
-    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink) -> Subscription {
+    public func subscribe(
+        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max
+    ) -> Subscription {
         let outcome = state.withLock { state -> Subscription in
             guard !state.closed else { return .closed }
+            // Checked and taken under one lock: concurrent subscribers never pass the limit.
+            guard state.subscribers.count < limit else { return .full }
             let subscriber = Subscriber(features: features, sink: sink)
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
@@ -174,6 +213,48 @@ public final class EventHub: Sendable {
         return outcome
     }
 
+    /// Keeps `frame` for replay, forgetting the oldest past `replayLimit` frames or
+    /// `replayBytes` bytes, or while the server's budget is exceeded.
+    private func keep(_ frame: Frame, in state: inout State) {
+        Self.keep(frame, in: &state, limit: replayLimit, bytes: replayBytes, budget: budget)
+    }
+
+    private static func keep(_ frame: Frame, in state: inout State, limit replayLimit: Int, bytes replayBytes: Int, budget: ReplayBudget?) {
+        guard replayLimit > 0 else { return }
+        state.replay.append(frame)
+        state.replaySize += frame.size
+        var total = budget?.add(frame.size) ?? 0
+        while state.replay.count > replayLimit || state.replaySize > replayBytes
+            || (budget.map { total > $0.limit } ?? false),
+            let oldest = state.replay.popFirst()
+        {
+            state.replaySize -= oldest.size
+            budget?.remove(oldest.size)
+            total -= oldest.size
+        }
+    }
+
+    /// Gives the replay buffer's bytes back to the server's budget (the hub is gone).
+    private func releaseReplay(_ state: inout State) {
+        budget?.remove(state.replaySize)
+        state.replay.removeAll()
+        state.replaySize = 0
+    }
+
+    /// Bytes the replay buffer pins now.
+    public var replaySize: Int { state.withLock { $0.replaySize } }
+
+    /// Closes the hub if nobody subscribes (the session leaves memory); `false`, changing
+    /// nothing, otherwise.
+    func closeIfIdle() -> Bool {
+        state.withLock { state in
+            guard state.subscribers.isEmpty else { return false }
+            state.closed = true
+            releaseReplay(&state)
+            return true
+        }
+    }
+
     public func unsubscribe(_ id: UInt64) {
         _ = state.withLock { $0.subscribers.removeValue(forKey: id) }
     }
@@ -182,6 +263,7 @@ public final class EventHub: Sendable {
     public func close() {
         let sinks = state.withLock { state -> [any EventSink] in
             state.closed = true
+            releaseReplay(&state)
             defer { state.subscribers = [:] }
             return state.subscribers.values.map(\.sink)
         }

@@ -7,14 +7,6 @@ import Synchronization
 /// A response remembered for an `Idempotency-Key`.
 public typealias IdempotentReply = StoredReply
 
-/// Why a session could not do what was asked.
-public enum SessionFailure: Error, Sendable {
-    /// The store refused the change (nothing applied).
-    case store(StoreError)
-    /// Storage failed (nothing applied, nothing acknowledged).
-    case storage(StorageError)
-}
-
 /// Something a session reports to the server's log (sessions never log themselves).
 public enum SessionNotice: Sendable {
     case followUpRejected(session: String, StoreError)
@@ -26,49 +18,78 @@ public enum SessionNotice: Sendable {
 /// One client session: a store per registered feature (created or loaded on first use), an
 /// event hub, and the replies remembered for idempotency keys.
 ///
-/// Without storage (memory mode) changes apply synchronously under each store's lock. With
-/// storage (durable mode) every change of the session goes through `writeLock`: it is computed,
-/// journaled and committed to disk, and only then applied in memory and published — so memory
-/// never runs ahead of the disk. Different sessions commit concurrently and share fsyncs.
+/// **One change path.** Every change — a client's dispatch, rehydrate or reset, a follow-up of
+/// asynchronous work, a recovery after a restart — is a ``ChangeRequest`` given to
+/// ``submit(_:done:)``. The session takes requests one at a time, in arrival order (its
+/// pipeline): the idempotency key is looked up, the store computes the change without applying
+/// it, the ``ChangeJournal`` records it (a no-op in memory mode, a storage commit in durable
+/// mode), and only then is it applied in memory and published. Memory never runs ahead of the
+/// disk, and one session's changes never interleave; different sessions run concurrently and
+/// share fsyncs. With a journal that keeps nothing, the whole path runs synchronously on the
+/// caller's thread.
+///
+/// Deleting the session is a request in the same pipeline, so a change that arrived before the
+/// delete is applied before it and one that arrived after is refused (`.sessionGone`).
 ///
 /// Thread-safety: tables sit behind their own locks; stores and the hub are thread-safe.
-/// Lock order: write lock (async) → idempotency → store → hub.
+/// Lock order: pipeline → hub; store → hub; idempotency alone.
 public final class Session: Sendable {
     public let id: String
     private let tokenHash: [UInt8]
     private let registry: FeatureRegistry
     private let settings: SessionSettings
-    let storage: (any SessionStorage)?
+    public let journal: any ChangeJournal
     private let stores = Mutex<[String: any AnyStateStore]>([:])
     public let hub: EventHub
     private let idempotency: Mutex<IdempotencyTable>
-    private let writeLock = AsyncLock()
+    private let pipeline = Mutex(Pipeline())
+    /// Held while a store is loaded from storage (two requests never load the same store twice).
+    private let loadLock = AsyncLock()
     private let notify: @Sendable (SessionNotice) -> Void
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
     private let lastUsed: Atomic<Int64>
     private let lastStoredActivity: Atomic<Int64>
 
+    /// Requests waiting for their turn.
+    struct Pipeline {
+        enum Job {
+            case change(ChangeRequest, @Sendable (ChangeOutcome) -> Void)
+            case delete(@Sendable (Result<Void, SessionFailure>) -> Void)
+        }
+
+        var running = false
+        var waiting = Deque<Job>()
+        /// Deleted: every request is refused with `.sessionGone`.
+        var deleted = false
+        /// Evicted from memory: requests are refused with `.retired` (the caller loads again).
+        var retired = false
+    }
+
     init(
         id: String, tokenHash: [UInt8], registry: FeatureRegistry, settings: SessionSettings,
-        storage: (any SessionStorage)?, startSeq: Int = 0,
+        journal: any ChangeJournal, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
-        metrics: HubMetrics = HubMetrics(), notify: @escaping @Sendable (SessionNotice) -> Void
+        metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil,
+        notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
         self.id = id
         self.tokenHash = tokenHash
         self.registry = registry
         self.settings = settings
-        self.storage = storage
+        self.journal = journal
         self.hub = EventHub(
-            features: registry.features, replayLimit: settings.replayBuffer, startSeq: startSeq, recent: recent,
-            metrics: metrics)
-        self.idempotency = Mutex(IdempotencyTable(limit: settings.idempotencyKeys))
+            features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
+            startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget)
+        self.idempotency = Mutex(IdempotencyTable(limit: settings.idempotencyKeys, byteLimit: settings.idempotencyBytes))
         self.notify = notify
         self.lastUsed = Atomic(WallClock.now)
         self.lastStoredActivity = Atomic(lastStoredActivity)
     }
 
-    public var isDurable: Bool { storage != nil }
+    private var storage: (any SessionStorage)? { journal.storage }
+
+    /// Whether the session's changes are kept in storage (loads and commits wait for it).
+    public var isDurable: Bool { journal.storage != nil }
 
     /// Compares SHA-256 of `candidate` with the stored hash in constant time.
     public func verify(token candidate: String) -> Bool {
@@ -82,30 +103,46 @@ public final class Session: Sendable {
         return difference == 0
     }
 
-    /// Marks the session as used now (idle eviction and the TTL count from here).
+    /// Marks the session as used now (idle eviction and the TTL count from here). Activity is
+    /// recorded in the journal at most once a minute, off the request path.
     public func markUsed() {
         let now = WallClock.now
         lastUsed.store(now, ordering: .relaxed)
-        // Durable sessions record activity at most once a minute, off the request path.
-        if let storage, now - lastStoredActivity.load(ordering: .relaxed) > 60_000 {
+        if storage != nil, now - lastStoredActivity.load(ordering: .relaxed) > 60_000 {
             lastStoredActivity.store(now, ordering: .relaxed)
             let id = self.id
-            Task { try? await storage.commit([.touch(session: id, at: now)]) }
+            journal.record({ [.touch(session: id, at: now)] }, done: { _ in })
         }
     }
 
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
     /// Stores in memory.
     public var storeCount: Int { stores.withLock { $0.count } }
-    /// In use: a change being written, an open event stream, or asynchronous work (a follow-up
-    /// still to come) — such a session is neither evicted nor purged.
+    /// In use: a change running or waiting, an open event stream, or asynchronous work (a
+    /// follow-up still to come) — such a session is neither evicted nor purged.
     var isBusy: Bool {
-        writeLock.isLocked || hub.subscriberCount > 0 || stores.withLock { $0.values.contains { $0.hasRunningWork } }
+        pipeline.withLock { $0.running } || hub.subscriberCount > 0 || hasRunningWork
+    }
+
+    private var hasRunningWork: Bool {
+        stores.withLock { $0.values.contains { $0.hasRunningWork } }
+    }
+
+    /// Takes the session out of service if nothing uses it (no change running or waiting, no
+    /// event stream, no asynchronous work), atomically with respect to new requests: later
+    /// changes get `.retired` and the hub refuses subscribers, so a caller that looked the
+    /// session up just before can never work on a copy that left memory.
+    func retireIfIdle() -> Bool {
+        pipeline.withLock { p in
+            guard !p.running, !p.deleted, !p.retired, !hasRunningWork, hub.closeIfIdle() else { return false }
+            p.retired = true
+            return true
+        }
     }
 
     // MARK: Stores
 
-    /// The store of a feature if it is in memory. In memory mode it is created on first use.
+    /// The store of a feature if it is in memory; without storage it is created on first use.
     /// `nil` for an unknown feature, or (durable mode) a store not loaded yet.
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
         stores.withLock { stores in
@@ -124,8 +161,8 @@ public final class Session: Sendable {
     public func store(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
         guard let storage, let definition = registry[feature] else { return nil }
-        await writeLock.lock()
-        defer { writeLock.unlock() }
+        await loadLock.lock()
+        defer { loadLock.unlock() }
         if let store = stores.withLock({ $0[feature] }) { return store }
         let store: any AnyStateStore
         do {
@@ -139,12 +176,10 @@ public final class Session: Sendable {
         }
         stores.withLock { $0[feature] = store }
         // Work that was running in a previous process never comes back: settle its state now,
-        // journaled like any change (the write lock is held, so commit directly).
-        if let recovery = try? store.prepareRecovery() {
-            do throws(SessionFailure) {
-                _ = try await commitLocked(store, storage: storage, prepared: recovery, idempotency: nil)
-            } catch {
-                if case .storage(let e) = error { notify(.followUpNotStored(session: id, e)) }
+        // through the change path like any change.
+        if (try? store.prepareRecovery()) != nil {
+            if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
+                report(failure)
             }
         }
         return store
@@ -157,21 +192,23 @@ public final class Session: Sendable {
         }
     }
 
+    /// Publishes the store's changes on the hub, and sends its follow-ups through the change path.
     private func attach(_ store: any AnyStateStore, feature: String) {
         let hub = self.hub
         _ = store.addJSONObserver { change in hub.publish(change) }
-        if storage != nil {
-            store.routeFollowUps { [weak self, weak store] prepare in
-                guard let self, let store else { return }
-                do throws(SessionFailure) {
-                    _ = try await self.commitDurably(store, prepare: prepare)
-                } catch {
-                    switch error {
-                    case .store(let e): self.notify(.followUpRejected(session: self.id, e))
-                    case .storage(let e): self.notify(.followUpNotStored(session: self.id, e))
-                    }
-                }
+        store.routeFollowUps { [weak self] prepare in
+            guard let self else { return }
+            if case .failed(let failure) = await self.submit(ChangeRequest(feature: feature, kind: .followUp(prepare))) {
+                self.report(failure)
             }
+        }
+    }
+
+    private func report(_ failure: SessionFailure) {
+        switch failure {
+        case .store(let e): notify(.followUpRejected(session: id, e))
+        case .storage(let e): notify(.followUpNotStored(session: id, e))
+        case .unknownFeature, .sessionGone, .retired: break
         }
     }
 
@@ -233,12 +270,17 @@ public final class Session: Sendable {
         do {
             let reset = try store.prepareReset(ifVersion: nil)
             let seq = max(hub.seq, try await storage.lastSeq(session: id)) + 1
-            try await storage.commit([
-                .append(journalEntry(reset, seq: seq), idempotency: nil),
-                .snapshot(StoreSnapshot(
-                    session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
-                    state: reset.encoded.state, time: WallClock.now)),
-            ])
+            let entry = JournalEntry(
+                session: id, seq: seq, feature: feature, version: reset.encoded.version, cause: reset.encoded.cause,
+                payload: reset.payload, event: EventHub.eventData(reset.encoded), time: WallClock.now)
+            try await journal.record {
+                [
+                    .append(entry, idempotency: nil),
+                    .snapshot(StoreSnapshot(
+                        session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
+                        state: reset.encoded.state, time: WallClock.now)),
+                ]
+            }
             store.commit(reset, startWork: false)
             hub.advance(to: seq)
         } catch let error as StorageError {
@@ -283,52 +325,217 @@ public final class Session: Sendable {
         return result
     }
 
-    // MARK: Durable changes
-
-    /// Computes a change, commits it (and the idempotency reply, snapshot and activity that go
-    /// with it) to storage in one batch, then applies and publishes it. Throws, applying
-    /// nothing, when the store refuses or storage fails.
-    public func commitDurably(
-        _ store: any AnyStateStore, idempotencyKey: String? = nil,
-        reply: (@Sendable (EncodedChange) -> StoredReply)? = nil,
-        prepare: @Sendable (Int?) throws(StoreError) -> PreparedChange, ifVersion: Int? = nil
-    ) async throws(SessionFailure) -> EncodedChange {
-        guard let storage else {
-            // Memory mode: apply directly.
-            do throws(StoreError) {
-                let prepared = try prepare(ifVersion)
-                guard store.commit(prepared, startWork: true) else {
-                    throw StoreError(.versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion)
-                }
-                return prepared.encoded
-            } catch {
-                throw .store(error)
-            }
-        }
-        await writeLock.lock()
-        defer { writeLock.unlock() }
-        let prepared: PreparedChange
-        do throws(StoreError) {
-            prepared = try prepare(ifVersion)
+    /// The reply remembered for an idempotency key, from memory or (durable mode) storage.
+    public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
+        if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
+        guard let storage else { return nil }
+        do {
+            return try await storage.reply(session: id, key: key)
         } catch {
-            throw .store(error)
+            throw .storage(error)
         }
-        var remembered: (key: String, reply: StoredReply)?
-        if let idempotencyKey, let reply, settings.idempotencyKeys > 0 {
-            remembered = (idempotencyKey, reply(prepared.encoded))
-        }
-        return try await commitLocked(store, storage: storage, prepared: prepared, idempotency: remembered)
     }
 
-    /// Journals a prepared change (with its idempotency reply, and a snapshot when due), then
-    /// applies it. The caller holds the write lock.
-    private func commitLocked(
-        _ store: any AnyStateStore, storage: any SessionStorage, prepared: PreparedChange,
-        idempotency remembered: (key: String, reply: StoredReply)?
-    ) async throws(SessionFailure) -> EncodedChange {
-        let now = WallClock.now
+    // MARK: The change path
+
+    /// Runs `request` when its turn comes and calls `done` with the outcome. With a journal
+    /// that keeps nothing and a loaded store, `done` runs before `submit` returns.
+    public func submit(_ request: ChangeRequest, done: @escaping @Sendable (ChangeOutcome) -> Void) {
+        enqueue(.change(request, done))
+    }
+
+    /// ``submit(_:done:)`` for async callers.
+    public func submit(_ request: ChangeRequest) async -> ChangeOutcome {
+        await withCheckedContinuation { (continuation: CheckedContinuation<ChangeOutcome, Never>) in
+            submit(request) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// Deletes the session: from storage first, then its streams end. Changes submitted before
+    /// are applied before; changes after are refused with `.sessionGone`.
+    func delete() async throws(SessionFailure) {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SessionFailure>, Never>) in
+            enqueue(.delete { continuation.resume(returning: $0) })
+        }
+        try result.get()
+    }
+
+    private enum Admission {
+        case refuse(SessionFailure)
+        case queued
+        case run
+    }
+
+    private func enqueue(_ job: Pipeline.Job) {
+        let admission = pipeline.withLock { p -> Admission in
+            if p.deleted { return .refuse(.sessionGone) }
+            if p.retired { return .refuse(.retired) }
+            if p.running {
+                p.waiting.append(job)
+                return .queued
+            }
+            p.running = true
+            return .run
+        }
+        switch admission {
+        case .refuse(let failure): Self.refuse(job, failure)
+        case .queued: break
+        case .run: drain(job)
+        }
+    }
+
+    private static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
+        switch job {
+        case .change(_, let done): done(.failed(failure))
+        case .delete(let done): done(.failure(failure))
+        }
+    }
+
+    /// Runs `first`, then the waiting jobs in order, until none is left or one goes on
+    /// asynchronously (its completion drains the rest). A loop, not recursion: a long queue of
+    /// synchronous jobs does not grow the stack.
+    private func drain(_ first: Pipeline.Job) {
+        var job = first
+        while true {
+            let handoff = Handoff()
+            run(job) { [self] in
+                // Finished after `run` returned: this completion carries the pipeline on.
+                if handoff.finish(), let next = takeNext() { drain(next) }
+            }
+            guard handoff.leave(), let next = takeNext() else { return }
+            job = next
+        }
+    }
+
+    /// The next waiting job, or `nil` (and the pipeline idle). After a delete, waiting jobs
+    /// are refused.
+    private func takeNext() -> Pipeline.Job? {
+        var refused: [Pipeline.Job] = []
+        let next = pipeline.withLock { p -> Pipeline.Job? in
+            if p.deleted {
+                refused = Array(p.waiting)
+                p.waiting.removeAll()
+            }
+            if let next = p.waiting.popFirst() { return next }
+            p.running = false
+            return nil
+        }
+        for job in refused { Self.refuse(job, .sessionGone) }
+        return next
+    }
+
+    private func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
+        switch job {
+        case .change(let request, let done):
+            execute(request) { outcome in
+                done(outcome)
+                completion()
+            }
+        case .delete(let done):
+            let id = self.id
+            journal.record({ [.deleteSession(id: id)] }) { [self] result in
+                switch result {
+                case .success:
+                    pipeline.withLock { $0.deleted = true }
+                    hub.close()
+                    done(.success(()))
+                case .failure(let error):
+                    done(.failure(.storage(error)))
+                }
+                completion()
+            }
+        }
+    }
+
+    /// One change: the idempotency key, the store's computation, the journal, then memory.
+    private func execute(_ request: ChangeRequest, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
+        guard registry[request.feature] != nil else { return finish(.failed(.unknownFeature(request.feature))) }
+        guard let store = loadedStore(request.feature) else {
+            // Durable mode, a store not loaded yet (callers normally load it first).
+            Task { [self] in
+                do throws(SessionFailure) {
+                    guard let store = try await store(request.feature) else {
+                        return finish(.failed(.unknownFeature(request.feature)))
+                    }
+                    checkKey(request, store, finish: finish)
+                } catch {
+                    finish(.failed(error))
+                }
+            }
+            return
+        }
+        checkKey(request, store, finish: finish)
+    }
+
+    /// A key seen before answers with its first reply; storage is asked when memory has
+    /// forgotten it (or the session was loaded after a restart).
+    private func checkKey(
+        _ request: ChangeRequest, _ store: any AnyStateStore, finish: @escaping @Sendable (ChangeOutcome) -> Void
+    ) {
+        guard let key = request.idempotencyKey, settings.idempotencyKeys > 0 else {
+            return apply(request, store, finish: finish)
+        }
+        if let reply = idempotency.withLock({ $0.reply(for: key) }) { return finish(.replayed(reply)) }
+        guard let storage else { return apply(request, store, finish: finish) }
+        let id = self.id
+        Task { [self] in
+            do throws(StorageError) {
+                if let reply = try await storage.reply(session: id, key: key) { return finish(.replayed(reply)) }
+                apply(request, store, finish: finish)
+            } catch {
+                finish(.failed(.storage(error)))
+            }
+        }
+    }
+
+    private func apply(
+        _ request: ChangeRequest, _ store: any AnyStateStore, finish: @escaping @Sendable (ChangeOutcome) -> Void
+    ) {
+        let prepared: PreparedChange
+        do throws(StoreError) {
+            let version = try request.precondition.resolve(store)
+            switch request.kind {
+            case .dispatch(let action): prepared = try store.prepareDispatch(json: action, ifVersion: version)
+            case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
+            case .reset: prepared = try store.prepareReset(ifVersion: version)
+            case .followUp(let prepare): prepared = try prepare(version)
+            case .recovery:
+                guard let recovery = try store.prepareRecovery() else {
+                    let (_, current) = try store.currentJSON()
+                    throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
+                }
+                prepared = recovery
+            }
+        } catch {
+            return finish(.failed(.store(error)))
+        }
+        let reply = StoredReply(
+            status: 200, body: ChangeReply.body(prepared.encoded, withEffect: request.replyHasEffect),
+            version: prepared.encoded.version)
+        let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let seq = hub.seq + 1
-        var batch: [StorageWrite] = [.append(journalEntry(prepared, seq: seq, time: now), idempotency: remembered)]
+        journal.record({ writes(prepared, seq: seq, remembered: remembered) }) { [self] result in
+            if case .failure(let error) = result { return finish(.failed(.storage(error))) }
+            // Every change of this store goes through this pipeline, so it is still at the
+            // change's base version.
+            guard store.commit(prepared, startWork: true) else {
+                return finish(.failed(.store(StoreError(
+                    .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
+            }
+            if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
+            finish(.applied(prepared.encoded, reply: reply))
+        }
+    }
+
+    /// What the journal stores for a change: its row (with the idempotency reply), a snapshot
+    /// and compaction when due, and the session's activity at most once a minute.
+    private func writes(_ prepared: PreparedChange, seq: Int, remembered: (String, StoredReply)?) -> [StorageWrite] {
+        let now = WallClock.now
+        let entry = JournalEntry(
+            session: id, seq: seq, feature: prepared.encoded.feature, version: prepared.encoded.version,
+            cause: prepared.encoded.cause, payload: prepared.payload, event: EventHub.eventData(prepared.encoded),
+            time: now)
+        var batch: [StorageWrite] = [.append(entry, idempotency: remembered.map { (key: $0.0, reply: $0.1) })]
         let version = prepared.encoded.version
         if settings.snapshotEvery > 0, version % settings.snapshotEvery == 0 {
             let feature = prepared.encoded.feature
@@ -342,78 +549,47 @@ public final class Session: Sendable {
             lastStoredActivity.store(now, ordering: .relaxed)
             batch.append(.touch(session: id, at: now))
         }
-        do {
-            try await storage.commit(batch)
-        } catch {
-            throw .storage(error)
-        }
-        store.commit(prepared, startWork: true)
-        if let remembered { idempotency.withLock { $0.insert(remembered.key, remembered.reply) } }
-        return prepared.encoded
-    }
-
-    private func journalEntry(_ prepared: PreparedChange, seq: Int, time: Int64 = WallClock.now) -> JournalEntry {
-        JournalEntry(
-            session: id, seq: seq, feature: prepared.encoded.feature, version: prepared.encoded.version,
-            cause: prepared.encoded.cause, payload: prepared.payload, event: EventHub.eventData(prepared.encoded),
-            time: time)
-    }
-
-    // MARK: Idempotency
-
-    /// Memory mode: runs `body` once per idempotency key; a repeat of a key whose first run
-    /// produced a reply returns that reply (`replayed: true`) without running `body`. Only
-    /// replies marked `keep` are remembered, so a failed request can be retried.
-    public func idempotent(
-        key: String, _ body: () -> (reply: IdempotentReply, keep: Bool)
-    ) -> (reply: IdempotentReply, replayed: Bool) {
-        idempotency.withLock { table in
-            if let reply = table.replies[key] { return (reply, true) }
-            let (reply, keep) = body()
-            if keep { table.insert(key, reply) }
-            return (reply, false)
-        }
-    }
-
-    /// Durable mode: the remembered reply for `key`, from memory or storage.
-    public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
-        if let reply = idempotency.withLock({ $0.replies[key] }) { return reply }
-        guard let storage else { return nil }
-        do {
-            return try await storage.reply(session: id, key: key)
-        } catch {
-            throw .storage(error)
-        }
-    }
-
-    /// Durable mode: runs `body` holding the session's write lock's turn for `key`, so two
-    /// requests with the same key are answered one after the other (the second sees the
-    /// first's reply).
-    public func withKeyTurn<T: Sendable>(_ body: () async -> T) async -> T {
-        await keyLock.lock()
-        defer { keyLock.unlock() }
-        return await body()
-    }
-
-    private let keyLock = AsyncLock()
-
-    /// Ends the session's event streams.
-    func close() {
-        hub.close()
+        return batch
     }
 }
 
-/// The remembered replies of one session, oldest evicted first past `limit`.
+/// Tells a job's runner whether its completion ran before `run` returned (then the runner
+/// takes the next job) or after (then the completion does).
+private final class Handoff: Sendable {
+    private let state = Atomic<Int>(0)  // 0 running, 1 finished, 2 runner left
+
+    /// Called by the completion; `true` when the runner already left.
+    func finish() -> Bool { state.exchange(1, ordering: .acquiringAndReleasing) == 2 }
+
+    /// Called by the runner after `run`; `true` when the completion already ran.
+    func leave() -> Bool { state.exchange(2, ordering: .acquiringAndReleasing) == 1 }
+}
+
+/// The remembered replies of one session, oldest forgotten first past `limit` replies or
+/// `byteLimit` bytes of reply bodies (a forgotten key is still answered from storage in durable
+/// mode).
 struct IdempotencyTable {
     let limit: Int
-    var replies: [String: IdempotentReply] = [:]
-    var order = Deque<String>()
+    let byteLimit: Int
+    private var replies: [String: IdempotentReply] = [:]
+    private var order = Deque<String>()
+    private(set) var bytes = 0
+
+    init(limit: Int, byteLimit: Int) {
+        self.limit = limit
+        self.byteLimit = byteLimit
+    }
+
+    func reply(for key: String) -> IdempotentReply? { replies[key] }
 
     mutating func insert(_ key: String, _ reply: IdempotentReply) {
-        guard limit > 0, replies[key] == nil else { return }
+        guard limit > 0, replies[key] == nil, reply.body.count <= byteLimit else { return }
         replies[key] = reply
         order.append(key)
-        while order.count > limit, let oldest = order.popFirst() { replies[oldest] = nil }
+        bytes += reply.body.count
+        while order.count > limit || bytes > byteLimit, let oldest = order.popFirst() {
+            bytes -= replies.removeValue(forKey: oldest)?.body.count ?? 0
+        }
     }
 }
 

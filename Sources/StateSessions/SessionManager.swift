@@ -7,10 +7,17 @@ import Synchronization
 public struct SessionSettings: Sendable {
     /// Changes kept per session for `Last-Event-ID` replay.
     public var replayBuffer = 1000
+    /// Bytes of changes kept per session for replay (the oldest are forgotten first).
+    public var replayBytes = 16 << 20
+    /// Bytes of changes kept for replay by all sessions in memory together.
+    public var serverReplayBytes = 1 << 30
     /// Sessions held in memory at once in memory mode; creating one more fails.
     public var maxSessions = 100_000
     /// Idempotency keys remembered per session in memory (oldest forgotten first).
     public var idempotencyKeys = 1000
+    /// Bytes of remembered reply bodies per session in memory (durable mode still finds older
+    /// replies in storage).
+    public var idempotencyBytes = 4 << 20
     /// Durable mode: a store's state is snapshotted every this many changes.
     public var snapshotEvery = 100
     /// Durable mode: sessions unused this long (and without event streams) leave memory; they
@@ -30,10 +37,17 @@ public struct SessionSettings: Sendable {
 public final class SessionManager: Sendable {
     public let registry: FeatureRegistry
     public let settings: SessionSettings
-    public let storage: (any SessionStorage)?
-    private let sessions = Mutex<[String: Session]>([:])
+    public let journal: any ChangeJournal
+    private let sessions = Mutex<Table>(Table())
     private let notify: @Sendable (SessionNotice) -> Void
     private let metrics = HubMetrics()
+    private let replayBudget: ReplayBudget
+
+    struct Table {
+        var byID: [String: Session] = [:]
+        /// Deletes so far: a load that raced a delete of the same session checks again.
+        var deletes: UInt64 = 0
+    }
 
     public init(
         registry: FeatureRegistry, settings: SessionSettings = SessionSettings(),
@@ -42,52 +56,59 @@ public final class SessionManager: Sendable {
     ) {
         self.registry = registry
         self.settings = settings
-        self.storage = storage
+        self.journal = storage.map { StorageJournal($0) } ?? VolatileJournal()
         self.notify = notify
+        self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
     }
 
+    public var storage: (any SessionStorage)? { journal.storage }
     public var isDurable: Bool { storage != nil }
 
-    /// Memory mode: creates a session; `nil` when `maxSessions` are already held.
-    public func create() -> (session: Session, token: String)? {
-        let token = Self.randomString(bytes: 32)
-        return sessions.withLock { sessions in
-            guard sessions.count < settings.maxSessions else { return nil }
-            var id = Self.randomString(bytes: 16)
-            while sessions[id] != nil { id = Self.randomString(bytes: 16) }
-            let session = makeSession(id: id, token: token)
-            sessions[id] = session
-            return (session, token)
-        }
+    /// Why a session could not be created.
+    public enum CreateFailure: Error, Sendable {
+        /// Memory mode holds `maxSessions` already.
+        case limitReached
+        case storage(StorageError)
     }
 
-    /// Durable mode: creates a session and stores it before returning.
-    public func createDurably() async throws(StorageError) -> (session: Session, token: String) {
-        guard let storage else {
-            guard let created = create() else { throw StorageError(.unavailable, "the session limit is reached") }
-            return created
-        }
+    /// Creates a session, recorded in the journal before it is returned. In memory mode at most
+    /// `maxSessions` are held.
+    public func create() async throws(CreateFailure) -> (session: Session, token: String) {
         let token = Self.randomString(bytes: 32)
         let id = Self.randomString(bytes: 16)
         let now = WallClock.now
-        try await storage.commit([
-            .createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now))
-        ])
-        let session = makeSession(id: id, token: token)
-        sessions.withLock { $0[id] = session }
+        if storage == nil, count >= settings.maxSessions { throw .limitReached }
+        do {
+            try await journal.record {
+                [.createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now))]
+            }
+        } catch {
+            throw .storage(error)
+        }
+        let session = makeSession(id: id, tokenHash: SHA256.hash(token))
+        let added = sessions.withLock { table -> Bool in
+            if storage == nil, table.byID.count >= settings.maxSessions { return false }
+            table.byID[id] = session
+            return true
+        }
+        guard added else { throw .limitReached }
         return (session, token)
     }
 
-    private func makeSession(id: String, token: String) -> Session {
+    private func makeSession(
+        id: String, tokenHash: [UInt8], startSeq: Int = 0, recent: [(seq: Int, feature: String, data: [UInt8])] = [],
+        lastStoredActivity: Int64 = WallClock.now
+    ) -> Session {
         Session(
-            id: id, tokenHash: SHA256.hash(token), registry: registry, settings: settings, storage: storage,
-            metrics: metrics, notify: notify)
+            id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
+            startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
+            replayBudget: replayBudget, notify: notify)
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,
     /// another token (callers can't tell which), or a durable session not in memory.
     public func session(id: String, token: String) -> Session? {
-        guard let session = sessions.withLock({ $0[id] }) else { return nil }
+        guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard session.verify(token: token) else { return nil }
         session.markUsed()
         return session
@@ -95,58 +116,74 @@ public final class SessionManager: Sendable {
 
     /// Whether a session with this id is in memory (whatever the token).
     public func isLoaded(id: String) -> Bool {
-        sessions.withLock { $0[id] != nil }
+        sessions.withLock { $0.byID[id] != nil }
     }
 
     /// The session, loading it from storage if it is not in memory. Start-up loads nothing:
-    /// sessions come back one by one, on first use.
+    /// sessions come back one by one, on first use. A session deleted while it was being
+    /// loaded is not put back into memory.
     public func load(id: String, token: String) async throws(StorageError) -> Session? {
         if let session = session(id: id, token: token) { return session }
         guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
-        guard let stored = try await storage.session(id: id),
-            Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
-        else { return nil }
-        let lastSeq = try await storage.lastSeq(session: id)
-        let recent = try await storage.journal(
-            session: id, afterSeq: max(0, lastSeq - settings.replayBuffer), limit: settings.replayBuffer)
-        let fresh = Session(
-            id: id, tokenHash: stored.tokenHash, registry: registry, settings: settings, storage: storage,
-            startSeq: lastSeq, recent: recent.map { ($0.seq, $0.feature, $0.event) },
-            lastStoredActivity: stored.lastActiveAt, metrics: metrics, notify: notify)
-        let session = sessions.withLock { sessions in
-            if let existing = sessions[id] { return existing }
-            sessions[id] = fresh
-            return fresh
+        while true {
+            let deletesBefore = sessions.withLock { $0.deletes }
+            guard let stored = try await storage.session(id: id),
+                Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
+            else { return nil }
+            let lastSeq = try await storage.lastSeq(session: id)
+            let recent = try await storage.journal(
+                session: id, afterSeq: max(0, lastSeq - settings.replayBuffer), limit: settings.replayBuffer)
+            let fresh = makeSession(
+                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, recent: recent.map { ($0.seq, $0.feature, $0.event) },
+                lastStoredActivity: stored.lastActiveAt)
+            let session = sessions.withLock { table -> Session? in
+                if let existing = table.byID[id] { return existing }
+                // A delete ran meanwhile: what was read may be gone; read again.
+                guard table.deletes == deletesBefore else { return nil }
+                table.byID[id] = fresh
+                return fresh
+            }
+            if let session {
+                session.markUsed()
+                return session
+            }
         }
-        session.markUsed()
-        return session
     }
 
-    /// Removes a session (from storage first, in durable mode) and ends its event streams.
-    public func delete(id: String) async throws(StorageError) {
-        if let storage { try await storage.commit([.deleteSession(id: id)]) }
-        removeFromMemory(id: id)
+    /// Deletes a session: its changes submitted before are applied first, then it is removed
+    /// from storage and memory, and its event streams end.
+    public func delete(_ session: Session) async throws(SessionFailure) {
+        do throws(SessionFailure) {
+            try await session.delete()
+        } catch {
+            guard case .sessionGone = error else { throw error }
+        }
+        sessions.withLock { table in
+            table.deletes &+= 1
+            if table.byID[session.id] === session { table.byID[session.id] = nil }
+        }
     }
 
-    /// Memory mode: removes a session and ends its event streams.
-    @discardableResult
-    public func delete(id: String) -> Bool {
-        removeFromMemory(id: id)
-    }
-
-    @discardableResult
-    private func removeFromMemory(id: String) -> Bool {
-        guard let session = sessions.withLock({ $0.removeValue(forKey: id) }) else { return false }
-        session.close()
-        return true
+    /// Deletes a session by id, loaded or not (the TTL sweep).
+    func delete(id: String) async throws(SessionFailure) {
+        if let session = sessions.withLock({ $0.byID[id] }) {
+            return try await delete(session)
+        }
+        guard let storage else { return }
+        do {
+            try await storage.commit([.deleteSession(id: id)])
+        } catch {
+            throw .storage(error)
+        }
+        sessions.withLock { $0.deletes &+= 1 }
     }
 
     /// Sessions in memory.
-    public var count: Int { sessions.withLock { $0.count } }
+    public var count: Int { sessions.withLock { $0.byID.count } }
 
     /// Stores in memory, over all sessions (walks the sessions: for metrics scrapes).
     public var storeCount: Int {
-        sessions.withLock { Array($0.values) }.reduce(0) { $0 + $1.storeCount }
+        sessions.withLock { Array($0.byID.values) }.reduce(0) { $0 + $1.storeCount }
     }
 
     // MARK: Sweeping
@@ -159,14 +196,16 @@ public final class SessionManager: Sendable {
         let ttlLimit = now - Self.milliseconds(settings.ttl)
         var evicted = 0
         var purgedIDs: [String] = []
-        let snapshot = sessions.withLock { Array($0.values) }
+        let snapshot = sessions.withLock { Array($0.byID.values) }
         for session in snapshot {
             let idle = session.idleSince
             if idle < ttlLimit, !session.isBusy {
                 purgedIDs.append(session.id)
-            } else if storage != nil, idle < idleLimit, !session.isBusy {
-                sessions.withLock { sessions in
-                    if sessions[session.id] === session { sessions[session.id] = nil }
+            } else if storage != nil, idle < idleLimit, session.retireIfIdle() {
+                // Retired atomically with its pipeline: a request that looked it up just before
+                // is refused (`.retired`) and loads it again, never working on a stale copy.
+                sessions.withLock { table in
+                    if table.byID[session.id] === session { table.byID[session.id] = nil }
                 }
                 evicted += 1
             }

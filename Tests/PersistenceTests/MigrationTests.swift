@@ -103,7 +103,7 @@ struct MigrationTests {
     /// journal. With `replayBuffer: 0` the journal before the snapshot is compacted away.
     static func writeWithRelease1(_ storage: any SessionStorage, replayBuffer: Int, renames: [String] = ["Ada", "Grace", "Linus"]) async throws -> (id: String, token: String) {
         let manager = try profileManager(ProfileV1(), storage, settings: testSettings(snapshotEvery: 2, replayBuffer: replayBuffer))
-        let (session, token) = try await manager.createDurably()
+        let (session, token) = try await manager.create()
         for name in renames {
             try await session.dispatch("profile", #"{"type":"rename","to":"\#(name)"}"#)
         }
@@ -142,7 +142,7 @@ struct MigrationTests {
     func migratesHandWrittenSnapshot(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let release2 = try profileManager(ProfileV2(), fixture.storage, settings: testSettings())
-            let (session, token) = try await release2.createDurably()
+            let (session, token) = try await release2.create()
             try await fixture.storage.commit([
                 .snapshot(Rows.snapshot(session.id, feature: "profile", version: 7, state: #"{"name":"Margaret"}"#, stateVersion: 1))
             ])

@@ -13,7 +13,7 @@ struct SessionRecoveryTests {
     func everythingSurvives(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let first = try exampleManager(fixture.storage)
-            let (session, token) = try await first.createDurably()
+            let (session, token) = try await first.create()
             try await session.dispatch("counter", #"{"type":"increment","by":2}"#)  // seq 1
             try await session.dispatch("todos", #"{"type":"add","title":"milk"}"#)  // seq 2
             try await session.dispatch("todos", #"{"type":"add","title":"eggs"}"#, key: "add-eggs")  // seq 3
@@ -48,7 +48,7 @@ struct SessionRecoveryTests {
             // The idempotent replies are remembered from storage.
             let eggs = try #require(try await reloaded.rememberedReply(key: "add-eggs"))
             #expect(eggs.version == 2)
-            #expect(json(eggs.body)?["items"] == json(#"[{"id":"1","title":"milk","done":false},{"id":"2","title":"eggs","done":false}]"#))
+            #expect(json(eggs.body)?["state"]?["items"] == json(#"[{"id":"1","title":"milk","done":false},{"id":"2","title":"eggs","done":false}]"#))
             #expect(try await reloaded.rememberedReply(key: "green")?.version == 3)
             #expect(try await reloaded.rememberedReply(key: "never-used") == nil)
 
@@ -78,7 +78,7 @@ struct SessionRecoveryTests {
     func tokens(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage)
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             let stored = try #require(try await fixture.storage.session(id: session.id))
             #expect(stored.tokenHash == SHA256.hash(token))
             #expect(stored.tokenHash != Array(token.utf8))
@@ -102,7 +102,7 @@ struct SessionRecoveryTests {
     func concurrentChanges(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 7))
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             let versions = try await withThrowingTaskGroup(of: (String, Int).self) { group in
                 for index in 0..<120 {
                     group.addTask {
@@ -133,7 +133,7 @@ struct SessionRecoveryTests {
     @Test("a store is loaded once even when many requests ask for it at the same time", arguments: Backend.allCases)
     func concurrentLoads(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
-            let (session, token) = try await exampleManager(fixture.storage).createDurably()
+            let (session, token) = try await exampleManager(fixture.storage).create()
             for _ in 0..<5 { try await session.dispatch("counter", #"{"type":"increment"}"#) }
             let reloaded = try #require(try await exampleManager(try await fixture.reopen()).load(id: session.id, token: token))
             let stores = try await withThrowingTaskGroup(of: ObjectIdentifier.self) { group in
@@ -153,14 +153,14 @@ struct SessionRecoveryTests {
     func deleteRemovesRows(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 2))
-            let (session, token) = try await manager.createDurably()
-            let (keep, keepToken) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
+            let (keep, keepToken) = try await manager.create()
             for _ in 0..<3 { try await session.dispatch("counter", #"{"type":"increment"}"#, key: UUID().uuidString) }
             try await keep.dispatch("counter", #"{"type":"increment"}"#)
             let sink = RecordingSink()
             _ = session.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
 
-            try await manager.delete(id: session.id)
+            try await manager.delete(session)
             #expect(sink.isClosed)
             #expect(!manager.isLoaded(id: session.id))
             #expect(try await manager.load(id: session.id, token: token) == nil)
@@ -186,7 +186,7 @@ struct StoreRecoveryTests {
         try await withStorage(backend) { fixture in
             // The first "server" never gets to finish its check.
             let first = try exampleManager(fixture.storage, loginCheckDelay: .seconds(3_600))
-            let (session, token) = try await first.createDurably()
+            let (session, token) = try await first.create()
             try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"correct horse"}"#)
             #expect(try await session.current("login").state["isLoading"] == .bool(true))
             #expect(try await fixture.storage.journal(session: session.id, afterSeq: 0, limit: 10).count == 1)
@@ -227,7 +227,7 @@ struct StoreRecoveryTests {
     func journaledFollowUpIsReplayed(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let first = try exampleManager(fixture.storage, loginCheckDelay: .milliseconds(10))
-            let (session, token) = try await first.createDurably()
+            let (session, token) = try await first.create()
             let sink = RecordingSink()
             _ = session.hub.subscribe(features: ["login"], lastEventID: nil, sink: sink)
             try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"short"}"#)
@@ -252,7 +252,7 @@ struct StoreRecoveryTests {
     @Test("a succeeded follow-up is journaled and logs the user in after reload", arguments: Backend.allCases)
     func succeededFollowUp(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
-            let (session, token) = try await exampleManager(fixture.storage, loginCheckDelay: .milliseconds(10)).createDurably()
+            let (session, token) = try await exampleManager(fixture.storage, loginCheckDelay: .milliseconds(10)).create()
             try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
             try #require(try await eventually { try await session.current("login").version == 2 })
             let reloaded = try #require(try await exampleManager(try await fixture.reopen()).load(id: session.id, token: token))
@@ -264,7 +264,7 @@ struct StoreRecoveryTests {
     func snapshotsEveryN(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 3))
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             for _ in 0..<10 { try await session.dispatch("counter", #"{"type":"increment"}"#) }
             for index in 0..<2 { try await session.dispatch("todos", #"{"type":"add","title":"t\#(index)"}"#) }
             let counterSnapshot = try #require(try await fixture.storage.latestSnapshot(session: session.id, feature: "counter"))
@@ -290,7 +290,7 @@ struct StoreRecoveryTests {
         try await withStorage(backend) { fixture in
             let notices = NoticeLog()
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 4, replayBuffer: 2), notices: notices)
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             for index in 0..<11 { try await session.dispatch("todos", #"{"type":"add","title":"item \#(index)"}"#) }
             for _ in 0..<6 { try await session.dispatch("counter", #"{"type":"increment","by":5}"#) }
             let before = (try await session.current("todos"), try await session.current("counter"))
@@ -314,7 +314,7 @@ struct StoreRecoveryTests {
     func corruptSnapshotRebuilt(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 2))
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             for _ in 0..<5 { try await session.dispatch("counter", #"{"type":"increment","by":3}"#) }
             for (index, bad) in [#"{"count":"many"}"#, "not json at all", ""].enumerated() {
                 try await fixture.storage.commit([.snapshot(Rows.snapshot(session.id, version: 4, state: bad))])
@@ -337,7 +337,7 @@ struct StoreRecoveryTests {
     @Test("a journal that cannot be replayed, with no snapshot, resets the store after its last version and says so", arguments: Backend.allCases)
     func unreplayableJournalResets(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
-            let (session, token) = try await exampleManager(fixture.storage).createDurably()
+            let (session, token) = try await exampleManager(fixture.storage).create()
             for _ in 0..<3 { try await session.dispatch("counter", #"{"type":"increment"}"#) }
             try await session.dispatch("todos", #"{"type":"add","title":"x"}"#)  // seq 4
             // A journaled action this feature no longer understands.

@@ -13,7 +13,7 @@ struct StorageFailureTests {
     func failingCommitChangesNothing() async throws {
         let storage = InMemoryStorage()
         let manager = try exampleManager(storage)
-        let (session, token) = try await manager.createDurably()
+        let (session, token) = try await manager.create()
         try await session.dispatch("counter", #"{"type":"increment"}"#)
         try await session.dispatch("counter", #"{"type":"increment"}"#)
         let sink = RecordingSink()
@@ -24,20 +24,18 @@ struct StorageFailureTests {
         let dispatch = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("counter")
             let action = json(#"{"type":"increment","by":10}"#)
-            _ = try await session.commitDurably(
-                store, idempotencyKey: "retry-me", reply: rememberState,
-                prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+            _ = try await session.change("counter", .dispatch(action), key: "retry-me")
         }
         #expect(dispatch?.storageKind == .unavailable, "\(String(describing: dispatch))")
         let rehydrate = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("counter")
             let state = json(#"{"count":99}"#)
-            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareRehydrate(json: state, ifVersion: v) })
+            _ = try await session.change(store.featureName, .rehydrate(state))
         }
         #expect(rehydrate?.storageKind == .unavailable)
         let reset = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("counter")
-            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareReset(ifVersion: v) })
+            _ = try await session.change(store.featureName, .reset)
         }
         #expect(reset?.storageKind == .unavailable)
 
@@ -66,13 +64,13 @@ struct StorageFailureTests {
     func failingSnapshotCommit() async throws {
         let storage = InMemoryStorage()
         let manager = try exampleManager(storage, settings: testSettings(snapshotEvery: 2))
-        let (session, _) = try await manager.createDurably()
+        let (session, _) = try await manager.create()
         try await session.dispatch("counter", #"{"type":"increment"}"#)
         storage.failNextCommits(1)
         let failed = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("counter")
             let action = json(#"{"type":"increment"}"#)
-            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+            _ = try await session.change(store.featureName, .dispatch(action))
         }
         #expect(failed?.storageKind == .unavailable)
         #expect(try await storage.latestSnapshot(session: session.id, feature: "counter") == nil)
@@ -83,18 +81,17 @@ struct StorageFailureTests {
     @Test("a refused change is a store error and touches storage not at all")
     func refusedChange() async throws {
         let storage = InMemoryStorage()
-        let (session, _) = try await exampleManager(storage).createDurably()
+        let (session, _) = try await exampleManager(storage).create()
         let refused = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("todos")
             let action = json(#"{"type":"toggle","id":"404"}"#)
-            _ = try await session.commitDurably(store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) })
+            _ = try await session.change(store.featureName, .dispatch(action))
         }
         #expect(refused?.storeKind == .actionRejected, "\(String(describing: refused))")
         let stale = await sessionFailure { () async throws(SessionFailure) in
             let store = try await session.knownStore("counter")
             let action = json(#"{"type":"increment"}"#)
-            _ = try await session.commitDurably(
-                store, prepare: { v throws(StoreError) in try store.prepareDispatch(json: action, ifVersion: v) }, ifVersion: 5)
+            _ = try await session.change(store.featureName, .dispatch(action), ifVersion: 5)
         }
         #expect(stale?.storeKind == .versionConflict)
         #expect(try await storage.lastSeq(session: session.id) == 0)
@@ -106,7 +103,7 @@ struct StorageFailureTests {
         let storage = InMemoryStorage()
         let notices = NoticeLog()
         let manager = try exampleManager(storage, loginCheckDelay: .milliseconds(100), notices: notices)
-        let (session, token) = try await manager.createDurably()
+        let (session, token) = try await manager.create()
         try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
         storage.failNextCommits(1)  // the check's `succeeded`, 100 ms from now
         let reported = await eventually { notices.followUpsNotStored == 1 }
@@ -128,27 +125,27 @@ struct StorageFailureTests {
         let manager = try exampleManager(storage)
         storage.failNextCommits(1)
         do {
-            _ = try await manager.createDurably()
+            _ = try await manager.create()
             Issue.record("the create succeeded on a failing disk")
         } catch {
-            #expect(error.kind == .unavailable)
+            #expect({ if case .storage(let e) = error { e.kind == .unavailable } else { false } }())
         }
         #expect(manager.count == 0)
         #expect(try await storage.sessionCount() == 0)
 
-        let (session, token) = try await manager.createDurably()
+        let (session, token) = try await manager.create()
         try await session.dispatch("counter", #"{"type":"increment"}"#)
         storage.failNextCommits(1)
         do {
-            try await manager.delete(id: session.id)
+            try await manager.delete(session)
             Issue.record("the delete succeeded on a failing disk")
         } catch {
-            #expect(error.kind == .unavailable)
+            #expect(error.storageKind == .unavailable)
         }
         #expect(manager.isLoaded(id: session.id))
         #expect(try await storage.session(id: session.id) != nil)
         #expect(try await manager.load(id: session.id, token: token) === session)
-        try await manager.delete(id: session.id)
+        try await manager.delete(session)
         #expect(try await storage.session(id: session.id) == nil)
     }
 }

@@ -10,9 +10,9 @@ struct SweepTests {
     @Test("idle sessions are evicted and reload with the same state; busy ones stay", arguments: Backend.allCases)
     func idleEviction(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
-            let manager = try exampleManager(fixture.storage, settings: testSettings(idleTimeout: .seconds(1), ttl: .seconds(3_600)))
-            let (idle, idleToken) = try await manager.createDurably()
-            let (watched, _) = try await manager.createDurably()
+            let manager = try exampleManager(fixture.storage, settings: testSettings(idleTimeout: .seconds(60), ttl: .seconds(3_600)))
+            let (idle, idleToken) = try await manager.create()
+            let (watched, _) = try await manager.create()
             for _ in 0..<3 { try await idle.dispatch("counter", #"{"type":"increment"}"#, key: UUID().uuidString) }
             try await idle.dispatch("todos", #"{"type":"add","title":"keep me"}"#)
             _ = watched.hub.subscribe(features: nil, lastEventID: nil, sink: RecordingSink())
@@ -21,12 +21,18 @@ struct SweepTests {
             let nothing = await manager.sweep(now: WallClock.now)
             #expect(nothing.evicted == 0 && nothing.purged == 0)
 
-            let swept = await manager.sweep(now: WallClock.now + 2_000)
+            let swept = await manager.sweep(now: WallClock.now + 120_000)
             #expect(swept.evicted == 1, "only the idle one; an event stream keeps a session busy")
             #expect(swept.purged == 0)
             #expect(!manager.isLoaded(id: idle.id))
             #expect(manager.isLoaded(id: watched.id))
             #expect(try await fixture.storage.session(id: idle.id) != nil, "eviction deletes nothing")
+            // The evicted object refuses changes (a caller that looked it up just before the
+            // eviction loads it again), so there are never two live copies of one session.
+            let stale = await sessionFailure { () async throws(SessionFailure) in
+                _ = try await idle.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
+            }
+            #expect({ if case .retired? = stale { true } else { false } }(), "\(String(describing: stale))")
 
             let back = try #require(try await manager.load(id: idle.id, token: idleToken))
             #expect(back !== idle, "a fresh session object, loaded from storage")
@@ -43,8 +49,8 @@ struct SweepTests {
         try await withStorage(backend) { fixture in
             let settings = testSettings(idleTimeout: .seconds(3_600), ttl: .seconds(10))
             let first = try exampleManager(fixture.storage, settings: settings)
-            let (loaded, loadedToken) = try await first.createDurably()
-            let (stored, storedToken) = try await first.createDurably()
+            let (loaded, loadedToken) = try await first.create()
+            let (stored, storedToken) = try await first.create()
             for session in [loaded, stored] {
                 try await session.dispatch("counter", #"{"type":"increment"}"#, key: "k")
             }
@@ -77,7 +83,7 @@ struct SweepTests {
     func activeSessionSurvivesTTL(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(ttl: .seconds(1)))
-            let (session, token) = try await manager.createDurably()
+            let (session, token) = try await manager.create()
             // Used every 100 ms for 2.5 s while the sweeper runs: never inactive near the 1 s TTL.
             let end = ContinuousClock.now + .milliseconds(2_500)
             var version = 0
@@ -101,7 +107,7 @@ struct SweepTests {
                 fixture.storage, settings: testSettings(idleTimeout: .milliseconds(200)), loginCheckDelay: .milliseconds(800))
             // Hold no reference to the session object, as a server between requests holds none.
             func submit() async throws -> (id: String, token: String) {
-                let (session, token) = try await manager.createDurably()
+                let (session, token) = try await manager.create()
                 try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
                 return (session.id, token)
             }

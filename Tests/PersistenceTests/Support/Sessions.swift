@@ -139,32 +139,40 @@ extension Session {
         return store
     }
 
+    /// Submits a change through the session's change path; the applied change, or the failure.
+    @discardableResult
+    func change(
+        _ feature: String, _ kind: ChangeRequest.Kind, key: String? = nil, ifVersion: Int? = nil
+    ) async throws(SessionFailure) -> EncodedChange {
+        let request = ChangeRequest(
+            feature: feature, kind: kind, precondition: ifVersion.map { .version($0) } ?? .none, idempotencyKey: key)
+        switch await submit(request) {
+        case .applied(let change, _): return change
+        case .replayed(let reply):
+            throw .store(StoreError(.versionConflict, "replayed: \(reply.version)", currentVersion: reply.version))
+        case .failed(let failure): throw failure
+        }
+    }
+
     /// Dispatches an action (JSON text) durably.
     @discardableResult
     func dispatch(_ feature: String, _ action: String, key: String? = nil, ifVersion: Int? = nil) async throws -> EncodedChange {
-        let store = try await requireStore(feature)
-        let value = json(action)
-        return try await commitDurably(
-            store, idempotencyKey: key, reply: key == nil ? nil : rememberState,
-            prepare: { version throws(StoreError) in try store.prepareDispatch(json: value, ifVersion: version) },
-            ifVersion: ifVersion)
+        _ = try await requireStore(feature)
+        return try await change(feature, .dispatch(json(action)), key: key, ifVersion: ifVersion)
     }
 
     /// Rehydrates a store with a state (JSON text) durably.
     @discardableResult
     func rehydrate(_ feature: String, _ state: String) async throws -> EncodedChange {
-        let store = try await requireStore(feature)
-        let value = json(state)
-        return try await commitDurably(store, prepare: { version throws(StoreError) in
-            try store.prepareRehydrate(json: value, ifVersion: version)
-        })
+        _ = try await requireStore(feature)
+        return try await change(feature, .rehydrate(json(state)))
     }
 
     /// Resets a store durably.
     @discardableResult
     func reset(_ feature: String) async throws -> EncodedChange {
-        let store = try await requireStore(feature)
-        return try await commitDurably(store, prepare: { version throws(StoreError) in try store.prepareReset(ifVersion: version) })
+        _ = try await requireStore(feature)
+        return try await change(feature, .reset)
     }
 
     /// A store's version and state, loading it when needed.

@@ -1,0 +1,100 @@
+import Logging
+import MicroHTTP
+import StatePersistence
+import StateSessions
+import StateStore
+
+/// Where 5xx causes go (fixed messages, values in metadata).
+struct APIErrorLog: Sendable {
+    let logger: Logger
+}
+
+/// Every error a route answers with, in the contract's shape
+/// `{"error": {"code": "<snake_case_code>", "message": "<one human sentence>"}}`. Handlers throw
+/// it; ``Router`` turns it into the response in one place.
+struct APIError: Error, Sendable {
+    let status: Int
+    let code: String
+    let message: String
+    var headers: [(name: String, value: String)] = []
+    /// What is logged for 5xx answers (never sent to the client).
+    var cause: String?
+
+    func response(route: String, _ log: APIErrorLog) -> HTTPResponse {
+        if let cause {
+            log.logger.error(
+                status == 503 ? "storage unavailable" : "internal error",
+                metadata: ["http.route": "\(route)", "error": "\(cause)"])
+        }
+        return Reply.error(status, code, message, route: route, headers: headers)
+    }
+
+    static let notFound = APIError(status: 404, code: "not_found", message: "there is no resource at this path")
+
+    static func methodNotAllowed(_ method: String, _ methods: [String]) -> APIError {
+        APIError(
+            status: 405, code: "method_not_allowed",
+            message: "\(method) is not allowed here; use \(methods.joined(separator: ", "))",
+            headers: [("Allow", methods.joined(separator: ", "))])
+    }
+
+    static let unauthorized = APIError(
+        status: 401, code: "unauthorized", message: "this request needs the header 'Authorization: Bearer <token>'",
+        headers: [("WWW-Authenticate", "Bearer")])
+
+    static let sessionNotFound = APIError(status: 404, code: "session_not_found", message: "no session with this id and token")
+
+    static func tooLarge(_ limit: Int) -> APIError {
+        APIError(status: 413, code: "payload_too_large", message: "the request body is larger than the limit of \(limit) bytes")
+    }
+
+    static let malformed = APIError(status: 400, code: "malformed_json", message: "the request body is not valid JSON")
+
+    static func invalidRequest(_ message: String) -> APIError {
+        APIError(status: 400, code: "invalid_request", message: message)
+    }
+
+    static func unknownFeature(_ name: String) -> APIError {
+        APIError(status: 404, code: "unknown_feature", message: "there is no feature named '\(name)'")
+    }
+
+    static let sessionLimit = APIError(
+        status: 503, code: "session_limit_reached",
+        message: "the server holds its maximum number of sessions; try again later", headers: [("Retry-After", "60")])
+
+    static func tooManyStreams(_ message: String) -> APIError {
+        APIError(status: 429, code: "too_many_streams", message: message, headers: [("Retry-After", "5")])
+    }
+
+    static func storage(_ error: StorageError) -> APIError {
+        APIError(
+            status: 503, code: "storage_unavailable",
+            message: "the server cannot store changes right now; nothing was applied, try again",
+            headers: [("Retry-After", "1")], cause: "\(error)")
+    }
+
+    static func internalError(_ error: any Error) -> APIError {
+        APIError(status: 500, code: "internal_error", message: "the server failed to answer this request", cause: "\(error)")
+    }
+
+    static func store(_ error: StoreError) -> APIError {
+        switch error.kind {
+        case .versionConflict:
+            APIError(status: 412, code: "version_conflict", message: error.message, headers: [Reply.etag(error.currentVersion)])
+        case .actionRejected: APIError(status: 422, code: "action_rejected", message: error.message)
+        case .invalidAction: APIError(status: 422, code: "invalid_action", message: error.message)
+        case .invalidState: APIError(status: 422, code: "invalid_state", message: error.message)
+        default: internalError(error)
+        }
+    }
+
+    static func session(_ failure: SessionFailure) -> APIError {
+        switch failure {
+        case .store(let error): store(error)
+        case .storage(let error): storage(error)
+        case .unknownFeature(let name): unknownFeature(name)
+        case .sessionGone: sessionNotFound
+        case .retired: internalError(failure)  // callers look the session up again first
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import MicroHTTP
+import StateSessions
+import StateStore
+
+/// `GET /v1/sessions/{id}/events`: a session's changes as server-sent events.
+extension StateServerResponder {
+    static let eventRoutes: [Route] = [
+        Route(["GET"], "/v1/sessions/{id}/events") { responder, request throws(APIError) in
+            try responder.withSession(request, allowQueryToken: true) { session throws(APIError) in
+                let requested = request.http.queryValues("feature")
+                for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }
+                guard session.isDurable else { return .now(try responder.events(request, session)) }
+                return .later { () throws(APIError) in
+                    do throws(SessionFailure) {
+                        try await session.loadAll(requested.isEmpty ? nil : requested)
+                    } catch {
+                        throw .session(error)
+                    }
+                    return try responder.events(request, session)
+                }
+            }
+        }
+    ]
+
+    /// Opens the stream: admission (per session, atomically in the hub; per server, here),
+    /// then the replay after `Last-Event-ID` or a snapshot, then live changes.
+    func events(_ request: RouteRequest, _ session: Session) throws(APIError) -> HTTPResponse {
+        let requested = request.http.queryValues("feature")
+        let filter: Set<String>? = requested.isEmpty ? nil : Set(requested)
+        guard openStreams.add(1, ordering: .relaxed).newValue <= settings.maxStreams else {
+            openStreams.subtract(1, ordering: .relaxed)
+            throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
+        }
+        let lastEventID = request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
+        let stream = EventStream(bufferLimit: settings.streamBufferLimit)
+        let hub = session.hub
+        let counter = OpenStreamCounter(responder: self)
+        switch hub.subscribe(features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession) {
+        case .closed:
+            counter.release()
+            throw .sessionNotFound
+        case .full:
+            counter.release()
+            throw .tooManyStreams("this session already has \(settings.maxStreamsPerSession) open event streams")
+        case .caughtUpPartially:
+            stream.onFinish { counter.release() }
+        case .subscribed(let subscription):
+            stream.onFinish {
+                hub.unsubscribe(subscription)
+                counter.release()
+            }
+        }
+        return HTTPResponse(
+            status: 200,
+            headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],
+            body: .stream(stream), route: request.template)
+    }
+}
+
+/// Gives back one open-stream slot.
+private struct OpenStreamCounter: Sendable {
+    let responder: StateServerResponder
+    func release() { responder.openStreams.subtract(1, ordering: .relaxed) }
+}

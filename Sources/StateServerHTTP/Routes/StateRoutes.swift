@@ -1,0 +1,99 @@
+import MicroHTTP
+import StateSessions
+import StateStore
+
+/// Reading a session's states, and the changes that need no action: rehydrate (PUT) and reset
+/// (DELETE).
+extension StateServerResponder {
+    static let stateRoutes: [Route] = [
+        Route(["GET"], "/v1/sessions/{id}/state") { responder, request throws(APIError) in
+            try responder.withSession(request) { session throws(APIError) in
+                guard session.isDurable else { return .now(try allState(session, route: request.template)) }
+                return .later { () throws(APIError) in
+                    do throws(SessionFailure) {
+                        try await session.loadAll()
+                    } catch {
+                        throw .session(error)
+                    }
+                    return try allState(session, route: request.template)
+                }
+            }
+        },
+        Route(["GET", "PUT", "DELETE"], "/v1/sessions/{id}/state/{feature}") { responder, request throws(APIError) in
+            try responder.withSession(request) { session throws(APIError) in
+                let feature = request.parameters[1]
+                let http = request.http
+                switch http.method {
+                case "PUT":
+                    let state = try StateServerResponder.stateBody(http)
+                    return try responder.withStore(session, feature) { _ in
+                        responder.change(
+                            session,
+                            ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: EntityTagCondition.precondition(http)),
+                            request: request)
+                    }
+                case "DELETE":
+                    return try responder.withStore(session, feature) { _ in
+                        responder.change(
+                            session,
+                            ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
+                            request: request)
+                    }
+                default:
+                    return try responder.withStore(session, feature) { store throws(APIError) in
+                        .now(try readState(http, store, feature: feature, route: request.template))
+                    }
+                }
+            }
+        },
+    ]
+
+    /// A PUT body: `{"state": ...}` (checked before the feature, like dispatch bodies).
+    static func stateBody(_ request: HTTPRequest) throws(APIError) -> JSONValue {
+        guard let json = JSONCoding.parse(request.body) else { throw .malformed }
+        guard case .object(let fields) = json else {
+            throw .invalidRequest("the body must be a JSON object like {\"state\": {...}}")
+        }
+        guard let state = fields["state"] else { throw .invalidRequest("the body is missing the field 'state'") }
+        return state
+    }
+
+    static func allState(_ session: Session, route: String) throws(APIError) -> HTTPResponse {
+        do throws(StoreError) {
+            var features = JSONObjectWriter()
+            for entry in try session.allStates() {
+                var item = JSONObjectWriter(capacity: entry.state.count + 32)
+                item.int("version", entry.version)
+                item.raw("state", entry.state)
+                features.raw(entry.feature, item.finish())
+            }
+            var body = JSONObjectWriter()
+            body.string("session", session.id)
+            body.raw("features", features.finish())
+            return Reply.json(200, body.finish(), route: route)
+        } catch {
+            throw .internalError(error)
+        }
+    }
+
+    /// GET and HEAD: the store's state with its ETag, or 304 when `If-None-Match` names it.
+    static func readState(
+        _ request: HTTPRequest, _ store: any AnyStateStore, feature: String, route: String
+    ) throws(APIError) -> HTTPResponse {
+        let state: [UInt8]
+        let version: Int
+        do throws(StoreError) {
+            (state, version) = try store.currentJSON()
+        } catch {
+            throw .internalError(error)
+        }
+        if let condition = EntityTagCondition(request, "if-none-match", weak: true), condition.matches(version) {
+            return Reply.empty(304, route: route, headers: [Reply.etag(version)])
+        }
+        var body = JSONObjectWriter(capacity: state.count + 64)
+        body.string("feature", feature)
+        body.int("version", version)
+        body.raw("state", state)
+        return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version)])
+    }
+}

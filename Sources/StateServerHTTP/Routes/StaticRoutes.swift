@@ -1,0 +1,28 @@
+import MicroHTTP
+
+/// The page, its client, the OpenAPI description, health, metrics and the feature list.
+extension StateServerResponder {
+    static let staticRoutes: [Route] = [
+        Route(["GET"], "/") { _, _ in
+            .now(StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/"))
+        },
+        Route(["GET"], "/healthz") { _, _ in
+            .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz"))
+        },
+        Route(["GET"], "/metrics") { responder, _ throws(APIError) in
+            guard let metrics = responder.metrics else { throw .notFound }
+            return .now(HTTPResponse(
+                status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body: .bytes(metrics()), route: "/metrics"))
+        },
+        Route(["GET"], "/openapi.json") { _, _ in
+            .now(Reply.json(200, StaticAssets.openAPI, route: "/openapi.json"))
+        },
+        Route(["GET"], "/client.js") { _, _ in
+            .now(StaticAssets.response(StaticAssets.clientJS, type: "text/javascript; charset=utf-8", route: "/client.js"))
+        },
+        Route(["GET"], "/v1/features") { responder, _ in
+            .now(Reply.json(200, responder.featuresBody, route: "/v1/features"))
+        },
+    ]
+}

@@ -1,0 +1,93 @@
+import StatePersistence
+import StateStore
+
+/// A change a session is asked to make. Every change goes through ``Session/submit(_:done:)``.
+public struct ChangeRequest: Sendable {
+    public enum Kind: Sendable {
+        /// A client's action (a tagged object), checked by the feature's client rule.
+        case dispatch(JSONValue)
+        /// A client's state, checked by the feature's rehydrate rule.
+        case rehydrate(JSONValue)
+        case reset
+        /// A follow-up action of asynchronous work, prepared against the store when its turn
+        /// comes.
+        case followUp(@Sendable (_ ifVersion: Int?) throws(StoreError) -> PreparedChange)
+        /// Settles a state left waiting by work lost in a restart (``Feature/recoveryAction(for:)``).
+        case recovery
+    }
+
+    public var feature: String
+    public var kind: Kind
+    public var precondition: VersionPrecondition
+    /// Repeats of a key are answered with the first reply, applying nothing.
+    public var idempotencyKey: String?
+
+    public init(
+        feature: String, kind: Kind, precondition: VersionPrecondition = .none, idempotencyKey: String? = nil
+    ) {
+        self.feature = feature
+        self.kind = kind
+        self.precondition = precondition
+        self.idempotencyKey = idempotencyKey
+    }
+
+    /// Dispatch replies carry the change's effect; rehydrate and reset replies do not.
+    var replyHasEffect: Bool {
+        if case .dispatch = kind { return true }
+        return false
+    }
+}
+
+/// The version a change requires (from `If-Match`): none, one version, or a condition that can
+/// never hold atomically (a list of several versions), which is a conflict.
+public enum VersionPrecondition: Sendable, Equatable {
+    case none
+    case version(Int)
+    case never
+
+    /// The version to require, or a version conflict for `.never`.
+    func resolve(_ store: any AnyStateStore) throws(StoreError) -> Int? {
+        switch self {
+        case .none: return nil
+        case .version(let version): return version
+        case .never:
+            let current = (try? store.currentJSON().version) ?? 0
+            throw StoreError(.versionConflict, "If-Match does not name the store's version \(current)", currentVersion: current)
+        }
+    }
+}
+
+/// How a change ended.
+public enum ChangeOutcome: Sendable {
+    /// Applied (and journaled first, in durable mode); `reply` is the body to answer with.
+    case applied(EncodedChange, reply: StoredReply)
+    /// The idempotency key was seen before: its first reply, nothing applied.
+    case replayed(StoredReply)
+    case failed(SessionFailure)
+}
+
+/// Why a session could not do what was asked. Nothing was applied.
+public enum SessionFailure: Error, Sendable {
+    /// The store refused the change.
+    case store(StoreError)
+    /// Storage failed (nothing applied, nothing acknowledged).
+    case storage(StorageError)
+    /// No feature of this name is registered.
+    case unknownFeature(String)
+    /// The session was deleted (before or while the request waited for its turn).
+    case sessionGone
+    /// The session left memory (idle eviction) after the caller looked it up; look it up again.
+    case retired
+}
+
+/// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.
+public enum ChangeReply {
+    public static func body(_ change: EncodedChange, withEffect: Bool) -> [UInt8] {
+        var body = JSONObjectWriter(capacity: change.state.count + 96)
+        body.string("feature", change.feature)
+        body.int("version", change.version)
+        body.raw("state", change.state)
+        if withEffect { body.raw("effect", change.effect) }
+        return body.finish()
+    }
+}
