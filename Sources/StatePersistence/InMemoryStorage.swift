@@ -1,7 +1,8 @@
 import Synchronization
 
 /// The in-memory twin of ``SQLiteStorage``: the same tables in dictionaries, with the same
-/// rules (a duplicate journal version is a `.conflict` and fails its batch alone). Nothing
+/// rules (a duplicate journal version is a `.conflict` and fails its batch alone; a write for
+/// a session that does not exist is `.sessionGone`). Nothing
 /// survives the process; useful for tests and for embedding the store core without a disk.
 /// `failNextCommits` lets tests simulate a failing disk.
 public final class InMemoryStorage: SessionStorage {
@@ -35,6 +36,10 @@ public final class InMemoryStorage: SessionStorage {
         }
     }
 
+    private static func requireSession(_ id: String, in t: Tables) throws(StorageError) {
+        guard t.sessions[id] != nil else { throw StorageError(.sessionGone, "session \(id) does not exist (deleted or expired)") }
+    }
+
     private static func apply(_ write: StorageWrite, to t: inout Tables) throws(StorageError) {
         switch write {
         case .createSession(let s):
@@ -46,6 +51,7 @@ public final class InMemoryStorage: SessionStorage {
             t.snapshots[id] = nil
             t.replies[id] = nil
         case .append(let e, let idempotency):
+            try requireSession(e.session, in: t)
             let entries = t.journal[e.session, default: []]
             if entries.contains(where: { $0.seq == e.seq || ($0.feature == e.feature && $0.version == e.version) }) {
                 throw StorageError(.conflict, "journal entry \(e.session)/\(e.feature)@\(e.version) exists")
@@ -53,13 +59,14 @@ public final class InMemoryStorage: SessionStorage {
             t.journal[e.session, default: []].append(e)
             if let (key, reply) = idempotency { t.replies[e.session, default: [:]][key] = reply }
         case .snapshot(let s):
+            try requireSession(s.session, in: t)
             t.snapshots[s.session, default: [:]][s.feature] = s
         case .touch(let session, let at):
-            if var s = t.sessions[session] {
-                s.lastActiveAt = max(s.lastActiveAt, at)
-                t.sessions[session] = s
-            }
+            guard var s = t.sessions[session] else { throw StorageError(.sessionGone, "session \(session) does not exist (deleted or expired)") }
+            s.lastActiveAt = max(s.lastActiveAt, at)
+            t.sessions[session] = s
         case .compact(let session, let feature, let upToVersion, let keepLast):
+            try requireSession(session, in: t)
             guard let entries = t.journal[session], let last = entries.last?.seq else { return }
             t.journal[session] = entries.filter {
                 !($0.feature == feature && $0.version <= upToVersion && $0.seq <= last - keepLast)

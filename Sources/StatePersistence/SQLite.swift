@@ -30,6 +30,11 @@ final class SQLiteConnection: @unchecked Sendable {
 
     var errorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// Whether a transaction is open. SQLite may roll back a whole transaction by itself on
+    /// SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM (not only the failing statement): after any
+    /// failure inside a transaction, this says whether there still is one.
+    var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
     func error(_ rc: Int32, _ what: String) -> StorageError {
         let primary = rc & 0xFF
         let kind: StorageError.Kind = primary == SQLITE_CONSTRAINT ? .conflict : .unavailable

@@ -11,12 +11,24 @@ import Synchronization
 /// (a savepoint each, so one bad batch fails alone) and commits with `synchronous=FULL`, which
 /// fsyncs the WAL. A batch's `commit` returns only after that. Batches that arrive while a
 /// commit runs share the next one (group commit), so durability costs one fsync per group,
-/// not per request. Reads use a second connection on their own queue (WAL readers do not wait
-/// for the writer).
+/// not per request. When the group's transaction is lost (SQLite rolls back the whole
+/// transaction, not the savepoint, on SQLITE_FULL and I/O errors) or its COMMIT fails, nothing
+/// of the group is stored, and each batch is committed again alone: every answer is exact.
+/// Reads use a second connection on their own queue (WAL readers do not wait for the writer).
+///
+/// One owner: the storage holds an exclusive lock on `<path>.lock` (see ``ProcessLock``) from
+/// `init` to `close()`; a second process opening the same database fails with `.unusable`.
+///
+/// Schema versions (`PRAGMA user_version`): 0 is the schema before versions; 1 purges rows
+/// left behind by deleted sessions (writes now check that their session exists).
 public final class SQLiteStorage: SessionStorage {
     public let name: String
     private let writer: Writer
     private let reader: Reader
+    private let lock: ProcessLock
+
+    /// The schema version this code writes (`PRAGMA user_version`).
+    static let schemaVersion = 1
 
     /// Opens (creating if needed) the database at `path`. Fails with `.unusable` and a clear
     /// reason when the path is a directory, not writable, or not a SQLite database.
@@ -48,10 +60,16 @@ public final class SQLiteStorage: SessionStorage {
                 throw StorageError(.unusable, "storage \(name) is unusable: cannot create directory \(parent): \(error.localizedDescription)")
             }
         }
+        do {
+            lock = try ProcessLock(lockPath: path + ".lock", database: path)
+        } catch {
+            throw StorageError(.unusable, "storage \(name) is unusable: \(error.message)")
+        }
         let connection: SQLiteConnection
         do {
             connection = try SQLiteConnection(path: path, readOnly: false)
             try connection.exec(Self.schema)
+            try Self.migrate(connection)
             if durability == .normal {
                 try connection.exec("PRAGMA synchronous = NORMAL;")
             }
@@ -119,6 +137,30 @@ public final class SQLiteStorage: SessionStorage {
         SELECT count(*) FROM sqlite_master;
         """
 
+    /// Brings a database from its `user_version` to ``schemaVersion``, in one transaction.
+    static func migrate(_ db: SQLiteConnection) throws(StorageError) {
+        let version = try db.query("PRAGMA user_version", []) { Int($0.int(0)) }.first ?? 0
+        guard version <= schemaVersion else {
+            throw StorageError(.unusable, "its schema version \(version) is newer than this server's (\(schemaVersion))")
+        }
+        guard version < schemaVersion else { return }
+        try db.exec("BEGIN IMMEDIATE")
+        do throws(StorageError) {
+            if version < 1 {
+                // Before version 1 a write could land after its session's delete: drop the
+                // rows of sessions that are gone.
+                for table in ["journal", "snapshots", "idempotency"] {
+                    try db.exec("DELETE FROM \(table) WHERE session NOT IN (SELECT id FROM sessions)")
+                }
+            }
+            try db.exec("PRAGMA user_version = \(schemaVersion)")
+            try db.exec("COMMIT")
+        } catch {
+            if db.inTransaction { try? db.exec("ROLLBACK") }
+            throw error
+        }
+    }
+
     /// `PRAGMA integrity_check` of the database at `path`, opened read-only: `"ok"` when sound.
     public static func integrityCheck(path: String) throws(StorageError) -> String {
         let connection = try SQLiteConnection(path: path, readOnly: true)
@@ -131,6 +173,19 @@ public final class SQLiteStorage: SessionStorage {
             writer.submit(batch) { continuation.resume(returning: $0) }
         }
         try result.get()
+    }
+
+    /// Commits `batches` in one group commit, as if they had been submitted concurrently: each
+    /// is atomic on its own and gets its own answer (in order), exact like ``commit(_:)``'s.
+    /// For bulk loads, and for tests that need a group of a known shape.
+    public func commit(group batches: [[StorageWrite]]) async -> [Result<Void, StorageError>] {
+        guard !batches.isEmpty else { return [] }
+        let collected = GroupResults(count: batches.count)
+        return await withCheckedContinuation { continuation in
+            writer.submit(group: batches) { index, result in
+                if let all = collected.set(index, result) { continuation.resume(returning: all) }
+            }
+        }
     }
 
     public func session(id: String) async throws(StorageError) -> StoredSession? {
@@ -217,6 +272,25 @@ public final class SQLiteStorage: SessionStorage {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             writer.stop { continuation.resume() }
         }
+        lock.release()
+    }
+}
+
+/// The answers of a group submitted with ``SQLiteStorage/commit(group:)``, as they arrive.
+private final class GroupResults: Sendable {
+    private let state: Mutex<(results: [Result<Void, StorageError>?], pending: Int)>
+
+    init(count: Int) {
+        state = Mutex((Array(repeating: nil, count: count), count))
+    }
+
+    /// Records one answer; all of them, in order, once the last one is in.
+    func set(_ index: Int, _ result: Result<Void, StorageError>) -> [Result<Void, StorageError>]? {
+        state.withLock { state in
+            state.results[index] = result
+            state.pending -= 1
+            return state.pending == 0 ? state.results.compactMap { $0 } : nil
+        }
     }
 }
 
@@ -259,6 +333,22 @@ extension SQLiteStorage {
             }
         }
 
+        /// Queues `batches` together, so the writer takes them into one group.
+        func submit(group batches: [[StorageWrite]], done: @escaping @Sendable (Int, Result<Void, StorageError>) -> Void) {
+            let accepted = queue.withLock { q -> Bool in
+                guard !q.stopping else { return false }
+                for (index, batch) in batches.enumerated() {
+                    q.jobs.append((batch, { done(index, $0) }))
+                }
+                return true
+            }
+            if accepted {
+                wake.signal()
+            } else {
+                for index in batches.indices { done(index, .failure(StorageError(.unavailable, "the storage is closing"))) }
+            }
+        }
+
         func stop(_ done: @escaping @Sendable () -> Void) {
             queue.withLock { q in
                 q.stopping = true
@@ -293,41 +383,122 @@ extension SQLiteStorage {
                 commitTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
                 groupSize.record(jobs.count)
             }
-            var results: [Result<Void, StorageError>] = []
+            // A lone batch needs no savepoint: the transaction is its boundary.
+            if jobs.count == 1 {
+                jobs[0].done(commitAlone(jobs[0].batch))
+                return
+            }
+            switch commitTogether(jobs.map(\.batch)) {
+            case .committed(let results):
+                for (job, result) in zip(jobs, results) { job.done(result) }
+            case .notBegun(let error):
+                for job in jobs { job.done(.failure(error)) }
+            case .lost:
+                // Nothing of the group is stored. Each batch again, alone: one that does not
+                // fit fails by itself, and none is answered for another's failure.
+                for job in jobs { job.done(commitAlone(job.batch)) }
+            }
+        }
+
+        private enum GroupOutcome {
+            /// COMMIT succeeded: one result per batch (failed ones were rolled back to their
+            /// savepoint and left nothing).
+            case committed([Result<Void, StorageError>])
+            /// BEGIN failed: nothing was written.
+            case notBegun(StorageError)
+            /// The transaction was rolled back as a whole (by SQLite itself, or by us after a
+            /// failed savepoint operation or COMMIT): nothing of the group is stored.
+            case lost
+        }
+
+        /// All batches in one transaction, a savepoint each.
+        private func commitTogether(_ batches: [[StorageWrite]]) -> GroupOutcome {
+            endTransaction()
             do {
                 try connection.run("BEGIN IMMEDIATE", [])
             } catch {
-                for job in jobs { job.done(.failure(error)) }
-                return
+                return .notBegun(error)
             }
-            for job in jobs {
+            var results: [Result<Void, StorageError>] = []
+            for batch in batches {
                 do {
-                    // A lone batch needs no savepoint: the transaction is its boundary.
-                    if jobs.count > 1 { try connection.run("SAVEPOINT batch", []) }
-                    for write in job.batch { try apply(write) }
-                    if jobs.count > 1 { try connection.run("RELEASE batch", []) }
+                    try connection.run("SAVEPOINT batch", [])
+                    try apply(batch)
+                    try connection.run("RELEASE batch", [])
                     results.append(.success(()))
                 } catch {
-                    if jobs.count > 1 {
-                        try? connection.run("ROLLBACK TO batch", [])
-                        try? connection.run("RELEASE batch", [])
+                    // SQLITE_FULL and I/O errors may have rolled back the whole transaction:
+                    // then a SAVEPOINT of the next batch would start a transaction of its own
+                    // and RELEASE would commit it for real.
+                    guard connection.inTransaction else { return .lost }
+                    do {
+                        try connection.run("ROLLBACK TO batch", [])
+                        try connection.run("RELEASE batch", [])
+                    } catch {
+                        endTransaction()
+                        return .lost
                     }
                     results.append(.failure(error))
                 }
             }
-            if jobs.count == 1, case .failure = results[0] {
-                try? connection.run("ROLLBACK", [])
-                jobs[0].done(results[0])
-                return
-            }
             do {
                 try connection.run("COMMIT", [])
             } catch {
-                try? connection.run("ROLLBACK", [])
-                for job in jobs { job.done(.failure(error)) }
-                return
+                endTransaction()
+                return .lost
             }
-            for (job, result) in zip(jobs, results) { job.done(result) }
+            return .committed(results)
+        }
+
+        /// One batch in a transaction of its own.
+        private func commitAlone(_ batch: [StorageWrite]) -> Result<Void, StorageError> {
+            endTransaction()
+            do {
+                try connection.run("BEGIN IMMEDIATE", [])
+                try apply(batch)
+                try connection.run("COMMIT", [])
+                return .success(())
+            } catch {
+                endTransaction()
+                return .failure(error)
+            }
+        }
+
+        /// Rolls back a transaction left open (after a failure); nothing when there is none.
+        private func endTransaction() {
+            if connection.inTransaction { try? connection.run("ROLLBACK", []) }
+        }
+
+        /// The writes of one batch, in order. Every write naming a session checks, once per
+        /// batch and inside the batch's transaction, that the session exists.
+        private func apply(_ batch: [StorageWrite]) throws(StorageError) {
+            var existing: Set<String> = []
+            for write in batch {
+                switch write {
+                case .createSession(let s):
+                    try apply(write)
+                    existing.insert(s.id)
+                    continue
+                case .deleteSession(let id):
+                    try apply(write)
+                    existing.remove(id)
+                    continue
+                case .append(let e, _): try requireSession(e.session, &existing)
+                case .snapshot(let s): try requireSession(s.session, &existing)
+                case .touch(let session, _): try requireSession(session, &existing)
+                case .compact(let session, _, _, _): try requireSession(session, &existing)
+                }
+                try apply(write)
+            }
+        }
+
+        private func requireSession(_ id: String, _ existing: inout Set<String>) throws(StorageError) {
+            guard !existing.contains(id) else { return }
+            let found = try connection.query("SELECT 1 FROM sessions WHERE id = ?", [.text(id)]) { _ in true }
+            guard !found.isEmpty else {
+                throw StorageError(.sessionGone, "session \(id) does not exist (deleted or expired)")
+            }
+            existing.insert(id)
         }
 
         private func apply(_ write: StorageWrite) throws(StorageError) {

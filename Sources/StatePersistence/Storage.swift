@@ -80,6 +80,11 @@ public struct StoredReply: Sendable, Equatable {
 }
 
 /// One write; a batch of writes commits atomically.
+///
+/// Every write but `createSession` and `deleteSession` names a session that must exist when
+/// the batch commits (it may be created earlier in the same batch): otherwise the batch fails
+/// with ``StorageError/Kind/sessionGone`` and stores nothing. This check runs in the batch's
+/// own transaction, so a write can never land after the session's `deleteSession`.
 public enum StorageWrite: Sendable {
     case createSession(StoredSession)
     case deleteSession(id: String)
@@ -104,6 +109,10 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
         public static let unavailable = Kind("unavailable")
         /// A write broke a rule of the schema (a duplicate version): a bug, never retried.
         public static let conflict = Kind("conflict")
+        /// A write (append, snapshot, touch, compact, idempotency reply) names a session that
+        /// does not exist: it was deleted or purged, or never created. Nothing of the batch is
+        /// stored; retrying cannot help. Answer as for an unknown session.
+        public static let sessionGone = Kind("sessionGone")
     }
 
     public let kind: Kind
@@ -122,6 +131,11 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
 /// Writes are submitted in order and committed in that order; `commit` returns once the batch
 /// is durable (for SQLite: in the WAL and fsynced). Concurrent batches share commits (group
 /// commit). Reads may block on I/O: call them from tasks, never from an event thread.
+///
+/// The answer of `commit` is exact: when it returns, all of the batch is stored; when it
+/// throws, none of it is (whatever happened to other batches of the same group commit).
+/// Writes for a session that does not exist fail with `.sessionGone`; `deleteSession`
+/// removes every row of the session in every table.
 public protocol SessionStorage: Sendable {
     /// `memory` or `sqlite:PATH`, for logs and errors.
     var name: String { get }

@@ -135,4 +135,33 @@ struct StartupTests {
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == garbage)
         }
     }
+
+    @Test("a second server on the same database refuses to start and names the first one's pid; after SIGKILL of the first a new one starts")
+    func oneProcessPerDatabase() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let session = try await withDurableServer(database) { first in
+                let session = try await first.api.createSession()
+                try await session.dispatchOK("counter", ["type": "increment"])
+                try await Self.expectRefusal("sqlite:\(database)", reason: ["is in use by another process (pid \(first.pid))"])
+                // The first one is untouched by the attempt.
+                try await session.dispatchOK("counter", ["type": "increment"])
+                // SIGKILL: no chance to unlock by itself; the kernel drops the lock.
+                let exit = await first.crash()
+                #expect(exit.bySignal && exit.status == SIGKILL, "\(exit)")
+                return session
+            }
+            try await withDurableServer(database) { second in
+                let restored = Session(api: second.api, id: session.id, token: session.token)
+                let counter = try await restored.store("counter")
+                #expect(counter == StoreState(version: 2, state: ["count": 2]))
+                await second.stopCleanly()
+            }
+            // A clean stop releases it too.
+            try await withDurableServer(database) { third in
+                #expect(await third.api.isHealthy())
+                await third.stopCleanly()
+            }
+        }
+    }
 }

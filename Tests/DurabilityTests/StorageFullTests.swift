@@ -70,4 +70,99 @@ struct StorageFullTests {
             #expect(try SQLiteStorage.integrityCheck(path: database) == "ok")
         }
     }
+
+    /// A `PUT` body of about 60 KB: a todo list of 115 long items.
+    static let largeTodos: [UInt8] = {
+        let title = String(repeating: "y", count: 480)
+        let items = (1...115).map { #"{"id":"\#($0)","title":"\#(title)","done":false}"# }.joined(separator: ",")
+        return Array(#"{"state":{"items":[\#(items)],"nextId":116}}"#.utf8)
+    }()
+
+    @Test("a full database inside a group commit: every 503 left nothing, every 200 is stored, and the session recovers once there is room")
+    func fullWhileConcurrent() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            let environment = ["STATE_SERVER_PERSISTENCE_MAX_BYTES": "\(1 << 20)"]
+            let answers = Tally<(key: String, status: Int)>()
+            let counterID: (id: String, token: String) = try await withDurableServer(database, environment: environment) { server in
+                let filler = try await server.api.createSession()
+                let counter = try await server.api.createSession()
+                let fillerRefusals = Tally<Int>()
+                let stop = Flag()
+                // Three connections fill the database with large PUTs while three others send
+                // increments with Idempotency-Keys: their commits share groups with the PUTs
+                // that hit the cap.
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<3 {
+                        group.addTask {
+                            while !stop.isSet {
+                                let put = try await filler.request("PUT", "/state/todos", body: Self.largeTodos)
+                                if put.status != 200 {
+                                    expectError(put, 503, "storage_unavailable")
+                                    fillerRefusals.append(put.status)
+                                }
+                            }
+                        }
+                    }
+                    for worker in 0..<3 {
+                        group.addTask {
+                            var index = 0
+                            while !stop.isSet {
+                                index += 1
+                                let key = "inc-\(worker)-\(index)"
+                                let response = try await counter.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", key)])
+                                if response.status != 200 { expectError(response, 503, "storage_unavailable") }
+                                answers.append((key, response.status))
+                            }
+                        }
+                    }
+                    // Until the cap has refused plenty, with increments answered all along.
+                    let deadline = ContinuousClock.now + .seconds(60)
+                    var incrementsAtFull: Int?
+                    while ContinuousClock.now < deadline {
+                        if incrementsAtFull == nil, fillerRefusals.count > 0 { incrementsAtFull = answers.count }
+                        if let start = incrementsAtFull, fillerRefusals.count >= 40, answers.count >= start + 150 { break }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                    stop.set()
+                    try await group.waitForAll()
+                }
+                #expect(fillerRefusals.count >= 40, "the database never filled up: \(fillerRefusals.count) refused PUTs")
+                let refused = answers.all.filter { $0.status == 503 }.count
+                print("storage full under load: \(answers.count) increments, \(refused) refused; \(fillerRefusals.count) refused PUTs")
+
+                // Room again: delete the filler. The counter session takes changes at once.
+                let deleted = try await filler.delete()
+                #expect(deleted.status == 204, "\(deleted)")
+                let after = try await counter.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", "after-room")])
+                #expect(after.status == 200, "the session recovers by itself once there is room: \(after)")
+                answers.append(("after-room", after.status))
+                let acknowledged = answers.all.filter { $0.status == 200 }.count
+                #expect(try await counter.store("counter").state["count"]?.int == acknowledged)
+                await server.stopCleanly()
+                return (counter.id, counter.token)
+            }
+
+            // After a restart: every increment answered 200 is there, none answered 503 is.
+            try await withDurableServer(database, environment: environment) { server in
+                let counter = Session(api: server.api, id: counterID.id, token: counterID.token)
+                let all = answers.all
+                let acknowledged = all.filter { $0.status == 200 }
+                let stored = try await counter.store("counter")
+                #expect(stored.state["count"]?.int == acknowledged.count, "\(acknowledged.count) increments answered 200, \(all.count - acknowledged.count) answered 503; stored: \(stored)")
+                #expect(stored.version == acknowledged.count)
+                // Each acknowledged key replays; so the count above leaves no room for a 503 one.
+                for answer in acknowledged.prefix(300) {
+                    let replay = try await counter.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", answer.key)])
+                    #expect(replay.status == 200 && replay.header("Idempotent-Replayed") == "true", "\(answer.key): \(replay)")
+                }
+                for answer in all.filter({ $0.status == 503 }).prefix(20) {
+                    let fresh = try await counter.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", answer.key)])
+                    #expect(fresh.status == 200 && fresh.header("Idempotent-Replayed") == nil, "a key answered 503 was stored: \(answer.key): \(fresh)")
+                }
+                await server.stopCleanly()
+            }
+            #expect(try SQLiteStorage.integrityCheck(path: database) == "ok")
+        }
+    }
 }

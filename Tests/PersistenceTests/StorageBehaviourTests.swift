@@ -226,7 +226,8 @@ struct StorageBehaviourTests {
             try await storage.commit([.compact(session: "s", feature: "settings", upToVersion: 100, keepLast: 0)])
             #expect(try await storage.journal(session: "s", feature: "todos", afterVersion: 0).map(\.version) == [1, 2])
             // A compact of an empty journal is not an error.
-            try await storage.commit([.compact(session: "nobody", feature: "counter", upToVersion: 5, keepLast: 0)])
+            try await storage.commit([.createSession(Rows.session("empty"))])
+            try await storage.commit([.compact(session: "empty", feature: "counter", upToVersion: 5, keepLast: 0)])
         }
     }
 
@@ -276,8 +277,9 @@ struct StorageBehaviourTests {
             try await storage.commit([.touch(session: "a", at: 200)])
             #expect(try await storage.session(id: "a")?.lastActiveAt == 500, "an older touch does not go back")
             #expect(try await storage.sessions(inactiveBefore: 400, limit: 10) == ["b"])
-            // Touching an unknown session is not an error and creates nothing.
-            try await storage.commit([.touch(session: "nobody", at: 900)])
+            // Touching an unknown session is refused (the writes-for-a-gone-session suite) and creates nothing.
+            let unknown = await storageError { () async throws(StorageError) in try await storage.commit([.touch(session: "nobody", at: 900)]) }
+            #expect(unknown?.kind == .sessionGone, "\(String(describing: unknown))")
             #expect(try await storage.session(id: "nobody") == nil)
         }
     }
