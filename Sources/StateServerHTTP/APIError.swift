@@ -67,7 +67,8 @@ struct APIError: Error, Sendable {
     }
 
     static func storage(_ error: StorageError) -> APIError {
-        APIError(
+        if error.kind == .sessionGone { return sessionNotFound }
+        return APIError(
             status: 503, code: "storage_unavailable",
             message: "the server cannot store changes right now; nothing was applied, try again",
             headers: [("Retry-After", "1")], cause: "\(error)")
@@ -91,7 +92,7 @@ struct APIError: Error, Sendable {
     static func session(_ failure: SessionFailure) -> APIError {
         switch failure {
         case .store(let error): store(error)
-        case .storage(let error): storage(error)
+        case .storage(let error): error.kind == .sessionGone ? sessionNotFound : storage(error)
         case .unknownFeature(let name): unknownFeature(name)
         case .sessionGone: sessionNotFound
         case .retired: internalError(failure)  // callers look the session up again first

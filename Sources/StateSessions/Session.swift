@@ -325,6 +325,14 @@ public final class Session: Sendable {
         return result
     }
 
+    /// Deleted: every later request is refused with `.sessionGone` and the streams end.
+    public var isGone: Bool { pipeline.withLock { $0.deleted } }
+
+    private func markGone() {
+        pipeline.withLock { $0.deleted = true }
+        hub.close()
+    }
+
     /// The reply remembered for an idempotency key, from memory or (durable mode) storage.
     public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
@@ -436,8 +444,7 @@ public final class Session: Sendable {
             journal.record({ [.deleteSession(id: id)] }) { [self] result in
                 switch result {
                 case .success:
-                    pipeline.withLock { $0.deleted = true }
-                    hub.close()
+                    markGone()
                     done(.success(()))
                 case .failure(let error):
                     done(.failure(.storage(error)))
@@ -515,7 +522,13 @@ public final class Session: Sendable {
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let seq = hub.seq + 1
         journal.record({ writes(prepared, seq: seq, remembered: remembered) }) { [self] result in
-            if case .failure(let error) = result { return finish(.failed(.storage(error))) }
+            if case .failure(let error) = result {
+                // Storage no longer has the session (deleted by another process or node, or
+                // by the TTL sweep): it is gone here too.
+                guard error.kind == .sessionGone else { return finish(.failed(.storage(error))) }
+                markGone()
+                return finish(.failed(.sessionGone))
+            }
             // Every change of this store goes through this pipeline, so it is still at the
             // change's base version.
             guard store.commit(prepared, startWork: true) else {

@@ -110,6 +110,13 @@ public final class SessionManager: Sendable {
     public func session(id: String, token: String) -> Session? {
         guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard session.verify(token: token) else { return nil }
+        if session.isGone {
+            // Found gone by a write (deleted elsewhere): forget it.
+            sessions.withLock { table in
+                if table.byID[id] === session { table.byID[id] = nil }
+            }
+            return nil
+        }
         session.markUsed()
         return session
     }

@@ -25,13 +25,15 @@ struct DeleteRaceTests {
                             group.addTask {
                                 for step in 0..<4 {
                                     let response: HTTPResponse
+                                    // Sent after the 204 arrived: must be refused.
+                                    let sentAfterDelete = deleteDone.isSet
                                     if (writer + step) % 3 == 0 {
                                         response = try await session.request("DELETE", "/state/todos")
                                     } else {
                                         response = try await session.dispatch(
                                             "counter", ["type": "increment"], headers: [("Idempotency-Key", "k-\(writer)-\(step)")])
                                     }
-                                    statuses.append((response.status, deleteDone.isSet))
+                                    statuses.append((response.status, sentAfterDelete))
                                 }
                             }
                         }
