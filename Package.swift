@@ -167,7 +167,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures"],
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP"],
             swiftSettings: strictSettings
         ),
         .testTarget(

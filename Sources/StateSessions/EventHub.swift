@@ -27,8 +27,15 @@ public struct HubMetrics: Sendable {
     }
 }
 
+/// Turns one event of a session (its sequence number, name and JSON data) into the bytes a
+/// transport sends. The transport provides it (the HTTP layer frames server-sent events); the
+/// hub encodes each event once and queues the same bytes on every subscriber.
+public protocol EventEncoder: Sendable {
+    func encode(seq: Int, event: String, data: [UInt8]) -> [UInt8]
+}
+
 /// The bytes every hub of a server may pin for replay together. When a publish would pass it,
-/// the publishing session forgets its own oldest frames first (a clients resuming past them
+/// the publishing session forgets its own oldest frames first (a client resuming past them
 /// gets a fresh snapshot, as the contract says).
 public final class ReplayBudget: Sendable {
     public let limit: Int
@@ -62,7 +69,7 @@ public enum Subscription: Sendable, Equatable {
 /// features), keeps the last `replayLimit` frames for `Last-Event-ID` resumption, and fans each
 /// frame out to the subscribers that observe its feature.
 ///
-/// Each change is framed once (`id:`/`event:`/`data:` lines) and the same bytes are queued on
+/// Each change is encoded once by the transport's ``EventEncoder`` and the same bytes are queued on
 /// every subscriber. The hub also keeps the latest state bytes of every feature, so a snapshot
 /// needs no store lock (stores call `publish` while holding their own lock; the hub never calls
 /// back into a store, so the lock order is always store → hub).
@@ -89,11 +96,11 @@ public final class EventHub: Sendable {
             }
         }
 
-        var bytes: [UInt8] {
+        func bytes(_ encoder: any EventEncoder) -> [UInt8] {
             switch content {
             case .framed(let bytes): bytes
-            case .change(let change): EventHub.stateFrame(seq: seq, change)
-            case .data(let data): EventHub.frame(seq: seq, event: "state", data: data)
+            case .change(let change): encoder.encode(seq: seq, event: "state", data: EventHub.eventData(change))
+            case .data(let data): encoder.encode(seq: seq, event: "state", data: data)
             }
         }
     }
@@ -121,6 +128,7 @@ public final class EventHub: Sendable {
     private let replayLimit: Int
     private let replayBytes: Int
     private let budget: ReplayBudget?
+    private let encoder: any EventEncoder
     private let metrics: HubMetrics
     private let state: Mutex<State>
 
@@ -132,9 +140,10 @@ public final class EventHub: Sendable {
     public init(
         features: [AnyFeature], replayLimit: Int, replayBytes: Int = 16 << 20, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], metrics: HubMetrics = HubMetrics(),
-        budget: ReplayBudget? = nil
+        budget: ReplayBudget? = nil, encoder: any EventEncoder
     ) {
         self.budget = budget
+        self.encoder = encoder
         self.metrics = metrics
         featureOrder = features.map(\.name)
         self.replayLimit = max(0, replayLimit)
@@ -171,12 +180,12 @@ public final class EventHub: Sendable {
             // Framed once, shared by every subscriber, only when someone watches.
             let frame = Frame(
                 seq: state.seq, feature: change.feature,
-                content: watched ? .framed(Self.stateFrame(seq: state.seq, change)) : .change(change))
+                content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change))
             keep(frame, in: &state)
             var dropped: [UInt64] = []
             var sent = 0
             if watched {
-                let bytes = frame.bytes
+                let bytes = frame.bytes(encoder)
                 for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
                     if subscriber.sink.send(bytes) { sent += 1 } else { dropped.append(id) }
                 }
@@ -200,7 +209,7 @@ public final class EventHub: Sendable {
             let subscriber = Subscriber(features: features, sink: sink)
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
-                    guard sink.offer(frame.bytes) else { return .caughtUpPartially }
+                    guard sink.offer(frame.bytes(encoder)) else { return .caughtUpPartially }
                 }
             } else {
                 guard sink.offer(snapshotFrame(features: features, state: state)) else { return .caughtUpPartially }
@@ -296,11 +305,7 @@ public final class EventHub: Sendable {
         }
         var data = JSONObjectWriter()
         data.raw("features", inner.finish())
-        return Self.frame(seq: state.seq, event: "snapshot", data: data.finish())
-    }
-
-    static func stateFrame(seq: Int, _ change: EncodedChange) -> [UInt8] {
-        frame(seq: seq, event: "state", data: eventData(change))
+        return encoder.encode(seq: state.seq, event: "snapshot", data: data.finish())
     }
 
     /// The `data` JSON of a change's `state` event.
@@ -315,12 +320,4 @@ public final class EventHub: Sendable {
         return data.finish()
     }
 
-    public static func frame(seq: Int, event: String, data: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(data.count + 40)
-        out.append(contentsOf: Array("id: \(seq)\nevent: \(event)\ndata: ".utf8))
-        out.append(contentsOf: data)
-        out.append(contentsOf: [10, 10])
-        return out
-    }
 }

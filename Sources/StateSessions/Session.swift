@@ -69,7 +69,7 @@ public final class Session: Sendable {
         id: String, tokenHash: [UInt8], registry: FeatureRegistry, settings: SessionSettings,
         journal: any ChangeJournal, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
-        metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil,
+        metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
         notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
         self.id = id
@@ -79,7 +79,7 @@ public final class Session: Sendable {
         self.journal = journal
         self.hub = EventHub(
             features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
-            startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget)
+            startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)
         self.idempotency = Mutex(IdempotencyTable(limit: settings.idempotencyKeys, byteLimit: settings.idempotencyBytes))
         self.notify = notify
         self.lastUsed = Atomic(WallClock.now)

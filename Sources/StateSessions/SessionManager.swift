@@ -42,6 +42,7 @@ public final class SessionManager: Sendable {
     private let notify: @Sendable (SessionNotice) -> Void
     private let metrics = HubMetrics()
     private let replayBudget: ReplayBudget
+    private let encoder: any EventEncoder
 
     struct Table {
         var byID: [String: Session] = [:]
@@ -49,11 +50,14 @@ public final class SessionManager: Sendable {
         var deletes: UInt64 = 0
     }
 
+    /// - Parameter events: how the transport encodes events for subscribers (server-sent
+    ///   events over HTTP).
     public init(
         registry: FeatureRegistry, settings: SessionSettings = SessionSettings(),
-        storage: (any SessionStorage)? = nil,
+        storage: (any SessionStorage)? = nil, events: any EventEncoder,
         notify: @escaping @Sendable (SessionNotice) -> Void = { _ in }
     ) {
+        self.encoder = events
         self.registry = registry
         self.settings = settings
         self.journal = storage.map { StorageJournal($0) } ?? VolatileJournal()
@@ -102,7 +106,7 @@ public final class SessionManager: Sendable {
         Session(
             id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
-            replayBudget: replayBudget, notify: notify)
+            replayBudget: replayBudget, encoder: encoder, notify: notify)
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,

@@ -137,7 +137,9 @@ struct Server {
         } else {
             storage = nil
         }
-        let sessions = SessionManager(registry: registry, settings: sessionSettings, storage: storage) { notice in
+        let sessions = SessionManager(
+            registry: registry, settings: sessionSettings, storage: storage, events: ServerSentEvents()
+        ) { notice in
             switch notice {
             case .followUpRejected(let session, let error):
                 logger.warning("follow-up action rejected", metadata: ["session.id": "\(session)", "error": "\(error)"])

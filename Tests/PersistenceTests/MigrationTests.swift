@@ -1,5 +1,6 @@
 import Foundation
 import StatePersistence
+import StateServerHTTP
 import StateSessions
 import StateStore
 import Testing
@@ -94,7 +95,7 @@ func profileManager<F: Feature>(
 ) throws -> SessionManager {
     var registry = FeatureRegistry()
     try registry.register(feature)
-    return SessionManager(registry: registry, settings: settings, storage: storage, notify: notices.callback)
+    return SessionManager(registry: registry, settings: settings, storage: storage, events: ServerSentEvents(), notify: notices.callback)
 }
 
 @Suite("State schema changes: migration, rebuild, reset (memory and SQLite storage)")

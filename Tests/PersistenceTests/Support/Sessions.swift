@@ -1,6 +1,7 @@
 import ExampleFeatures
 import Foundation
 import StatePersistence
+import StateServerHTTP
 import StateSessions
 import StateStore
 import Synchronization
@@ -95,7 +96,7 @@ func exampleManager(
 ) throws -> SessionManager {
     SessionManager(
         registry: try ExampleFeatures.registry(loginCheckDelay: loginCheckDelay), settings: settings,
-        storage: storage, notify: notices.callback)
+        storage: storage, events: ServerSentEvents(), notify: notices.callback)
 }
 
 /// The `SessionFailure` `body` throws, or nil.
