@@ -7,6 +7,12 @@ let strictSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+/// Unsafe code (`Unsafe*` pointers, C calls that take them) lives only in the modules that
+/// bridge C: MicroHTTP (libmicrohttpd), StatePersistence (SQLite, GnuTLS's SHA-256, flock) and
+/// the executable's stderr writer and signal pipe. Every other target is compiled with strict
+/// memory safety, so an unsafe construct there is a diagnostic.
+let safeSettings: [SwiftSetting] = strictSettings + [.strictMemorySafety()]
+
 let package = Package(
     name: "StateServer",
     // Synchronization.Mutex needs these; the server itself runs on Linux.
@@ -37,25 +43,25 @@ let package = Package(
         // MARK: Store core (library, no HTTP, no C)
         .target(
             name: "StateStore",
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
         .target(
             name: "ExampleFeatures",
             dependencies: ["StateStore"],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
         // TestStore and Recorder for tests of features (imports Swift Testing).
         .target(
             name: "StateStoreTesting",
             dependencies: ["StateStore"],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
 
         // MARK: The Swift client (Foundation only; shares the features' types with the server)
         .target(
             name: "StateClient",
             dependencies: ["StateStore"],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
 
         // MARK: The C bridge (the only place with MHD_* and Unsafe*)
@@ -107,7 +113,7 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
 
         // MARK: Routes of the v1 contract over MicroHTTP
@@ -122,7 +128,7 @@ let package = Package(
                 .embedInCode("Resources/client.js"),
                 .embedInCode("Resources/openapi.json"),
             ],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
 
         // MARK: The executable

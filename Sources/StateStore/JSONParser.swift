@@ -56,14 +56,12 @@ public struct JSONParser {
         }
     }
 
-    private mutating func literal(_ word: StaticString) throws(Failure) {
-        let count = word.utf8CodeUnitCount
-        guard index + count <= bytes.count else { throw fail("unexpected end of input") }
-        let expected = UnsafeBufferPointer(start: word.utf8Start, count: count)
-        for offset in 0..<count where bytes[index + offset] != expected[offset] {
-            throw fail("invalid literal")
+    private mutating func literal(_ word: String) throws(Failure) {
+        for expected in word.utf8 {
+            guard index < bytes.count else { throw fail("unexpected end of input") }
+            guard bytes[index] == expected else { throw fail("invalid literal") }
+            index += 1
         }
-        index += count
     }
 
     private mutating func object(depth: Int) throws(Failure) -> JSONValue {
