@@ -16,8 +16,45 @@ public final class InMemoryStorage: SessionStorage {
 
     public let name = "memory"
     private let tables = Mutex(Tables())
+    /// Several session managers in one process may share this storage, as nodes share a
+    /// database (tests of several nodes).
+    public let isShared: Bool
+    private let listeners = Mutex<[AsyncStream<StorageNotice>.Continuation]>([])
 
-    public init() {}
+    /// - Parameter shared: whether several session managers use it as nodes (they then hear
+    ///   each other's commits through ``notices()``).
+    public init(shared: Bool = false) {
+        isShared = shared
+    }
+
+    public func notices() -> AsyncStream<StorageNotice> {
+        let (stream, continuation) = AsyncStream<StorageNotice>.makeStream()
+        listeners.withLock { $0.append(continuation) }
+        return stream
+    }
+
+    /// Tells listeners what a committed batch changed.
+    private func announce(_ batch: [StorageWrite]) {
+        guard isShared else { return }
+        var notices: [StorageNotice] = []
+        for write in batch {
+            switch write {
+            case .append(let entry, _): notices.append(.committed(session: entry.session, seq: entry.seq))
+            case .deleteSession(let id): notices.append(.deleted(session: id))
+            default: break
+            }
+        }
+        guard !notices.isEmpty else { return }
+        for listener in listeners.withLock({ $0 }) {
+            for notice in notices { listener.yield(notice) }
+        }
+    }
+
+    /// Tells every listener that notices may have been missed (as a lost database connection
+    /// would).
+    public func loseNotices() {
+        for listener in listeners.withLock({ $0 }) { listener.yield(.lost) }
+    }
 
     /// Makes the next `count` commits fail as if the disk were full.
     public func failNextCommits(_ count: Int) {
@@ -34,6 +71,7 @@ public final class InMemoryStorage: SessionStorage {
             for write in batch { try Self.apply(write, to: &copy) }
             t = copy
         }
+        announce(batch)
     }
 
     private static func requireSession(_ id: String, in t: Tables) throws(StorageError) {

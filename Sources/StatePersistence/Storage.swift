@@ -158,4 +158,38 @@ public protocol SessionStorage: Sendable {
     func sessionCount() async throws(StorageError) -> Int
     /// Stops the writer after pending commits.
     func close() async
+
+    /// Whether other processes (other nodes) write the same storage, so what one process holds
+    /// in memory may be behind: it catches up from the journal before reads and after a
+    /// conflicting commit. `false` for storage owned by one process (SQLite, memory).
+    var isShared: Bool { get }
+
+    /// Commits and deletes made by any process, as they happen (shared storage). A `.lost`
+    /// notice means some may have been missed (the channel to the storage broke).
+    func notices() -> AsyncStream<StorageNotice>
+
+    /// Answers when the storage can be reached (for readiness checks); cheap.
+    func ping() async throws(StorageError)
+}
+
+/// What a shared storage tells every process about changes made by any of them.
+public enum StorageNotice: Sendable, Equatable {
+    /// The session's journal reached `seq`.
+    case committed(session: String, seq: Int)
+    case deleted(session: String)
+    /// The notification channel broke: anything may have been missed.
+    case lost
+}
+
+extension SessionStorage {
+    public var isShared: Bool { false }
+
+    /// No other process writes this storage: nothing to hear.
+    public func notices() -> AsyncStream<StorageNotice> {
+        AsyncStream { $0.finish() }
+    }
+
+    public func ping() async throws(StorageError) {
+        _ = try await lastSeq(session: "")
+    }
 }
