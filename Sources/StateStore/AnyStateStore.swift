@@ -49,7 +49,10 @@ public protocol AnyStateStore: AnyObject, Sendable {
     func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int)
     /// Decodes a tagged action object and applies it.
     func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
-    /// Decodes a state and rehydrates the store with it.
+    /// A client's rehydrate (`PUT`): decodes a state, asks the feature's
+    /// ``Feature/clientRehydrate(_:current:)`` what of it a client may set, validates and applies
+    /// it. Cancels all running work. The server's own restores use ``replay(cause:payload:)``
+    /// and ``AnyFeature/restoreStore(state:stateVersion:version:onFollowUpRejected:)`` instead.
     func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
     func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange
     func addJSONObserver(_ observer: @escaping @Sendable (EncodedChange) -> Void) -> ObserverToken
@@ -58,6 +61,7 @@ public protocol AnyStateStore: AnyObject, Sendable {
     // MARK: Two-step changes, for owners that store a change before applying it
 
     func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
+    /// A client's rehydrate, prepared (see ``rehydrate(json:ifVersion:)``).
     func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
     func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange
     /// Applies a prepared change (observers are told, declared work starts when `startWork`).
@@ -66,15 +70,20 @@ public protocol AnyStateStore: AnyObject, Sendable {
     @discardableResult
     func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool
     /// Sends follow-up actions of asynchronous work through `route` instead of applying them
-    /// directly.
+    /// directly. The `prepare` handed to the route throws `.workCancelled` when the work was
+    /// cancelled meanwhile (drop it silently), and a prepared follow-up commits only while its
+    /// work is live.
     func routeFollowUps(_ route: @escaping FollowUpRoute)
     /// Re-applies a journaled change (its cause and payload) with side effects off.
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
     /// The change that settles a state left waiting by work lost in a restart
     /// (``Feature/recoveryAction(for:)``), or nil.
     func prepareRecovery() throws(StoreError) -> PreparedChange?
-    /// Whether declared asynchronous work is still running.
+    /// Whether declared asynchronous work is still live (started, not returned, not cancelled).
     var hasRunningWork: Bool { get }
+    /// Cancels all running work without a change (for an owner discarding the store, such as
+    /// a deleted session); what it sends afterwards is dropped.
+    func cancelAllWork()
 }
 
 extension DefaultStateStore: AnyStateStore {
@@ -94,33 +103,15 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded = try clientAction(action, ifVersion: ifVersion)
-        // `encode: true` always yields an encoded change.
-        guard let encoded = try dispatch(decoded, ifVersion: ifVersion, encode: true).encoded else {
-            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
-        }
-        return encoded
+        try dispatch(try clientAction(action, ifVersion: ifVersion), ifVersion: ifVersion, from: nil).encoded
     }
 
     public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded = try decodeState(state)
-        return try encodedApply(ifVersion: ifVersion) { _, version throws(StoreError) in
-            (try validated(decoded, version: version), nil, .rehydrate)
-        }
+        try apply(ifVersion: ifVersion, clientRehydrating(try decodeState(state))).encoded
     }
 
     public func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        try encodedApply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
-    }
-
-    private func encodedApply(
-        ifVersion: Int?,
-        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
-    ) throws(StoreError) -> EncodedChange {
-        guard let encoded = try apply(ifVersion: ifVersion, encode: true, next).encoded else {
-            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
-        }
-        return encoded
+        try apply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }.encoded
     }
 
     public func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
@@ -149,14 +140,11 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        let decoded = try decodeState(state)
-        return try prepare(ifVersion: ifVersion, works: { [] }) { _, version throws(StoreError) in
-            (try validated(decoded, version: version), nil, .rehydrate)
-        }
+        try prepare(ifVersion: ifVersion, clientRehydrating(try decodeState(state)))
     }
 
     public func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        try prepare(ifVersion: ifVersion, works: { [] }) { _, _ in (feature.initialState, nil, .reset) }
+        try prepare(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
     }
 
     @discardableResult
@@ -175,15 +163,21 @@ extension DefaultStateStore: AnyStateStore {
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: version)
             }
-            // Journaled actions include the server's own (follow-ups): no client rule here.
-            prepared = try prepare(try Self.decodeAction(json, version: version), ifVersion: nil)
+            // Journaled actions include the server's own (follow-ups): no client rule here, and
+            // history already accepted is not held to today's size ceiling.
+            prepared = try prepare(
+                try Self.decodeAction(json, version: version), ifVersion: nil, from: nil, enforceCeiling: false)
         case "rehydrate":
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)
             }
-            prepared = try prepareRehydrate(json: json, ifVersion: nil)
+            // The journaled state is what was applied (after the client rule): restore it as is.
+            let decoded = try decodeState(json)
+            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, version throws(StoreError) in
+                (try validated(decoded, version: version), nil, .rehydrate)
+            }
         case "reset":
-            prepared = try prepareReset(ifVersion: nil)
+            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, _ in (feature.initialState, nil, .reset) }
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
