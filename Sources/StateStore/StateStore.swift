@@ -115,10 +115,13 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     private let runsSideEffects: Bool
     let onFollowUpRejected: @Sendable (StoreError) -> Void
     let followUpRoute = Mutex<FollowUpRoute?>(nil)
+    /// `inner.works.count`, updated under the lock with every change of it, so
+    /// ``hasRunningWork`` can be read without the lock (owners ask it under their own locks).
+    private let liveWorkCount = Atomic<Int>(0)
 
     /// Whether asynchronous work declared by the reducer is still live: started, not returned
     /// and not cancelled (a follow-up may still come).
-    public var hasRunningWork: Bool { inner.withLock { !$0.works.isEmpty } }
+    public var hasRunningWork: Bool { liveWorkCount.load(ordering: .acquiring) > 0 }
 
     /// - Parameters:
     ///   - state: a restored state (defaults to the feature's initial state).
@@ -187,7 +190,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     /// store, such as a deleted session). Follow-ups it sends afterwards are dropped.
     public func cancelAllWork() {
         let tasks = inner.withLock { inner in
-            defer { inner.works = [:] }
+            defer {
+                inner.works = [:]
+                liveWorkCount.store(0, ordering: .releasing)
+            }
             return inner.works.values.map(\.task)
         }
         for task in tasks { task.cancel() }
@@ -314,6 +320,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         case .dispatch: break
         }
         for id in declared.cancelled { cancel { $0 == id } }
+        defer { liveWorkCount.store(inner.works.count, ordering: .releasing) }
         guard startWork, runsSideEffects else { return cancelled }
         for declaration in declared.works {
             if declaration.cancelInFlight, let id = declaration.id { cancel { $0 == id } }
@@ -325,7 +332,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             // always comes after.
             let task = Task.detached { [self] in
                 await work(send)
-                self.inner.withLock { _ = $0.works.removeValue(forKey: token) }
+                self.inner.withLock { inner in
+                    inner.works[token] = nil
+                    liveWorkCount.store(inner.works.count, ordering: .releasing)
+                }
             }
             inner.works[token] = LiveWork(id: declaration.id, task: task)
         }
