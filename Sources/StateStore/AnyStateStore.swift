@@ -131,6 +131,13 @@ extension DefaultStateStore: AnyStateStore {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
         let action = try Self.decodeAction(json, version: current)
+        if !feature.ignoresUnknownActionFields, let unknown = Self.unknownFields(of: action, in: json) {
+            let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
+            let names = unknown.map { "'\($0)'" }.joined(separator: ", ")
+            throw StoreError(
+                .invalidAction, "the action '\(type)' has no field\(unknown.count == 1 ? "" : "s") \(names)",
+                currentVersion: current)
+        }
         guard feature.acceptsFromClient(action) else {
             let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
             throw StoreError(
@@ -194,6 +201,21 @@ extension DefaultStateStore: AnyStateStore {
         }
     }
 
+    /// The top-level fields of a client's action that its case does not have (sorted), or nil.
+    /// A field's case is known by encoding the decoded action back: a field the encoding lacks
+    /// is unknown, except a `null` one (an optional left empty is not written back).
+    static func unknownFields(of action: F.Action, in json: JSONValue) -> [String]? {
+        guard case .object(let fields) = json, fields.count > 1,
+            case .object(let known)? = try? TaggedJSON.tag(JSONValueEncoder.encode(action))
+        else { return nil }
+        let unknown = fields.filter { key, value in
+            if key == "type" || known[key] != nil { return false }
+            if case .null = value { return false }
+            return true
+        }.keys.sorted()
+        return unknown.isEmpty ? nil : unknown
+    }
+
     /// Decodes a tagged action (`{"type": "set", "value": 3}`) as the feature's `Action`, with a
     /// message naming the field at fault.
     static func decodeAction(_ json: JSONValue, version: Int) throws(StoreError) -> F.Action {
@@ -251,9 +273,20 @@ enum DecodingErrorText {
             let suspects = fields.filter { if case .double = $0.value { true } else { false } }.keys.sorted()
             if !suspects.isEmpty {
                 let names = suspects.map { "'\($0)'" }.joined(separator: ", ")
-                return "the field \(names) of action '\(type)' must be a whole number that fits in 64 bits"
+                let fractional = suspects.allSatisfy { fields[$0].map(isFractional) ?? false }
+                return "the field \(names) of action '\(type)' must be a whole number"
+                    + (fractional ? "" : " that fits in 64 bits")
             }
             return "the action '\(type)' has an invalid field: \(context.debugDescription)"
+        }
+        // An integer field given a number with a fraction (1.5): say so, not "does not fit".
+        if case .dataCorrupted = error, context.codingPath.count == 2,
+            let value = fields[context.codingPath[1].stringValue], case .double = value
+        {
+            let field = field(context.codingPath)
+            return isFractional(value)
+                ? "the field '\(field)' of action '\(type)' must be a whole number"
+                : "the field '\(field)' of action '\(type)' must be a whole number that fits in 64 bits"
         }
         switch error {
         case .typeMismatch(let expected, _):
@@ -263,6 +296,12 @@ enum DecodingErrorText {
         default:
             return "the field '\(field(context.codingPath))' of action '\(type)' is invalid: \(context.debugDescription)"
         }
+    }
+
+    /// Whether `value` is a number with a fractional part (1.5, not 2.0 or 1e30).
+    static func isFractional(_ value: JSONValue) -> Bool {
+        if case .double(let double) = value { return double.isFinite && double.rounded(.towardZero) != double }
+        return false
     }
 
     static func describe(_ error: any Error) -> String {

@@ -86,6 +86,12 @@ public protocol Feature: StateReducer {
     /// ``defaultMaxStateBytes`` (1 MiB).
     var maxStateBytes: Int { get }
 
+    /// Whether a client's action may carry fields its case does not have
+    /// (`{"type": "increment", "bye": 5}`). The default, `false`, refuses them as
+    /// `invalid_action` naming the fields, so a typo cannot change state silently. Only the
+    /// action's top-level fields are checked.
+    var ignoresUnknownActionFields: Bool { get }
+
     /// After a restart, a store whose state waits for asynchronous work that will never come
     /// back (the work ran in the old process) can name an action that settles it; the server
     /// applies and journals it when the store is loaded. The default is `nil`.
@@ -98,6 +104,7 @@ public let defaultMaxStateBytes = 1 << 20
 extension Feature {
     public var stateVersion: Int { 1 }
     public var maxStateBytes: Int { defaultMaxStateBytes }
+    public var ignoresUnknownActionFields: Bool { false }
     public func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State { proposed }
     public func acceptsFromClient(_ action: Action) -> Bool { true }
     public func recoveryAction(for state: State) -> Action? { nil }
