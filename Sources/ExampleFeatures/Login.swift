@@ -9,22 +9,37 @@ import StateStore
 /// - effect: `{"type": "toast", "message": "..."}` when a check fails
 ///
 /// `submit` does not decide anything itself: it sets `isLoading` and *declares* the check with
-/// `dispatch.run`. The store runs the check after the change, outside the store; after
-/// `checkDelay` the check sends `succeeded` (a non-blank username and a password of at least
-/// 8 characters) or `failed`. Clients cannot send those results (`acceptsFromClient`), and the
-/// reducer accepts them only while a check is in flight.
+/// `dispatch.run(id:)`. The store runs the check after the change, outside the store; after
+/// `checkDelay` on `clock` the check sends `succeeded` (a non-blank username and a password of
+/// at least 8 characters) or `failed`. Clients cannot send those results (`acceptsFromClient`),
+/// and the reducer accepts them only while a check is in flight.
+///
+/// A check answers only the attempt it was started for: `logout` cancels it
+/// (`dispatch.cancel(id:)`), and so do a reset and a rehydrate of the store; whatever a
+/// cancelled check sends is dropped by the store, so it can never log in a later attempt.
+///
+/// The whole state is server-owned: a client may not set `isLoggedIn`, `username`, `isLoading`
+/// or `error` by rehydrating (see ``clientRehydrate(_:current:)``).
 public struct LoginFeature: Feature {
     public let name = "login"
     public let initialState = State()
 
     /// How long the simulated credential check takes.
     public let checkDelay: Duration
+    /// The clock the check waits on (a test clock in tests, so they need not wait).
+    public let clock: any Clock<Duration>
 
     /// The fewest characters a password may have.
     public static let minimumPasswordLength = 8
 
-    public init(checkDelay: Duration = .milliseconds(200)) {
+    /// The identity of the credential check, so `logout` can cancel it.
+    enum Work: Hashable, Sendable {
+        case credentialCheck
+    }
+
+    public init(checkDelay: Duration = .milliseconds(200), clock: any Clock<Duration> = ContinuousClock()) {
         self.checkDelay = checkDelay
+        self.clock = clock
     }
 
     public struct State: Codable, Sendable, Equatable {
@@ -98,6 +113,19 @@ public struct LoginFeature: Feature {
         return state
     }
 
+    /// Every field is server-owned (`isLoggedIn` and `username` by the check, `isLoading` and
+    /// `error` by the check in flight), so a client may restore only a state it could reach
+    /// without the server's word: the current state unchanged, or the initial, logged-out one
+    /// (what `logout` gives). Anything else is refused.
+    public func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State {
+        guard proposed == current || proposed == initialState else {
+            throw ActionRejected(
+                "its state is set by the server (isLoggedIn, username, isLoading, error): a client may restore "
+                    + "only the current state or the initial one; use submit and logout")
+        }
+        return proposed
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {
@@ -113,9 +141,11 @@ public struct LoginFeature: Feature {
             state.username = username
             state.isLoading = true
             state.error = nil
-            let delay = checkDelay
-            dispatch.run { send in
-                try? await Task.sleep(for: delay)
+            let (delay, clock) = (checkDelay, clock)
+            dispatch.run(id: Work.credentialCheck) { send in
+                // Cancelled (logout, reset, rehydrate): nothing to report, and the store would
+                // drop a report anyway.
+                do { try await clock.sleep(for: delay) } catch { return }
                 if let reason = Self.checkCredentials(username: username, password: password) {
                     await send(.failed(reason: reason))
                 } else {
@@ -141,6 +171,8 @@ public struct LoginFeature: Feature {
             return StateContainer(state, effect: .toast(message: reason))
 
         case .logout:
+            // A check still running answers an attempt that no longer exists.
+            dispatch.cancel(id: Work.credentialCheck)
             return StateContainer(initialState)
         }
     }

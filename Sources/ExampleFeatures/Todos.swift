@@ -14,7 +14,9 @@ public struct TodosFeature: Feature {
     public let name = "todos"
     public let initialState = State(items: [], nextId: 1)
 
-    /// The most characters a title may have, after trimming.
+    /// The most Unicode scalar values (code points, not grapheme clusters) a title may have,
+    /// after trimming: `"a"` followed by combining accents counts every accent, so a title stays
+    /// below 2,000 bytes of UTF-8.
     public static let maxTitleLength = 500
     /// The most items a list may hold, so a client cannot grow a session without bound.
     public static let maxItems = 10_000
@@ -57,7 +59,7 @@ public struct TodosFeature: Feature {
     public typealias Effect = Never
 
     /// A restored list must keep the rules `add` keeps: at most `maxItems` items, titles of 1 to
-    /// 500 characters, unique ids, and a `nextId` past every numeric id (so new ids never clash).
+    /// 500 Unicode scalars, unique ids, and a `nextId` past every numeric id (so new ids never clash).
     public func validated(_ state: State) throws(ActionRejected) -> State {
         guard state.items.count <= Self.maxItems else {
             throw ActionRejected("a list holds at most \(Self.maxItems) items")
@@ -65,9 +67,9 @@ public struct TodosFeature: Feature {
         var seen = Set<String>()
         for item in state.items {
             guard seen.insert(item.id).inserted else { throw ActionRejected("two items share an id") }
-            let length = item.title.trimmingCharacters(in: .whitespacesAndNewlines).count
+            let length = item.title.trimmingCharacters(in: .whitespacesAndNewlines).unicodeScalars.count
             guard (1...Self.maxTitleLength).contains(length) else {
-                throw ActionRejected("every title must have 1 to \(Self.maxTitleLength) characters")
+                throw ActionRejected("every title must have 1 to \(Self.maxTitleLength) Unicode scalars")
             }
             if let number = Int(item.id), number >= state.nextId {
                 throw ActionRejected("nextId must be greater than every numeric item id")
@@ -87,9 +89,10 @@ public struct TodosFeature: Feature {
             guard !title.isEmpty else {
                 throw ActionRejected("a todo's title must not be empty")
             }
-            guard title.count <= Self.maxTitleLength else {
+            let length = title.unicodeScalars.count
+            guard length <= Self.maxTitleLength else {
                 throw ActionRejected(
-                    "a todo's title must have at most \(Self.maxTitleLength) characters, not \(title.count)")
+                    "a todo's title must have at most \(Self.maxTitleLength) Unicode scalars, not \(length)")
             }
             guard state.items.count < Self.maxItems else {
                 throw ActionRejected("the list is full: it already has \(Self.maxItems) items")

@@ -49,7 +49,10 @@ public protocol AnyStateStore: AnyObject, Sendable {
     func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int)
     /// Decodes a tagged action object and applies it.
     func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
-    /// Decodes a state and rehydrates the store with it.
+    /// A client's rehydrate (`PUT`): decodes a state, asks the feature's
+    /// ``Feature/clientRehydrate(_:current:)`` what of it a client may set, validates and applies
+    /// it. Cancels all running work. The server's own restores use ``replay(cause:payload:)``
+    /// and ``AnyFeature/restoreStore(state:stateVersion:version:onFollowUpRejected:)`` instead.
     func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange
     func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange
     func addJSONObserver(_ observer: @escaping @Sendable (EncodedChange) -> Void) -> ObserverToken
@@ -58,6 +61,7 @@ public protocol AnyStateStore: AnyObject, Sendable {
     // MARK: Two-step changes, for owners that store a change before applying it
 
     func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
+    /// A client's rehydrate, prepared (see ``rehydrate(json:ifVersion:)``).
     func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
     func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange
     /// Applies a prepared change (observers are told, declared work starts when `startWork`).
@@ -66,15 +70,20 @@ public protocol AnyStateStore: AnyObject, Sendable {
     @discardableResult
     func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool
     /// Sends follow-up actions of asynchronous work through `route` instead of applying them
-    /// directly.
+    /// directly. The `prepare` handed to the route throws `.workCancelled` when the work was
+    /// cancelled meanwhile (drop it silently), and a prepared follow-up commits only while its
+    /// work is live.
     func routeFollowUps(_ route: @escaping FollowUpRoute)
     /// Re-applies a journaled change (its cause and payload) with side effects off.
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
     /// The change that settles a state left waiting by work lost in a restart
     /// (``Feature/recoveryAction(for:)``), or nil.
     func prepareRecovery() throws(StoreError) -> PreparedChange?
-    /// Whether declared asynchronous work is still running.
+    /// Whether declared asynchronous work is still live (started, not returned, not cancelled).
     var hasRunningWork: Bool { get }
+    /// Cancels all running work without a change (for an owner discarding the store, such as
+    /// a deleted session); what it sends afterwards is dropped.
+    func cancelAllWork()
 }
 
 extension DefaultStateStore: AnyStateStore {
@@ -94,33 +103,15 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func dispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded = try clientAction(action, ifVersion: ifVersion)
-        // `encode: true` always yields an encoded change.
-        guard let encoded = try dispatch(decoded, ifVersion: ifVersion, encode: true).encoded else {
-            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
-        }
-        return encoded
+        try dispatch(try clientAction(action, ifVersion: ifVersion), ifVersion: ifVersion, from: nil).encoded
     }
 
     public func rehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        let decoded = try decodeState(state)
-        return try encodedApply(ifVersion: ifVersion) { _, version throws(StoreError) in
-            (try validated(decoded, version: version), nil, .rehydrate)
-        }
+        try apply(ifVersion: ifVersion, clientRehydrating(try decodeState(state))).encoded
     }
 
     public func resetJSON(ifVersion: Int?) throws(StoreError) -> EncodedChange {
-        try encodedApply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
-    }
-
-    private func encodedApply(
-        ifVersion: Int?,
-        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
-    ) throws(StoreError) -> EncodedChange {
-        guard let encoded = try apply(ifVersion: ifVersion, encode: true, next).encoded else {
-            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: version)
-        }
-        return encoded
+        try apply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }.encoded
     }
 
     public func prepareDispatch(json action: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
@@ -140,6 +131,13 @@ extension DefaultStateStore: AnyStateStore {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
         let action = try Self.decodeAction(json, version: current)
+        if !feature.ignoresUnknownActionFields, let unknown = Self.unknownFields(of: action, in: json) {
+            let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
+            let names = unknown.map { "'\($0)'" }.joined(separator: ", ")
+            throw StoreError(
+                .invalidAction, "the action '\(type)' has no field\(unknown.count == 1 ? "" : "s") \(names)",
+                currentVersion: current)
+        }
         guard feature.acceptsFromClient(action) else {
             let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
             throw StoreError(
@@ -149,14 +147,11 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        let decoded = try decodeState(state)
-        return try prepare(ifVersion: ifVersion, works: { [] }) { _, version throws(StoreError) in
-            (try validated(decoded, version: version), nil, .rehydrate)
-        }
+        try prepare(ifVersion: ifVersion, clientRehydrating(try decodeState(state)))
     }
 
     public func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        try prepare(ifVersion: ifVersion, works: { [] }) { _, _ in (feature.initialState, nil, .reset) }
+        try prepare(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
     }
 
     @discardableResult
@@ -175,15 +170,21 @@ extension DefaultStateStore: AnyStateStore {
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: version)
             }
-            // Journaled actions include the server's own (follow-ups): no client rule here.
-            prepared = try prepare(try Self.decodeAction(json, version: version), ifVersion: nil)
+            // Journaled actions include the server's own (follow-ups): no client rule here, and
+            // history already accepted is not held to today's size ceiling.
+            prepared = try prepare(
+                try Self.decodeAction(json, version: version), ifVersion: nil, from: nil, enforceCeiling: false)
         case "rehydrate":
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)
             }
-            prepared = try prepareRehydrate(json: json, ifVersion: nil)
+            // The journaled state is what was applied (after the client rule): restore it as is.
+            let decoded = try decodeState(json)
+            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, version throws(StoreError) in
+                (try validated(decoded, version: version), nil, .rehydrate)
+            }
         case "reset":
-            prepared = try prepareReset(ifVersion: nil)
+            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, _ in (feature.initialState, nil, .reset) }
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
@@ -198,6 +199,21 @@ extension DefaultStateStore: AnyStateStore {
                 .invalidState, "the state does not decode as \(feature.name)'s state: \(DecodingErrorText.describe(error))",
                 currentVersion: version)
         }
+    }
+
+    /// The top-level fields of a client's action that its case does not have (sorted), or nil.
+    /// A field's case is known by encoding the decoded action back: a field the encoding lacks
+    /// is unknown, except a `null` one (an optional left empty is not written back).
+    static func unknownFields(of action: F.Action, in json: JSONValue) -> [String]? {
+        guard case .object(let fields) = json, fields.count > 1,
+            case .object(let known)? = try? TaggedJSON.tag(JSONValueEncoder.encode(action))
+        else { return nil }
+        let unknown = fields.filter { key, value in
+            if key == "type" || known[key] != nil { return false }
+            if case .null = value { return false }
+            return true
+        }.keys.sorted()
+        return unknown.isEmpty ? nil : unknown
     }
 
     /// Decodes a tagged action (`{"type": "set", "value": 3}`) as the feature's `Action`, with a
@@ -257,9 +273,20 @@ enum DecodingErrorText {
             let suspects = fields.filter { if case .double = $0.value { true } else { false } }.keys.sorted()
             if !suspects.isEmpty {
                 let names = suspects.map { "'\($0)'" }.joined(separator: ", ")
-                return "the field \(names) of action '\(type)' must be a whole number that fits in 64 bits"
+                let fractional = suspects.allSatisfy { fields[$0].map(isFractional) ?? false }
+                return "the field \(names) of action '\(type)' must be a whole number"
+                    + (fractional ? "" : " that fits in 64 bits")
             }
             return "the action '\(type)' has an invalid field: \(context.debugDescription)"
+        }
+        // An integer field given a number with a fraction (1.5): say so, not "does not fit".
+        if case .dataCorrupted = error, context.codingPath.count == 2,
+            let value = fields[context.codingPath[1].stringValue], case .double = value
+        {
+            let field = field(context.codingPath)
+            return isFractional(value)
+                ? "the field '\(field)' of action '\(type)' must be a whole number"
+                : "the field '\(field)' of action '\(type)' must be a whole number that fits in 64 bits"
         }
         switch error {
         case .typeMismatch(let expected, _):
@@ -269,6 +296,12 @@ enum DecodingErrorText {
         default:
             return "the field '\(field(context.codingPath))' of action '\(type)' is invalid: \(context.debugDescription)"
         }
+    }
+
+    /// Whether `value` is a number with a fractional part (1.5, not 2.0 or 1e30).
+    static func isFractional(_ value: JSONValue) -> Bool {
+        if case .double(let double) = value { return double.isFinite && double.rounded(.towardZero) != double }
+        return false
     }
 
     static func describe(_ error: any Error) -> String {

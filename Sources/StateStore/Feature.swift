@@ -71,14 +71,41 @@ public protocol Feature: StateReducer {
     /// The default accepts every action.
     func acceptsFromClient(_ action: Action) -> Bool
 
+    /// Decides what a *client* may restore (`PUT .../state/{feature}`): given the state the
+    /// client proposes and the current one, returns the state to apply (it may keep server-owned
+    /// parts of `current`), or throws to refuse (`invalid_state`). Only client rehydrates go
+    /// through here (``AnyStateStore/rehydrate(json:ifVersion:)`` and
+    /// ``AnyStateStore/prepareRehydrate(json:ifVersion:)``); the server's own restores (snapshots,
+    /// journal replay, the typed ``StateStore/rehydrate(_:ifVersion:)``) do not. ``validated(_:)``
+    /// is applied to the result either way. The default accepts the proposed state.
+    func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State
+
+    /// The most bytes the state may take as JSON. A change whose new state encodes to more is
+    /// refused (`action_rejected` for an action, `invalid_state` for a rehydrate), applying
+    /// nothing; replaying history already accepted is exempt. The default is
+    /// ``defaultMaxStateBytes`` (1 MiB).
+    var maxStateBytes: Int { get }
+
+    /// Whether a client's action may carry fields its case does not have
+    /// (`{"type": "increment", "bye": 5}`). The default, `false`, refuses them as
+    /// `invalid_action` naming the fields, so a typo cannot change state silently. Only the
+    /// action's top-level fields are checked.
+    var ignoresUnknownActionFields: Bool { get }
+
     /// After a restart, a store whose state waits for asynchronous work that will never come
     /// back (the work ran in the old process) can name an action that settles it; the server
     /// applies and journals it when the store is loaded. The default is `nil`.
     func recoveryAction(for state: State) -> Action?
 }
 
+/// The default ``Feature/maxStateBytes``: 1 MiB.
+public let defaultMaxStateBytes = 1 << 20
+
 extension Feature {
     public var stateVersion: Int { 1 }
+    public var maxStateBytes: Int { defaultMaxStateBytes }
+    public var ignoresUnknownActionFields: Bool { false }
+    public func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State { proposed }
     public func acceptsFromClient(_ action: Action) -> Bool { true }
     public func recoveryAction(for state: State) -> Action? { nil }
 
@@ -91,6 +118,9 @@ extension Feature {
 }
 
 /// Follow-up actions sent back to the store by asynchronous work.
+///
+/// A follow-up sent by work that was cancelled (``Dispatcher/cancel(id:)``, a reset or a
+/// rehydrate of the store) or that has already returned is dropped: it is never applied.
 public struct Send<Action: Sendable>: Sendable {
     private let body: @Sendable (Action) async -> Void
 
@@ -103,24 +133,76 @@ public struct Send<Action: Sendable>: Sendable {
     }
 }
 
-/// Handed to a reducer so it can declare asynchronous work. The work runs after the change is
-/// applied, never inside the reducer, and not at all when the store replays history with side
-/// effects off.
+/// The identity of a piece of asynchronous work, for ``Dispatcher/cancel(id:)``: any
+/// `Hashable & Sendable` value (a string, an enum case, a type).
+public struct WorkID: Hashable, Sendable {
+    // `AnyHashable` is not `Sendable`, but it only ever wraps a `Sendable` value here (the
+    // initializer requires one), and it is never mutated.
+    private nonisolated(unsafe) let base: AnyHashable
+
+    public init(_ id: some Hashable & Sendable) {
+        base = AnyHashable(id)
+    }
+
+    public static func == (lhs: WorkID, rhs: WorkID) -> Bool { lhs.base == rhs.base }
+    public func hash(into hasher: inout Hasher) { hasher.combine(base) }
+}
+
+/// Handed to a reducer so it can declare asynchronous work, and cancel work declared earlier.
+/// The work runs after the change is applied, never inside the reducer, and not at all when the
+/// store replays history with side effects off. Cancellations also take effect when the change
+/// is applied (a change that is refused, or prepared and never committed, cancels nothing).
+///
+/// Work is cancelled by ``cancel(id:)``, by `run(id:cancelInFlight: true)`, and all of a store's
+/// work by a reset or a rehydrate. Cancelled work has its Swift `Task` cancelled, and anything it
+/// sends afterwards is dropped, never applied (checked under the store's lock, so a cancel racing
+/// a send cannot let the follow-up through).
 public final class Dispatcher<Action: Sendable>: Sendable {
     public typealias Work = @Sendable (_ send: Send<Action>) async -> Void
-    private let works = Mutex<[Work]>([])
+
+    /// One piece of declared work.
+    package struct Declared: Sendable {
+        package let id: WorkID?
+        package let cancelInFlight: Bool
+        package let work: Work
+    }
+
+    /// What a reducer declared: work to start and ids of work to cancel.
+    package struct Declarations: Sendable {
+        package var works: [Declared] = []
+        package var cancelled: [WorkID] = []
+        package var isEmpty: Bool { works.isEmpty && cancelled.isEmpty }
+        package init() {}
+    }
+
+    private let declarations = Mutex(Declarations())
 
     public init() {}
 
     /// Declares asynchronous work that may send follow-up actions.
     public func run(_ work: @escaping Work) {
-        works.withLock { $0.append(work) }
+        declarations.withLock { $0.works.append(Declared(id: nil, cancelInFlight: false, work: work)) }
     }
 
-    /// The work declared so far, emptied.
-    package func take() -> [Work] {
-        works.withLock { list in
-            defer { list = [] }
+    /// Declares asynchronous work with an identity, so a later change can cancel it with
+    /// ``cancel(id:)``. With `cancelInFlight`, work already running under the same id is
+    /// cancelled first.
+    public func run(id: some Hashable & Sendable, cancelInFlight: Bool = false, _ work: @escaping Work) {
+        declarations.withLock {
+            $0.works.append(Declared(id: WorkID(id), cancelInFlight: cancelInFlight, work: work))
+        }
+    }
+
+    /// Cancels the running work declared with `id` (by earlier changes) when this change is
+    /// applied. Anything it sends afterwards is dropped.
+    public func cancel(id: some Hashable & Sendable) {
+        declarations.withLock { $0.cancelled.append(WorkID(id)) }
+    }
+
+    /// What was declared so far, emptied.
+    package func take() -> Declarations {
+        declarations.withLock { list in
+            defer { list = Declarations() }
             return list
         }
     }

@@ -25,6 +25,16 @@ public enum JSONCoding {
         try? JSONParser.parse(bytes)
     }
 
+    /// Parses UTF-8 JSON bytes, or says where and why they are not JSON (the failure's
+    /// `description` reads `expected ':' at byte 7 (line 1, column 8)`).
+    public static func parseOrFailure(_ bytes: [UInt8]) -> Result<JSONValue, JSONParser.Failure> {
+        do throws(JSONParser.Failure) {
+            return .success(try JSONParser.parse(bytes))
+        } catch {
+            return .failure(error)
+        }
+    }
+
     /// Appends `string` as a JSON string literal (with quotes) to `out`.
     public static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))

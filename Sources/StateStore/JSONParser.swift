@@ -5,10 +5,30 @@
 /// value. Nesting is limited (default 512 levels) so hostile input cannot exhaust the stack,
 /// and numbers must be finite.
 public struct JSONParser {
+    /// Where and why the input is not JSON.
     public struct Failure: Error, Sendable, CustomStringConvertible {
+        /// The byte offset of the problem, from 0.
         public let offset: Int
         public let reason: String
-        public var description: String { "\(reason) at byte \(offset)" }
+        /// The line of the problem, from 1 (lines end at `\n`).
+        public let line: Int
+        /// The column of the problem within its line, from 1, counted in bytes.
+        public let column: Int
+        /// `expected ':' at byte 7 (line 1, column 8)`.
+        public var description: String { "\(reason) at byte \(offset) (line \(line), column \(column))" }
+
+        init(offset: Int, reason: String, in bytes: [UInt8]) {
+            self.offset = offset
+            self.reason = reason
+            var line = 1
+            var lineStart = 0
+            for index in 0..<min(offset, bytes.count) where bytes[index] == 0x0A {
+                line += 1
+                lineStart = index + 1
+            }
+            self.line = line
+            self.column = offset - lineStart + 1
+        }
     }
 
     private let bytes: [UInt8]
@@ -29,7 +49,7 @@ public struct JSONParser {
         self.maxDepth = maxDepth
     }
 
-    private func fail(_ reason: String) -> Failure { Failure(offset: index, reason: reason) }
+    private func fail(_ reason: String) -> Failure { Failure(offset: index, reason: reason, in: bytes) }
 
     private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 

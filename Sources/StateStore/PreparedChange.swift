@@ -29,36 +29,37 @@ public typealias FollowUpRoute = @Sendable (
 extension DefaultStateStore {
     /// Computes `action` against the current state without applying it.
     public func prepare(_ action: F.Action, ifVersion: Int?) throws(StoreError) -> PreparedChange {
-        let dispatcher = Dispatcher<F.Action>()
-        return try prepare(ifVersion: ifVersion, works: { dispatcher.take() }) { state, version throws(StoreError) in
-            do throws(ActionRejected) {
-                let next = try feature.reduce(action, state: state, dispatch: dispatcher)
-                return (next.state, next.effect, .dispatch(action))
-            } catch {
-                throw StoreError(.actionRejected, error.message, currentVersion: version)
-            }
-        }
+        try prepare(action, ifVersion: ifVersion, from: nil, enforceCeiling: true)
     }
 
-    /// Builds a prepared change under the lock, changing nothing.
+    /// Computes `action`, sent by the live work `work` when not nil, without applying it.
     func prepare(
-        ifVersion: Int?, works: @escaping () -> [Dispatcher<F.Action>.Work],
-        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
+        _ action: F.Action, ifVersion: Int?, from work: UInt64?, enforceCeiling: Bool
     ) throws(StoreError) -> PreparedChange {
-        let (change, maybeEncoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange?) in
-            try compute(&inner, ifVersion: ifVersion, encode: true, next)
+        let dispatcher = Dispatcher<F.Action>()
+        return try prepare(
+            ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, dispatcher: dispatcher,
+            reducing(action, into: dispatcher))
+    }
+
+    /// Builds a prepared change under the lock, changing nothing. Committing it applies it only
+    /// if the store is still at its base version and, for a follow-up, its work is still live
+    /// (checked under the lock, together with applying).
+    func prepare(
+        ifVersion: Int?, from work: UInt64? = nil, enforceCeiling: Bool = true,
+        dispatcher: Dispatcher<F.Action>? = nil, _ next: Next
+    ) throws(StoreError) -> PreparedChange {
+        let (change, encoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange) in
+            try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, next)
         }
-        guard let encoded = maybeEncoded else {
-            throw StoreError(.encodingFailed, "the change was not encoded", currentVersion: change.version - 1)
-        }
-        let pending = works()
+        let declared = dispatcher?.take() ?? Dispatcher<F.Action>.Declarations()
         return PreparedChange(encoded: encoded) { [self] startWork in
-            let applied = inner.withLock { inner -> Bool in
-                guard inner.version == change.version - 1 else { return false }
-                install(&inner, change, encoded)
-                return true
+            let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
+                guard inner.version == change.version - 1 else { return (false, []) }
+                if let work, inner.works[work] == nil { return (false, []) }
+                return (true, install(&inner, change, encoded, declared: declared, startWork: startWork))
             }
-            if applied && startWork { start(pending) }
+            for task in cancelled { task.cancel() }
             return applied
         }
     }

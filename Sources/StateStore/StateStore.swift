@@ -69,16 +69,32 @@ extension StateStore {
     }
 }
 
-/// The standard store: a lock around the feature's state, its version and its observers.
+/// The standard store: a lock around the feature's state, its version, its observers and its
+/// running work.
 ///
 /// Thread-safe. Changes are applied one at a time, in the order their calls take the lock.
-/// Work declared by the reducer starts after the change, as a detached task whose follow-up
-/// actions are dispatched to this store like any other (rejected follow-ups are reported to
-/// `onFollowUpRejected`).
+/// Every change is encoded as JSON when it is computed: a state that does not encode, or that
+/// is larger than ``Feature/maxStateBytes``, is refused and nothing is applied.
+///
+/// Work declared by the reducer starts when its change is applied, as a detached task whose
+/// follow-up actions are dispatched to this store like any other (rejected follow-ups are
+/// reported to `onFollowUpRejected`). Each piece of work is tracked until it returns: a reset or
+/// a rehydrate cancels all of it, a reducer cancels work by id (``Dispatcher/cancel(id:)``), and
+/// a follow-up from cancelled work is dropped — the check is made under the store's lock, both
+/// when the follow-up is computed and when it is applied.
 public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     public typealias State = F.State
     public typealias Action = F.Action
     public typealias Effect = F.Effect
+
+    /// How a change's next state is computed from the current state and version.
+    typealias Next = (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
+
+    /// Work that was started and neither returned nor was cancelled.
+    struct LiveWork {
+        let id: WorkID?
+        let task: Task<Void, Never>
+    }
 
     struct Inner {
         var state: F.State
@@ -86,9 +102,12 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         var observers: [(token: ObserverToken, call: @Sendable (Change) -> Void)] = []
         var jsonObservers: [(token: ObserverToken, call: @Sendable (EncodedChange) -> Void)] = []
         var nextObserverID: UInt64 = 0
-        /// The current state's JSON, when known (set by changes that were encoded, and by
-        /// `currentJSON`), so reads do not encode the same state again.
+        /// The current state's JSON, when known (set by every change, and by `currentJSON`),
+        /// so reads do not encode the same state again.
         var encodedState: [UInt8]?
+        /// Live work by token. A follow-up is applied only while its work's token is here.
+        var works: [UInt64: LiveWork] = [:]
+        var nextWorkToken: UInt64 = 0
     }
 
     public let feature: F
@@ -96,12 +115,13 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     private let runsSideEffects: Bool
     let onFollowUpRejected: @Sendable (StoreError) -> Void
     let followUpRoute = Mutex<FollowUpRoute?>(nil)
-    /// Declared work started and not finished yet.
-    let runningWork = Atomic<Int>(0)
+    /// `inner.works.count`, updated under the lock with every change of it, so
+    /// ``hasRunningWork`` can be read without the lock (owners ask it under their own locks).
+    private let liveWorkCount = Atomic<Int>(0)
 
-    /// Whether asynchronous work declared by the reducer is still running (a follow-up may
-    /// still come).
-    public var hasRunningWork: Bool { runningWork.load(ordering: .relaxed) > 0 }
+    /// Whether asynchronous work declared by the reducer is still live: started, not returned
+    /// and not cancelled (a follow-up may still come).
+    public var hasRunningWork: Bool { liveWorkCount.load(ordering: .acquiring) > 0 }
 
     /// - Parameters:
     ///   - state: a restored state (defaults to the feature's initial state).
@@ -123,14 +143,15 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
 
     @discardableResult
     public func dispatch(_ action: F.Action, ifVersion: Int? = nil) throws(StoreError) -> Change {
-        try dispatch(action, ifVersion: ifVersion, encode: false).change
+        try dispatch(action, ifVersion: ifVersion, from: nil).change
     }
 
     /// Replaces the state without an action, after the feature's ``Feature/validated(_:)``
-    /// check (a refused state throws `.invalidState`).
+    /// check (a refused state throws `.invalidState`). This is the server's own restore: it
+    /// does not ask ``Feature/clientRehydrate(_:current:)``. Cancels all running work.
     @discardableResult
     public func rehydrate(_ state: F.State, ifVersion: Int? = nil) throws(StoreError) -> Change {
-        try apply(ifVersion: ifVersion, encode: false) { _, version throws(StoreError) in
+        try apply(ifVersion: ifVersion) { _, version throws(StoreError) in
             (try validated(state, version: version), nil, .rehydrate)
         }.change
     }
@@ -143,17 +164,52 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         }
     }
 
-    @discardableResult
-    public func reset(ifVersion: Int? = nil) throws(StoreError) -> Change {
-        try apply(ifVersion: ifVersion, encode: false) { _, _ in (feature.initialState, nil, .reset) }
-            .change
+    /// A client's rehydrate: ``Feature/clientRehydrate(_:current:)`` decides what of `proposed`
+    /// is applied, then ``Feature/validated(_:)``.
+    func clientRehydrating(_ proposed: F.State) -> Next {
+        { [feature] current, version throws(StoreError) in
+            let accepted: F.State
+            do throws(ActionRejected) {
+                accepted = try feature.clientRehydrate(proposed, current: current)
+            } catch {
+                throw StoreError(
+                    .invalidState, "\(feature.name) does not accept this state from a client: \(error.message)",
+                    currentVersion: version)
+            }
+            return (try self.validated(accepted, version: version), nil, .rehydrate)
+        }
     }
 
+    /// Returns to the initial state. Cancels all running work.
+    @discardableResult
+    public func reset(ifVersion: Int? = nil) throws(StoreError) -> Change {
+        try apply(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }.change
+    }
+
+    /// Cancels all running work without changing the state (for an owner that discards the
+    /// store, such as a deleted session). Follow-ups it sends afterwards are dropped.
+    public func cancelAllWork() {
+        let tasks = inner.withLock { inner in
+            defer {
+                inner.works = [:]
+                liveWorkCount.store(0, ordering: .releasing)
+            }
+            return inner.works.values.map(\.task)
+        }
+        for task in tasks { task.cancel() }
+    }
+
+    /// Applies `action`, sent by a client or the store's owner, or by the live work `work`.
     func dispatch(
-        _ action: F.Action, ifVersion: Int?, encode: Bool
-    ) throws(StoreError) -> (change: Change, encoded: EncodedChange?) {
+        _ action: F.Action, ifVersion: Int?, from work: UInt64?
+    ) throws(StoreError) -> (change: Change, encoded: EncodedChange) {
         let dispatcher = Dispatcher<F.Action>()
-        let result = try apply(ifVersion: ifVersion, encode: encode) { state, version throws(StoreError) in
+        return try apply(ifVersion: ifVersion, from: work, dispatcher: dispatcher, reducing(action, into: dispatcher))
+    }
+
+    /// The reducer as a ``Next``: work and cancellations it declares go to `dispatcher`.
+    func reducing(_ action: F.Action, into dispatcher: Dispatcher<F.Action>) -> Next {
+        { [feature] state, version throws(StoreError) in
             do throws(ActionRejected) {
                 let next = try feature.reduce(action, state: state, dispatch: dispatcher)
                 return (next.state, next.effect, .dispatch(action))
@@ -161,8 +217,6 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
                 throw StoreError(.actionRejected, error.message, currentVersion: version)
             }
         }
-        start(dispatcher.take())
-        return result
     }
 
     public func addObserver(_ observer: @escaping @Sendable (Change) -> Void) -> ObserverToken {
@@ -192,26 +246,34 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         }
     }
 
-    /// Applies one change under the lock: checks the version, computes the next state, encodes
-    /// it when asked or observed as JSON (an encoding failure applies nothing), bumps the version
-    /// and tells the observers, in that order.
+    /// Applies one change under the lock: computes it (``compute(_:ifVersion:from:enforceCeiling:_:)``),
+    /// then installs it, telling observers and starting and cancelling work; the Swift tasks of
+    /// cancelled work are cancelled once the lock is released.
     func apply(
-        ifVersion: Int?, encode: Bool,
-        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
-    ) throws(StoreError) -> (change: Change, encoded: EncodedChange?) {
-        try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange?) in
-            let (change, encoded) = try compute(&inner, ifVersion: ifVersion, encode: encode || !inner.jsonObservers.isEmpty, next)
-            install(&inner, change, encoded)
-            return (change, encoded)
+        ifVersion: Int?, from work: UInt64? = nil, dispatcher: Dispatcher<F.Action>? = nil, _ next: Next
+    ) throws(StoreError) -> (change: Change, encoded: EncodedChange) {
+        let (result, cancelled) = try inner.withLock {
+            (inner: inout Inner) throws(StoreError) -> ((Change, EncodedChange), [Task<Void, Never>]) in
+            let (change, encoded) = try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: true, next)
+            let declared = dispatcher?.take() ?? Dispatcher<F.Action>.Declarations()
+            let cancelled = install(&inner, change, encoded, declared: declared, startWork: true)
+            return ((change, encoded), cancelled)
         }
+        for task in cancelled { task.cancel() }
+        return result
     }
 
-    /// The next change against `inner`, changing nothing: the version precondition, the
-    /// reducer (or other `next`), and the JSON encoding when `encode`.
+    /// The next change against `inner`, changing nothing: the sending work still live (for a
+    /// follow-up), the version precondition, `next` (the reducer, or a new state), the JSON
+    /// encoding and, with `enforceCeiling`, the feature's ``Feature/maxStateBytes``.
     func compute(
-        _ inner: inout Inner, ifVersion: Int?, encode: Bool,
-        _ next: (F.State, Int) throws(StoreError) -> (F.State, F.Effect?, ChangeCause<F.Action>)
-    ) throws(StoreError) -> (Change, EncodedChange?) {
+        _ inner: inout Inner, ifVersion: Int?, from work: UInt64?, enforceCeiling: Bool, _ next: Next
+    ) throws(StoreError) -> (Change, EncodedChange) {
+        if let work, inner.works[work] == nil {
+            throw StoreError(
+                .workCancelled, "the work that sent this follow-up was cancelled or has returned",
+                currentVersion: inner.version)
+        }
         if let ifVersion, ifVersion != inner.version {
             throw StoreError(
                 .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
@@ -219,39 +281,84 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         }
         let (state, effect, cause) = try next(inner.state, inner.version)
         let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
-        guard encode else { return (change, nil) }
         let encoded = try EncodedChange(
             feature: feature.name, change: change, currentVersion: inner.version, publicAction: feature.publicAction)
+        if enforceCeiling, encoded.state.count > feature.maxStateBytes {
+            let kind: StoreError.Kind = if case .dispatch = cause { .actionRejected } else { .invalidState }
+            throw StoreError(
+                kind,
+                "the state of \(feature.name) would take \(encoded.state.count) bytes as JSON, "
+                    + "more than its limit of \(feature.maxStateBytes)",
+                currentVersion: inner.version)
+        }
         return (change, encoded)
     }
 
-    /// Makes `change` current and tells the observers, in application order.
-    func install(_ inner: inout Inner, _ change: Change, _ encoded: EncodedChange?) {
+    /// Makes `change` current and tells the observers, in application order; then cancels the
+    /// work the change cancels (all of it for a reset or a rehydrate) and, when `startWork`,
+    /// starts the work it declared. Returns the tasks of cancelled work, for the caller to
+    /// cancel once the lock is released (a task's cancellation handlers must not run under it).
+    func install(
+        _ inner: inout Inner, _ change: Change, _ encoded: EncodedChange,
+        declared: Dispatcher<F.Action>.Declarations, startWork: Bool
+    ) -> [Task<Void, Never>] {
         inner.state = change.state
         inner.version = change.version
-        inner.encodedState = encoded?.state
+        inner.encodedState = encoded.state
         for observer in inner.observers { observer.call(change) }
-        if let encoded {
-            for observer in inner.jsonObservers { observer.call(encoded) }
-        }
-    }
+        for observer in inner.jsonObservers { observer.call(encoded) }
 
-    func start(_ works: [Dispatcher<F.Action>.Work]) {
-        guard runsSideEffects, !works.isEmpty else { return }
-        let route = followUpRoute.withLock { $0 }
-        let send = Send<F.Action> { [weak self] action in
-            guard let self else { return }
-            if let route {
-                await route { ifVersion throws(StoreError) in try self.prepare(action, ifVersion: ifVersion) }
-            } else {
-                do throws(StoreError) { try self.dispatch(action) } catch { self.onFollowUpRejected(error) }
+        var cancelled: [Task<Void, Never>] = []
+        func cancel(_ matches: (WorkID?) -> Bool) {
+            for (token, work) in inner.works where matches(work.id) {
+                inner.works[token] = nil
+                cancelled.append(work.task)
             }
         }
-        for work in works {
-            runningWork.add(1, ordering: .relaxed)
-            Task.detached { [self] in
+        switch change.cause {
+        case .reset, .rehydrate: cancel { _ in true }
+        case .dispatch: break
+        }
+        for id in declared.cancelled { cancel { $0 == id } }
+        defer { liveWorkCount.store(inner.works.count, ordering: .releasing) }
+        guard startWork, runsSideEffects else { return cancelled }
+        for declaration in declared.works {
+            if declaration.cancelInFlight, let id = declaration.id { cancel { $0 == id } }
+            inner.nextWorkToken += 1
+            let token = inner.nextWorkToken
+            let send = sender(for: token)
+            let work = declaration.work
+            // Registered before the lock is released, so the task's end (which takes the lock)
+            // always comes after.
+            let task = Task.detached { [self] in
                 await work(send)
-                runningWork.subtract(1, ordering: .relaxed)
+                self.inner.withLock { inner in
+                    inner.works[token] = nil
+                    liveWorkCount.store(inner.works.count, ordering: .releasing)
+                }
+            }
+            inner.works[token] = LiveWork(id: declaration.id, task: task)
+        }
+        return cancelled
+    }
+
+    /// The `send` handed to the work with `token`: applies a follow-up (or routes it to the
+    /// owner), unless the work is no longer live.
+    private func sender(for token: UInt64) -> Send<F.Action> {
+        Send { [weak self] action in
+            guard let self, inner.withLock({ $0.works[token] != nil }) else { return }
+            if let route = followUpRoute.withLock({ $0 }) {
+                await route { ifVersion throws(StoreError) in
+                    try self.prepare(action, ifVersion: ifVersion, from: token, enforceCeiling: true)
+                }
+            } else {
+                do throws(StoreError) {
+                    _ = try dispatch(action, ifVersion: nil, from: token)
+                } catch where error.kind == .workCancelled {
+                    // Cancelled while it was sending: dropped, as intended.
+                } catch {
+                    onFollowUpRejected(error)
+                }
             }
         }
     }

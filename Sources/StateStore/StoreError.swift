@@ -17,6 +17,9 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let invalidState = Kind("invalid_state")
         /// The state could not be encoded (a feature bug, e.g. a non-finite Double).
         public static let encodingFailed = Kind("encoding_failed")
+        /// A follow-up action sent by asynchronous work that was cancelled (or has returned):
+        /// it is dropped. Owners routing follow-ups should drop it silently, not report it.
+        public static let workCancelled = Kind("work_cancelled")
     }
 
     public let kind: Kind

@@ -25,7 +25,13 @@ import Testing
 /// - `await receive(_:effect:timeout:_:)` waits for the next follow-up action that the feature's
 ///   asynchronous work (`dispatch.run { send in ... }`) sends back, and checks it like `send`.
 /// - `finish()` at the end fails the test when a change was not asserted by `send` or
-///   `receive`, or when the store rejected a follow-up action.
+///   `receive`, when the store rejected a follow-up action, or when declared work is still
+///   running (it could still send something nobody checks). In an async test,
+///   `await finish(timeout:)` first lets running work end (at most `timeout`); work that is
+///   cancelled (``StateStore/Dispatcher/cancel(id:)``, a reset) counts as ended.
+///
+/// Work that waits (a delay) can be given a ``TestClock``, so the test advances time instead of
+/// waiting for it.
 ///
 /// The `send(json:)` and `sendRejected(json:)` forms take the tagged JSON a client sends
 /// (`{"type": "increment", "by": 2}`), to test the wire shape of actions too.
@@ -46,17 +52,21 @@ import Testing
 /// }
 ///
 /// @Test func loggingIn() async {
-///     let store = TestStore(LoginFeature(checkDelay: .milliseconds(10)))
+///     let clock = TestClock()
+///     let store = TestStore(LoginFeature(checkDelay: .seconds(1), clock: clock))
 ///     store.send(.submit(username: "ada", password: "correct horse")) {
 ///         $0.username = "ada"
 ///         $0.isLoading = true
 ///     }
-///     // The password check runs asynchronously and sends `.succeeded` back.
+///     // The password check runs asynchronously, waits a second on the clock, and sends
+///     // `.succeeded` back.
+///     #expect(await clock.waitForSleepers(count: 1))
+///     clock.advance(by: .seconds(1))
 ///     await store.receive(.succeeded) {
 ///         $0.isLoading = false
 ///         $0.isLoggedIn = true
 ///     }
-///     store.finish()
+///     await store.finish()
 /// }
 /// ```
 public final class TestStore<F: Feature>: Sendable
@@ -153,10 +163,30 @@ where F.State: Equatable, F.Action: Equatable, F.Effect: Equatable {
         check(changes.values[next - 1], action: action, effect: effect, sourceLocation: sourceLocation, update)
     }
 
-    /// Fails the test if a change was left unchecked or a follow-up action was rejected.
+    /// Fails the test if a change was left unchecked, a follow-up action was rejected, or
+    /// declared work is still running.
     public func finish(sourceLocation: SourceLocation = #_sourceLocation) {
+        checkFinished(sourceLocation: sourceLocation)
+    }
+
+    private func checkFinished(sourceLocation: SourceLocation) {
         expectNothingUnchecked(before: "finish", sourceLocation: sourceLocation)
         #expect(rejectedFollowUps.values.isEmpty, "rejected follow-ups", sourceLocation: sourceLocation)
+        #expect(
+            !store.hasRunningWork,
+            "declared work is still running: let it finish (receive its follow-ups) or cancel it",
+            sourceLocation: sourceLocation)
+    }
+
+    /// Lets running work end (at most `timeout` of real time, checked every millisecond), then
+    /// does what ``finish(sourceLocation:)`` does: fails on unchecked changes (including
+    /// follow-ups that arrived meanwhile), rejected follow-ups, and work still running.
+    public func finish(timeout: Duration = .seconds(1), sourceLocation: SourceLocation = #_sourceLocation) async {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while store.hasRunningWork, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        checkFinished(sourceLocation: sourceLocation)
     }
 
     private func check(

@@ -41,6 +41,9 @@ struct CounterTests {
         (#"{"type":"increment","by":"2"}"#, "the field 'by' of action 'increment' must be an integer"),
         (#"{"type":"multiply","by":2}"#, "unknown action type 'multiply'"),
         (#"{"by":2}"#, "the action is missing the field 'type'"),
+        // Issue 10 item 2: a typo is refused, naming the field; a fraction is not a whole number.
+        (#"{"type":"increment","bye":5}"#, "the action 'increment' has no field 'bye'"),
+        (#"{"type":"increment","by":1.5}"#, "the field 'by' of action 'increment' must be a whole number"),
     ])
     func malformedActionsAreInvalid(action: String, message: String) {
         let store = DefaultStateStore(feature: CounterFeature())

@@ -81,7 +81,7 @@ struct TodosTests {
         store.finish()
     }
 
-    @Test func aTitleHasAtMost500Characters() {
+    @Test func aTitleHasAtMost500UnicodeScalars() {
         let store = TestStore(TodosFeature())
         let title500 = String(repeating: "x", count: 500)
         store.send(.add(title: title500)) {
@@ -90,20 +90,67 @@ struct TodosTests {
         }
         #expect(
             store.sendRejected(.add(title: title500 + "y"))
-                == "a todo's title must have at most 500 characters, not 501")
+                == "a todo's title must have at most 500 Unicode scalars, not 501")
         // The limit applies after trimming.
         store.send(.add(title: "   " + title500 + "\n")) {
             $0.items.append(Item(id: "2", title: title500, done: false))
             $0.nextId = 3
         }
-        // Characters, not bytes: 500 emoji of several code points each fit.
-        let emoji500 = String(repeating: "👍🏽", count: 500)
-        store.send(.add(title: emoji500)) {
-            $0.items.append(Item(id: "3", title: emoji500, done: false))
+        // Unicode scalars, not bytes: 500 four-byte scalars fit; not characters: an emoji of two
+        // scalars counts two.
+        let faces500 = String(repeating: "🙂", count: 500)
+        store.send(.add(title: faces500)) {
+            $0.items.append(Item(id: "3", title: faces500, done: false))
             $0.nextId = 4
         }
-        store.sendRejected(.add(title: emoji500 + "👍🏽"))
+        let thumbs250 = String(repeating: "👍🏽", count: 250)
+        store.send(.add(title: thumbs250)) {
+            $0.items.append(Item(id: "4", title: thumbs250, done: false))
+            $0.nextId = 5
+        }
+        store.sendRejected(.add(title: thumbs250 + "👍🏽"))
         store.finish()
+    }
+
+    /// Issue 11 item 2: "a" and 25,000 combining accents is one character (grapheme cluster) of
+    /// 50 KB; counted in Unicode scalars it is 25,001, far over the limit.
+    @Test func combiningMarksCountEach() throws {
+        let store = TestStore(TodosFeature())
+        let zalgo = "a" + String(repeating: "\u{0301}", count: 25_000)
+        #expect(zalgo.count == 1)
+        #expect(
+            store.sendRejected(.add(title: zalgo))
+                == "a todo's title must have at most 500 Unicode scalars, not 25001")
+        let plain = DefaultStateStore(feature: TodosFeature())
+        let item = TodosFeature.Item(id: "1", title: zalgo, done: false)
+        #expect(throws: StoreError.self) { try plain.rehydrate(.init(items: [item], nextId: 2)) }
+        store.finish()
+    }
+
+    /// Issue 11 item 2: the state's size ceiling (1 MiB as JSON) bounds a list of long titles
+    /// before its 10,000 items do.
+    @Test func theListStopsGrowingAtTheStateSizeCeiling() throws {
+        let store = DefaultStateStore(feature: TodosFeature())
+        let title = String(repeating: "🙂", count: 500)  // 2,000 bytes of UTF-8
+        // Start near the ceiling (about 2,040 bytes an item), then add until refused.
+        let items = (1...505).map { TodosFeature.Item(id: String($0), title: title, done: false) }
+        try store.rehydrate(.init(items: items, nextId: 506))
+        var refusal: StoreError?
+        for _ in 0..<20 {
+            do { _ = try store.dispatch(.add(title: title)) } catch {
+                refusal = error
+                break
+            }
+        }
+        let error = try #require(refusal)
+        #expect(error.kind == .actionRejected)
+        #expect(error.message.hasPrefix("the state of todos would take "), "\(error)")
+        #expect(error.message.hasSuffix("bytes as JSON, more than its limit of 1048576"), "\(error)")
+        let size = try store.currentJSON().state.count
+        #expect(size <= TodosFeature().maxStateBytes)
+        #expect(size > TodosFeature().maxStateBytes - 2_100)
+        #expect(store.state.items.count == 505 + store.version - 1)
+        #expect(store.version > 1, "some items were added before the ceiling")
     }
 
     @Test func unknownIdsAreRejected() {

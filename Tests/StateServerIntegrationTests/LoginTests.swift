@@ -135,13 +135,80 @@ struct LoginTests {
         #expect(try await settled(session).state["isLoggedIn"] == true)
     }
 
+    /// Issue 11 item 3: a check started for one attempt must never answer a later one. alice's
+    /// good credentials are being checked; the attempt is ended (reset, logout or a client
+    /// rehydrate to the initial state) and mallory submits a bad password. Before the fix,
+    /// alice's `succeeded` was applied to mallory's attempt: logged in as mallory.
+    @Test("a check cancelled by reset, logout or rehydrate cannot log in the next attempt", arguments: ["reset", "logout", "rehydrate"])
+    func staleCheckCannotLogInTheNextAttempt(_ how: String) async throws {
+        let session = try await SharedServer.api().createSession()
+        try await session.dispatchOK("login", ["type": "submit", "username": "alice", "password": "correct horse"])
+        switch how {
+        case "reset":
+            #expect(try await session.request("DELETE", "/state/login").status == 200)
+        case "logout":
+            try await session.dispatchOK("login", ["type": "logout"])
+        default:
+            let put = try await session.request("PUT", "/state/login", body: jsonBytes(["state": Examples.login]))
+            #expect(put.status == 200, "\(put)")
+        }
+        let (stream, _) = try await session.subscribe(query: "feature=login")
+        defer { stream.close() }
+        try await session.dispatchOK("login", ["type": "submit", "username": "mallory", "password": "x"])
+        _ = try await stream.nextEvent()  // mallory's submit
+        // The next change is the answer to mallory's attempt, and it is mallory's own check's.
+        let answer = try await stream.nextEvent(timeout: .seconds(8))
+        #expect(answer.json?["action"]?["type"] == "failed", "\(answer)")
+        #expect(answer.json?["version"] == 4)
+        let final = try await settled(session)
+        #expect(final.state["isLoggedIn"] == false, "\(final)")
+        #expect(final.state["username"] == "mallory")
+        #expect(final.state["error"] == "The password must have at least 8 characters.")
+        #expect(final.version == 4, "no stale result was applied: \(final)")
+    }
+
+    /// Issue 11 item 4: a client cannot log itself in by rehydrating: every field of login's
+    /// state is server-owned. Only the current state or the initial one may be restored.
+    @Test("PUT state/login cannot set server-owned fields: 422 invalid_state, nothing changes")
+    func putCannotLogIn() async throws {
+        let session = try await SharedServer.api().createSession()
+        let forged: [JSON] = [
+            ["username": "mallory", "isLoading": false, "isLoggedIn": true, "error": .null],
+            ["username": "", "isLoading": false, "isLoggedIn": true, "error": .null],
+            ["username": "mallory", "isLoading": false, "isLoggedIn": false, "error": .null],
+            ["isLoggedIn": true],
+        ]
+        for state in forged {
+            let put = try await session.request("PUT", "/state/login", body: jsonBytes(["state": state]))
+            expectError(put, 422, "invalid_state", "PUT \(state)")
+        }
+        #expect(try await session.store("login") == StoreState(version: 0, state: Examples.login))
+
+        // The initial state may be restored (it is what logout gives), also once logged in.
+        try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "password123"])
+        let loggedIn = try await settled(session)
+        #expect(loggedIn.state["isLoggedIn"] == true)
+        let same = try await session.request("PUT", "/state/login", body: jsonBytes(["state": loggedIn.state]))
+        #expect(same.status == 200, "the current state may be restored: \(same)")
+        let other: JSON = ["username": "mallory", "isLoading": false, "isLoggedIn": true, "error": .null]
+        expectError(
+            try await session.request("PUT", "/state/login", body: jsonBytes(["state": other])), 422, "invalid_state",
+            messageContains: "set by the server")
+        let out = try await session.request("PUT", "/state/login", body: jsonBytes(["state": Examples.login]))
+        #expect(out.status == 200, "\(out)")
+        #expect(try await session.store("login") == StoreState(version: 4, state: Examples.login))
+    }
+
     @Test("deleting a session while its check runs does not break the server")
     func deleteDuringCheck() async throws {
         let api = try SharedServer.api()
         let session = try await api.createSession()
+        // A second session's check, started after the first, tells when the first's delay is over.
         try await session.dispatchOK("login", ["type": "submit", "username": "dave", "password": "password123"])
+        let control = try await api.createSession()
+        try await control.dispatchOK("login", ["type": "submit", "username": "erin", "password": "password123"])
         #expect(try await session.delete().status == 204)
-        try await Task.sleep(for: .milliseconds(1500))
+        #expect(try await settled(control).state["isLoggedIn"] == true)
         #expect(await api.isHealthy())
         expectError(try await session.request("GET", "/state/login"), 404, "session_not_found")
     }

@@ -81,10 +81,11 @@ struct StateTests {
         #expect(settings.status == 200, "\(settings)")
         #expect(try await session.store("settings") == StoreState(version: 1, state: colours))
 
-        let loggedIn: JSON = ["username": "zoe", "isLoading": false, "isLoggedIn": true, "error": .null]
-        let login = try await session.request("PUT", "/state/login", body: jsonBytes(["state": loggedIn]))
+        // Login's state is server-owned: a client may restore only the current or initial state
+        // (LoginTests.putCannotLogIn covers the refusals).
+        let login = try await session.request("PUT", "/state/login", body: jsonBytes(["state": Examples.login]))
         #expect(login.status == 200, "\(login)")
-        #expect(try await session.store("login") == StoreState(version: 1, state: loggedIn))
+        #expect(try await session.store("login") == StoreState(version: 1, state: Examples.login))
         // Other stores are untouched.
         #expect(try await session.store("todos").version == 0)
     }

@@ -203,10 +203,12 @@ struct StoreTests {
         #expect(causes.values == ["1 dispatch", "2 rehydrate", "3 reset", "4 dispatch", "5 rehydrate", "6 reset"])
     }
 
-    @Test func aStateThatCannotBeEncodedIsNotAppliedWhenObservedAsJSON() throws {
+    @Test func aStateThatCannotBeEncodedIsNotApplied() throws {
         let store = DefaultStateStore(feature: Ledger())
-        // Without JSON observers nothing needs encoding: the typed store accepts NaN.
-        #expect(try store.dispatch(.setRatio(value: .nan)).version == 1)
+        try store.dispatch(.setRatio(value: 0.5))
+        // Every change is encoded (the size ceiling is checked on the JSON), observed or not.
+        #expect(throws: StoreError.self) { try store.dispatch(.setRatio(value: .nan)) }
+        #expect(store.current.version == 1)
         try store.dispatch(.setRatio(value: 0))
 
         let encoded = Recorder<Int>()
@@ -219,5 +221,67 @@ struct StoreTests {
         #expect(store.current.version == 2)
         #expect(store.current.state.ratio == 0)
         #expect(encoded.values.isEmpty)
+    }
+}
+
+@Suite("State size ceiling and client rehydrate")
+struct LimitTests {
+    @Test func aChangeOverTheCeilingIsRefusedAndAppliesNothing() throws {
+        // {"notes":["..."]} is 13 bytes plus the text.
+        let store = DefaultStateStore(feature: Notes(maxStateBytes: 40))
+        try store.dispatch(.add(text: String(repeating: "a", count: 26)))  // exactly 40 bytes
+        #expect(try store.currentJSON().state.count == 40)
+        #expect {
+            try store.dispatch(.add(text: ""))
+        } throws: { error in
+            let error = error as? StoreError
+            return error?.kind == .actionRejected && error?.currentVersion == 1
+                && error?.message == "the state of notes would take 43 bytes as JSON, more than its limit of 40"
+        }
+        #expect(store.version == 1)
+        // A rehydrate over it is an invalid state; the same through a prepared change.
+        let big = json(#"{"notes":["\#(String(repeating: "b", count: 40))"]}"#)
+        #expect(throws: StoreError.self) { try store.rehydrate(json: big, ifVersion: nil) }
+        #expect((try? store.prepareRehydrate(json: big, ifVersion: nil)) == nil)
+        do { _ = try store.prepareDispatch(json: json(#"{"type":"add","text":"x"}"#), ifVersion: nil) } catch {
+            #expect(error.kind == .actionRejected)
+        }
+        do { _ = try store.rehydrate(json: big, ifVersion: nil) } catch {
+            #expect(error.kind == .invalidState)
+        }
+        #expect(store.version == 1)
+    }
+
+    @Test func replayedHistoryIsNotHeldToTheCeiling() throws {
+        let store = DefaultStateStore(feature: Notes(maxStateBytes: 20))
+        try store.replay(cause: "dispatch", payload: Array(#"{"type":"add","text":"over twenty bytes of state"}"#.utf8))
+        #expect(store.version == 1)
+    }
+
+    @Test func theDefaultCeilingIsOneMebibyte() throws {
+        #expect(Ledger().maxStateBytes == 1 << 20)
+        #expect(defaultMaxStateBytes == 1_048_576)
+    }
+
+    @Test func aClientRehydrateGoesThroughTheFeaturesRuleButTheServersOwnDoesNot() throws {
+        let store = DefaultStateStore(feature: Ledger())
+        try store.dispatch(.finished(id: 7))
+        // The client's: `finished` is server-owned and kept; a refused state is invalid_state.
+        let change = try store.rehydrate(json: json(#"{"total":3,"finished":[1,2],"ratio":0.5}"#), ifVersion: nil)
+        #expect(store.state == .init(total: 3, finished: [7], ratio: 0.5))
+        #expect(text(change.state) == #"{"finished":[7],"ratio":0.5,"total":3}"#)
+        let prepared = try store.prepareRehydrate(json: json(#"{"total":4,"finished":[],"ratio":0}"#), ifVersion: nil)
+        #expect(store.commit(prepared, startWork: true))
+        #expect(store.state == .init(total: 4, finished: [7], ratio: 0))
+        do { _ = try store.rehydrate(json: json(#"{"total":-1,"finished":[],"ratio":0}"#), ifVersion: nil) } catch {
+            #expect(error.kind == .invalidState)
+            #expect(error.message == "ledger does not accept this state from a client: total must not be negative")
+        }
+        #expect(store.version == 3)
+        // The server's own: the typed rehydrate and journal replay restore the state as given.
+        try store.rehydrate(.init(total: -1, finished: [1], ratio: 0))
+        #expect(store.state == .init(total: -1, finished: [1], ratio: 0))
+        try store.replay(cause: "rehydrate", payload: Array(#"{"total":-2,"finished":[2],"ratio":0}"#.utf8))
+        #expect(store.state == .init(total: -2, finished: [2], ratio: 0))
     }
 }

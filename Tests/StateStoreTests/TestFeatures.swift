@@ -39,11 +39,27 @@ struct Ledger: Feature {
     let gate: Gate
     /// The ids of work that started running.
     let started: Recorder<Int>
+    /// Tracked work (`startTracked`) records here, once `send` returned, whether its task was
+    /// cancelled by then.
+    let sent: Recorder<(id: Int, wasCancelled: Bool)>
 
-    init(name: String = "ledger", gate: Gate = Gate(open: true), started: Recorder<Int> = Recorder()) {
+    init(
+        name: String = "ledger", gate: Gate = Gate(open: true), started: Recorder<Int> = Recorder(),
+        sent: Recorder<(id: Int, wasCancelled: Bool)> = Recorder()
+    ) {
         self.name = name
         self.gate = gate
         self.started = started
+        self.sent = sent
+    }
+
+    /// Clients may set `total` and `ratio`; `finished` is the server's (kept from the current
+    /// state), and a negative total is refused.
+    func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State {
+        guard proposed.total >= 0 else { throw ActionRejected("total must not be negative") }
+        var accepted = proposed
+        accepted.finished = current.finished
+        return accepted
     }
 
     struct State: Codable, Sendable, Equatable {
@@ -67,6 +83,12 @@ struct Ledger: Feature {
         case startDoomedWork
         /// Declares work, then rejects the action.
         case startWorkThenRefuse(id: Int)
+        /// Declares work with the id `id` (cancelling work of that id in flight when
+        /// `replacing`): it waits at the gate (ignoring cancellation), sends `finished(id:)`, then
+        /// records in `sent`.
+        case startTracked(id: Int, replacing: Bool)
+        /// Cancels the work with the id `id`.
+        case cancel(id: Int)
     }
 
     enum Effect: Codable, Sendable, Equatable {
@@ -104,6 +126,15 @@ struct Ledger: Feature {
                 await send(.finished(id: id))
             }
             throw ActionRejected("refused after declaring work")
+        case .startTracked(let id, let replacing):
+            dispatch.run(id: id, cancelInFlight: replacing) { [gate, started, sent] send in
+                started.append(id)
+                await gate.wait()
+                await send(.finished(id: id))
+                sent.append((id, Task.isCancelled))
+            }
+        case .cancel(let id):
+            dispatch.cancel(id: id)
         }
         return StateContainer(state)
     }
@@ -126,5 +157,30 @@ struct Named: Feature {
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Never> {
         StateContainer(state)
+    }
+}
+
+/// A list of notes with a small size ceiling, for the state size limit.
+struct Notes: Feature {
+    let name = "notes"
+    let initialState = State(notes: [])
+    let maxStateBytes: Int
+
+    struct State: Codable, Sendable, Equatable {
+        var notes: [String]
+    }
+
+    enum Action: Codable, Sendable, Equatable {
+        case add(text: String)
+    }
+
+    func reduce(
+        _ action: Action, state: State, dispatch: Dispatcher<Action>
+    ) throws(ActionRejected) -> StateContainer<State, Never> {
+        var state = state
+        switch action {
+        case .add(let text): state.notes.append(text)
+        }
+        return StateContainer(state)
     }
 }
