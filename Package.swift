@@ -152,7 +152,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MicroHTTPTests",
-            dependencies: ["MicroHTTP"],
+            dependencies: ["MicroHTTP", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
