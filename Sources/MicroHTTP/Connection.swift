@@ -2,6 +2,10 @@ import CMicroHTTPD
 import CMicroHTTPDShim
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Per-request state, owned by libmicrohttpd's `*con_cls` from the first call of the access
 /// handler until the request-completed callback.
 ///
@@ -9,6 +13,8 @@ import Synchronization
 /// thread that touches a context is the task that computes a `later` response, through `phase`.
 final class RequestContext: Sendable {
     enum Phase: Sendable {
+        /// Made by the URI log callback; the access handler has not seen the head yet.
+        case head
         case receiving
         case waiting
         case ready(HTTPResponse)
@@ -21,17 +27,33 @@ final class RequestContext: Sendable {
         var tooLarge = false
     }
 
-    let method: String
-    let path: String
+    struct Head: Sendable {
+        var method = "-"
+        var path = "/"
+    }
+
+    /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
+    /// nil when unknown. The target really ends where the version starts, one byte later; if
+    /// not, the target held a raw NUL.
+    let targetEnd: UInt?
     let started = ContinuousClock.now
+    let head = Mutex(Head())
     let receiving = Mutex(Receiving())
-    let phase = Mutex(Phase.receiving)
+    let phase = Mutex(Phase.head)
     let stream = Mutex<EventStream?>(nil)
 
-    init(method: String, path: String) {
-        self.method = method
-        self.path = path
+    init(targetEnd: UInt?) {
+        self.targetEnd = targetEnd
     }
+
+    var method: String { head.withLock { $0.method } }
+}
+
+/// libmicrohttpd's URI log callback: called with the raw target, before the headers are read and
+/// before the target is split and percent-decoded in place. Makes the request's context.
+let uriLogged: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = { _, uri, _ in
+    let end = uri.map { UInt(bitPattern: $0 + strlen($0)) }
+    return Unmanaged.passRetained(RequestContext(targetEnd: end)).toOpaque()
 }
 
 /// Collects header or query values of a connection.
@@ -55,28 +77,52 @@ private func collectValues(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -
 }
 
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
-let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadDataSize, conCls in
+let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, conCls in
     guard let cls, let connection, let conCls, let uploadDataSize else { return MHD_Result.NO }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
 
-    guard let raw = conCls.pointee else {
-        // First call: headers only.
-        let context = RequestContext(
-            method: method.map { String(cString: $0) } ?? "GET",
-            path: url.map { String(cString: $0) } ?? "/")
-        if let length = MHD_lookup_connection_value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length"),
-            let declared = Int(String(cString: length)), declared > server.configuration.drainLimit
-        {
+    let context: RequestContext
+    if let raw = conCls.pointee {
+        context = Unmanaged<RequestContext>.fromOpaque(raw).takeUnretainedValue()
+    } else {
+        // The URI log callback always makes one; without it the target cannot be checked.
+        context = RequestContext(targetEnd: nil)
+        conCls.pointee = Unmanaged.passRetained(context).toOpaque()
+    }
+
+    if case .head = context.phase.withLock({ $0 }) {
+        // First call: the head only. Check its framing before anything is routed or read.
+        context.head.withLock {
+            $0.method = method.map { String(cString: $0) } ?? "-"
+            $0.path = url.map { String(cString: $0) } ?? "/"
+        }
+        let versionText = version.map { String(cString: $0) } ?? ""
+        var problem: String?
+        if let end = context.targetEnd, let version, UInt(bitPattern: version) == end + 1 {
+            if ss_header_block_is_clean(connection, method, version) == 0 {
+                problem = "a header line has no field name (or the header block is malformed)"
+            }
+        } else {
+            problem = "the request target contains a NUL byte"
+        }
+        let fields = collectValues(connection, MHD_ValueKind.HEADER_KIND).map { ($0.name, $0.value ?? "") }
+        if problem == nil {
+            problem = RequestFraming.problem(version: versionText, fields: fields)
+        }
+        if let problem {
+            context.phase.withLock { $0 = .answered }
+            server.queue(badRequestResponse(problem), on: connection, context: context)
+            return MHD_Result.YES
+        }
+        if let declared = RequestFraming.contentLength(fields), declared > UInt64(max(0, server.configuration.drainLimit)) {
             // Too large to be worth draining: answer now; libmicrohttpd closes the connection.
-            conCls.pointee = Unmanaged.passRetained(context).toOpaque()
             context.phase.withLock { $0 = .answered }
             server.queue(tooLargeResponse(server), on: connection, context: context)
             return MHD_Result.YES
         }
-        conCls.pointee = Unmanaged.passRetained(context).toOpaque()
+        context.phase.withLock { $0 = .receiving }
         return MHD_Result.YES
     }
-    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeUnretainedValue()
 
     let size = uploadDataSize.pointee
     if size > 0 {
@@ -106,8 +152,9 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _
             defer { r.body = [] }
             return (r.body, r.tooLarge)
         }
+        let head = context.head.withLock { $0 }
         let request = HTTPRequest(
-            method: context.method, path: context.path,
+            method: head.method, path: head.path,
             headers: collectValues(connection, MHD_ValueKind.HEADER_KIND).map { ($0.name.lowercased(), $0.value ?? "") },
             query: collectValues(connection, MHD_ValueKind.GET_ARGUMENT_KIND),
             body: body, bodyTooLarge: tooLarge)
@@ -116,22 +163,21 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _
             context.phase.withLock { $0 = .answered }
             return server.queue(response, on: connection, context: context)
         case .later(let work):
-            context.phase.withLock { $0 = .waiting }
-            server.suspendedRequestDelta(1)
-            MHD_suspend_connection(connection)
-            let resumable = CHandle(connection)
+            guard server.suspend(connection, context: context) else {
+                // Stopping: the daemon may be gone before the answer is ready.
+                context.phase.withLock { $0 = .answered }
+                return server.queue(HTTPResponse(status: 503, headers: [("Connection", "close")], route: "-"), on: connection, context: context)
+            }
             Task.detached {
                 let response = await work()
-                context.phase.withLock { $0 = .ready(response) }
-                MHD_resume_connection(resumable.pointer)
-                server.suspendedRequestDelta(-1)
+                server.answer(context, with: response)
             }
             return MHD_Result.YES
         }
     case .ready(let response):
         context.phase.withLock { $0 = .answered }
         return server.queue(response, on: connection, context: context)
-    case .waiting, .answered:
+    case .head, .waiting, .answered:
         return MHD_Result.YES
     }
 }
@@ -142,6 +188,13 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, _
 struct CHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
+}
+
+private func badRequestResponse(_ problem: String) -> HTTPResponse {
+    let body = #"{"error":{"code":"invalid_request","message":"\#(problem)"}}"#
+    return HTTPResponse(
+        status: 400, headers: [("Content-Type", "application/json"), ("Connection", "close")],
+        body: .bytes(Array(body.utf8)), route: "-")
 }
 
 private func tooLargeResponse(_ server: HTTPServer) -> HTTPResponse {

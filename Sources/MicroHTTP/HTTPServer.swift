@@ -25,6 +25,9 @@ public final class HTTPServer: Sendable {
         /// Seconds of inactivity before a (non-streaming) connection is closed.
         public var connectionTimeout = 60
         public var connectionMemoryLimit = 8 * 1024
+        /// Share the port with other processes listening on it (SO_REUSEPORT); off by default,
+        /// so a port in use makes ``HTTPServer/start()`` fail.
+        public var reusePort = false
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
@@ -42,8 +45,8 @@ public final class HTTPServer: Sendable {
 
     struct Shared {
         var daemon: CHandle?
-        /// Connections suspended while a `later` response is computed.
-        var suspendedRequests = 0
+        /// Connections suspended while a `later` response is computed, by request context.
+        var pending: [ObjectIdentifier: (connection: CHandle, context: RequestContext)] = [:]
         var streams: [ObjectIdentifier: EventStream] = [:]
         var stopping = false
     }
@@ -78,9 +81,11 @@ public final class HTTPServer: Sendable {
                 thread_pool_size: UInt32(max(1, threads)),
                 connection_limit: UInt32(max(1, configuration.connectionLimit)),
                 connection_timeout: UInt32(max(0, configuration.connectionTimeout)),
-                connection_memory_limit: max(4096, configuration.connectionMemoryLimit))
+                connection_memory_limit: max(4096, configuration.connectionMemoryLimit),
+                reuse_port: configuration.reusePort ? 1 : 0)
             let me = Unmanaged.passUnretained(self).toOpaque()
-            return ss_start_daemon(&config, accessHandler, me, requestCompleted, me, &errorText, errorText.count)
+            return ss_start_daemon(
+                &config, accessHandler, me, requestCompleted, me, uriLogged, nil, &errorText, errorText.count)
         }
         guard let daemon else {
             throw StartError(description: String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
@@ -119,11 +124,16 @@ public final class HTTPServer: Sendable {
         let listenSocket = MHD_quiesce_daemon(daemon)
         let deadline = ContinuousClock.now + grace
         while ContinuousClock.now < deadline {
-            let (streams, suspended) = shared.withLock { (Array($0.streams.values), $0.suspendedRequests) }
+            let (streams, suspended) = shared.withLock { (Array($0.streams.values), $0.pending.count) }
             if streams.isEmpty && suspended == 0 { break }
             for stream in streams { stream.close() }
             try? await Task.sleep(for: .milliseconds(20))
         }
+        // libmicrohttpd 0.9.75 aborts the process (MHD_PANIC) when stopped with a suspended
+        // connection, and the stop frees connections a late `later` answer would then resume.
+        // So the requests still computing are answered 503 and resumed here, under the lock
+        // their own answers take: each connection is resumed exactly once, never after the stop.
+        takeOverPending()
         // Streams whose client does not read are not suspended (they wait to write), so the
         // daemon can be stopped with them open.
         MHD_stop_daemon(daemon)
@@ -145,7 +155,41 @@ public final class HTTPServer: Sendable {
         _ = shared.withLock { $0.streams.removeValue(forKey: ObjectIdentifier(stream)) }
     }
 
-    func suspendedRequestDelta(_ delta: Int) {
-        shared.withLock { $0.suspendedRequests += delta }
+    /// Suspends a connection whose answer is computed later; false when the server is stopping
+    /// (answer at once instead).
+    func suspend(_ connection: OpaquePointer, context: RequestContext) -> Bool {
+        shared.withLock { s in
+            guard !s.stopping else { return false }
+            s.pending[ObjectIdentifier(context)] = (CHandle(connection), context)
+            context.phase.withLock { $0 = .waiting }
+            MHD_suspend_connection(connection)
+            return true
+        }
     }
+
+    /// Hands a `later` answer to its connection and resumes it, unless ``stop(grace:)`` already
+    /// answered it (then the answer is dropped: the connection may no longer exist).
+    func answer(_ context: RequestContext, with response: HTTPResponse) {
+        shared.withLock { s in
+            guard let entry = s.pending.removeValue(forKey: ObjectIdentifier(context)) else { return }
+            context.phase.withLock { $0 = .ready(response) }
+            MHD_resume_connection(entry.connection.pointer)
+        }
+    }
+
+    /// Answers every request still computing with 503 and resumes its connection.
+    func takeOverPending() {
+        shared.withLock { s in
+            for entry in s.pending.values {
+                entry.context.phase.withLock {
+                    $0 = .ready(HTTPResponse(status: 503, headers: [("Connection", "close")], route: "-"))
+                }
+                MHD_resume_connection(entry.connection.pointer)
+            }
+            s.pending.removeAll()
+        }
+    }
+
+    /// Connections suspended while a `later` answer is computed.
+    var suspendedRequestCount: Int { shared.withLock { $0.pending.count } }
 }

@@ -249,7 +249,51 @@ public struct JSONParser {
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         if integral, let value = Int64(text) { return .int(value) }
+        // A fraction or exponent whose value as written is a whole number that fits (`1e16`,
+        // `2.50e1`) is an integer; anything else is a double, never rounded into an integer
+        // (`1.9999999999999999` stays a double even though it rounds to 2.0).
+        if !integral, let value = Self.exactInteger(text) { return .int(value) }
         guard let value = Double(text), value.isFinite else { throw fail("number out of range") }
         return .double(value)
+    }
+
+    /// The value of a JSON number literal if it is exactly a whole number in Int64, else nil.
+    /// `-0.0` stays a double (its sign would be lost).
+    static func exactInteger(_ text: String) -> Int64? {
+        var utf8 = Substring(text).utf8[...]
+        let negative = utf8.first == UInt8(ascii: "-")
+        if negative { utf8 = utf8.dropFirst() }
+        var mantissa: [UInt8] = []
+        var scale = 0
+        var seenPoint = false
+        while let byte = utf8.first, byte != UInt8(ascii: "e"), byte != UInt8(ascii: "E") {
+            utf8 = utf8.dropFirst()
+            if byte == UInt8(ascii: ".") {
+                seenPoint = true
+            } else {
+                mantissa.append(byte)
+                if seenPoint { scale -= 1 }
+            }
+        }
+        if !utf8.isEmpty {
+            utf8 = utf8.dropFirst()
+            let exponentNegative = utf8.first == UInt8(ascii: "-")
+            if utf8.first == UInt8(ascii: "-") || utf8.first == UInt8(ascii: "+") { utf8 = utf8.dropFirst() }
+            var exponent = 0
+            for byte in utf8 {
+                // Beyond 10^6 nothing non-zero is both whole and in range; clamp instead of overflowing.
+                exponent = min(exponent * 10 + Int(byte - UInt8(ascii: "0")), 1_000_000)
+            }
+            scale += exponentNegative ? -exponent : exponent
+        }
+        while let first = mantissa.first, first == UInt8(ascii: "0") { mantissa.removeFirst() }
+        if mantissa.isEmpty { return negative ? nil : 0 }
+        while let last = mantissa.last, last == UInt8(ascii: "0") {
+            mantissa.removeLast()
+            scale += 1
+        }
+        guard scale >= 0, mantissa.count + scale <= 19 else { return nil }
+        let digits = String(decoding: mantissa, as: UTF8.self) + String(repeating: "0", count: scale)
+        return Int64((negative ? "-" : "") + digits)
     }
 }

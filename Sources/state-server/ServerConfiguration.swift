@@ -35,6 +35,7 @@ import SystemPackage
 /// | `http.connectionLimit` | connections | `20000` |
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
 /// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
+/// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
 struct ServerConfiguration: Equatable {
     var host = "127.0.0.1"
     var storage = "memory"
@@ -60,6 +61,7 @@ struct ServerConfiguration: Equatable {
     var connectionLimit = 20_000
     var connectionTimeout = 60
     var connectionMemoryLimit = 8192
+    var reusePort = false
 
     /// The settings as a JSON object keyed like the config file (`streams.bufferLimit`).
     var json: String {
@@ -73,6 +75,7 @@ struct ServerConfiguration: Equatable {
             "login.checkDelay": loginCheckDelay, "log.level": logLevel, "log.format": logFormat,
             "http.threads": httpThreads, "http.connectionLimit": connectionLimit,
             "http.connectionTimeout": connectionTimeout, "http.connectionMemoryLimit": connectionMemoryLimit,
+            "http.reusePort": reusePort,
         ]
         let data = (try? JSONSerialization.data(withJSONObject: values, options: [.sortedKeys, .prettyPrinted])) ?? Data()
         return String(decoding: data, as: UTF8.self)
@@ -99,6 +102,7 @@ struct ServerConfiguration: Equatable {
         ("http.threads", "threads, 0 = cores"), ("http.connectionLimit", "max connections"),
         ("http.connectionTimeout", "idle connection seconds"),
         ("http.connectionMemoryLimit", "buffer bytes/connection"),
+        ("http.reusePort", "share the port (true/false)"),
     ]
 
     /// `STATE_SERVER_` + the key in upper snake case.
@@ -173,6 +177,9 @@ struct ServerConfiguration: Equatable {
         c.connectionLimit = try int(reader, "http.connectionLimit", c.connectionLimit, 16...1_000_000)
         c.connectionTimeout = try int(reader, "http.connectionTimeout", c.connectionTimeout, 0...86_400)
         c.connectionMemoryLimit = try int(reader, "http.connectionMemoryLimit", c.connectionMemoryLimit, 4096...(16 << 20))
+        do { c.reusePort = try reader.requiredBool(forKey: ConfigKey("http.reusePort")) } catch where missing(error) {} catch {
+            throw Invalid(description: "setting 'http.reusePort' must be true or false")
+        }
         return c
     }
 

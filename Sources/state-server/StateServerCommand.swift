@@ -178,6 +178,7 @@ struct Server {
         http.connectionLimit = settings.connectionLimit
         http.connectionTimeout = settings.connectionTimeout
         http.connectionMemoryLimit = settings.connectionMemoryLimit
+        http.reusePort = settings.reusePort
         http.heartbeat = .milliseconds(Int(settings.heartbeat * 1000))
         let accessLogger = logger
         let requestCounters = RequestCounters()

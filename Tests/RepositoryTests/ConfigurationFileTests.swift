@@ -19,7 +19,9 @@ struct ConfigurationFileTests {
             let actual = fromFile[key].map { "\($0)" } ?? "(absent)"
             #expect(expected == actual, "\(key): built-in default \(expected), \(Self.configPath) gives \(actual)")
         }
-        #expect(NSDictionary(dictionary: defaults).isEqual(to: fromFile))
+        // Values are compared above as text: Linux Foundation's NSDictionary does not find a
+        // Swift `false` equal to the NSNumber it bridges to (the first boolean setting).
+        #expect(Set(defaults.keys) == Set(fromFile.keys))
     }
 
     @Test("every setting printed by --print-config is a key of the config file, and the reverse")

@@ -19,6 +19,9 @@ typedef struct ss_daemon_config {
     unsigned int connection_timeout;
     /// Bytes of memory per connection (headers, read buffer, chunk buffer).
     size_t connection_memory_limit;
+    /// Nonzero: share the port with other processes (SO_REUSEPORT). Zero: a port in use is an
+    /// error at start.
+    int reuse_port;
 } ss_daemon_config;
 
 /// Starts an epoll daemon with suspend/resume enabled. On failure returns NULL and writes a
@@ -26,7 +29,20 @@ typedef struct ss_daemon_config {
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
+                                   void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
+                                   void *uri_log_cls,
                                    char *error, size_t error_size);
+
+/// Whether the header block of the current request ended with an empty line.
+///
+/// libmicrohttpd 0.9.75 ends the header block at a line with an empty field name (": x",
+/// "\0: x"), so what follows is read as a second request, and such a line never reaches the
+/// header list. This reads the request head where libmicrohttpd keeps it (its read buffer, from
+/// `method` for MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE bytes): after the end of the last field
+/// value (or of the version) only optional blanks and line ends (CR, LF, or the NULs that
+/// replaced them) may follow, at most two line ends' worth. Returns 0 when anything else is
+/// there or the layout is not the one expected (fail closed).
+int ss_header_block_is_clean(struct MHD_Connection *connection, const char *method, const char *version);
 
 /// The port the daemon is bound to (useful with port 0), or 0 if unknown.
 uint16_t ss_daemon_port(struct MHD_Daemon *daemon);

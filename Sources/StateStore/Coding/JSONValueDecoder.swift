@@ -50,9 +50,14 @@ public enum JSONValueDecoder {
         case .int(let int):
             if let exact = T(exactly: int) { return exact }
         case .double(let double):
-            // Only doubles that are exact integers (|x| < 2^53): a larger literal such as
-            // -9223372036854775809 was rounded when parsed and must not become Int.min.
-            if abs(double) < 9_007_199_254_740_992, let exact = T(exactly: double) { return exact }
+            // The parser makes every literal that is a whole number in Int64 as written an
+            // `.int`, so a double here is not one: `1.5`, `1.9999999999999999` (which rounds
+            // to 2.0), or out of Int64's range. Only zero is let through (`-0.0`).
+            if double == 0, let exact = T(exactly: 0) { return exact }
+            if double.isFinite, abs(double) < 9_223_372_036_854_775_808 {
+                throw DecodingError.dataCorrupted(
+                    .init(codingPath: codingPath, debugDescription: "The number must be a whole number (it is not one as written)."))
+            }
         default:
             throw mismatch(type, value, codingPath)
         }
