@@ -84,5 +84,6 @@ struct HTTPService: Service, CustomStringConvertible {
         // Returns at graceful shutdown, or throws if the group is cancelled: stop either way.
         try? await gracefulShutdown()
         await server.stop(grace: grace)
+        logger.debug("HTTP stopped")
     }
 }

@@ -152,7 +152,7 @@ struct Server {
         // ended), then the sweeper, then the storage (pending commits written, then closed).
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let storage {
-            services.append(.init(service: StorageService(storage: storage), successTerminationBehavior: .gracefullyShutdownGroup))
+            services.append(.init(service: StorageService(storage: storage, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         services.append(.init(service: SweeperService(sessions: sessions, settings: settings.sweeper, logger: logger)))
         services.append(

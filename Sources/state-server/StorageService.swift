@@ -1,4 +1,5 @@
 import Configuration
+import Logging
 import ServiceLifecycle
 import StatePersistence
 
@@ -85,11 +86,13 @@ struct StorageSettings: Sendable {
 /// (pending commits are written first). Started first and so stopped last.
 struct StorageService: Service, CustomStringConvertible {
     let storage: any SessionStorage
+    let logger: Logger
 
     var description: String { "StorageService(\(storage.name))" }
 
     func run() async {
         try? await gracefulShutdown()
         await storage.close()
+        logger.debug("storage closed", metadata: ["storage": "\(storage.name)"])
     }
 }

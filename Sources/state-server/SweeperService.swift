@@ -40,10 +40,11 @@ struct SweeperService<C: Clock>: Service, CustomStringConvertible where C.Durati
             do {
                 try await cancelWhenGracefulShutdown { [clock, interval] in try await clock.sleep(for: interval) }
             } catch {
-                return
+                break
             }
             await sweep()
         }
+        logger.debug("sweeper stopped")
     }
 
     /// One sweep, logged when it removed anything.
