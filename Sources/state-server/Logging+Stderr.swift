@@ -1,3 +1,4 @@
+import Configuration
 import Dispatch
 import Foundation
 import Logging
@@ -47,7 +48,12 @@ final class StderrLogWriter: Sendable {
 /// A swift-log handler printing one line per message, as text (`key=value` metadata) or as a
 /// JSON object.
 struct StderrLogHandler: LogHandler {
-    enum Format: Sendable { case text, json }
+    enum Format: String, SettingChoice {
+        /// `key=value` metadata.
+        case text
+        /// One JSON object per line.
+        case json
+    }
 
     let label: String
     let format: Format
@@ -74,5 +80,32 @@ struct StderrLogHandler: LogHandler {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
             StderrLogWriter.shared.write(String(decoding: data, as: UTF8.self))
         }
+    }
+}
+
+extension Logger.Level: SettingChoice {}
+
+/// Logging.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `log.level` | trace…critical | `info` |
+/// | `log.format` | `text` or `json` | `text` |
+struct LogSettings: Sendable {
+    static let level = Setting("log.level", default: Logger.Level.info, "trace ... critical")
+    static let format = Setting("log.format", default: StderrLogHandler.Format.text, "text or json")
+
+    var level: Logger.Level
+    var format: StderrLogHandler.Format
+
+    init(_ read: inout SettingsReader) throws(SettingsError) {
+        level = try read(Self.level)
+        format = try read(Self.format)
+    }
+
+    /// Sends every logger's lines to standard error (once per process).
+    func bootstrap() {
+        let (level, format) = (level, format)
+        LoggingSystem.bootstrap { label in StderrLogHandler(label: label, format: format, logLevel: level) }
     }
 }

@@ -8,6 +8,7 @@ import Logging
 import CoreMetrics
 import Metrics
 import Prometheus
+import ServiceLifecycle
 import Synchronization
 import MicroHTTP
 import StatePersistence
@@ -20,7 +21,7 @@ struct StateServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state-server",
         abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
-        discussion: ServerConfiguration.helpText,
+        discussion: ServerSettings.helpText,
         version: StateServerVersion.current,
         subcommands: [FeaturesCommand.self])
 
@@ -49,18 +50,23 @@ struct StateServerCommand: AsyncParsableCommand {
     var printConfig = false
 
     func run() async throws {
-        var flags: [AbsoluteConfigKey: ConfigValue] = [:]
-        if let host { flags["host"] = .init(.string(host), isSecret: false) }
-        if let port { flags["port"] = .init(.int(port), isSecret: false) }
-        if let storage { flags["storage"] = .init(.string(storage), isSecret: false) }
-        if let heartbeat { flags["heartbeat"] = .init(.double(heartbeat), isSecret: false) }
-        if let logFormat { flags["log.format"] = .init(.string(logFormat), isSecret: false) }
-        if let logLevel { flags["log.level"] = .init(.string(logLevel), isSecret: false) }
+        var flags = FlagValues()
+        flags.set(HTTPSettings.host, host)
+        flags.set(HTTPSettings.port, port)
+        flags.set(HTTPSettings.heartbeat, heartbeat)
+        if let storage {
+            guard let kind = StorageKind(content: .string(storage)) else {
+                throw ValidationError("setting 'storage' must be \(StorageKind.expected); got '\(storage)'")
+            }
+            flags.set(StorageSettings.kind, kind)
+        }
+        flags.set(LogSettings.format, try logFormat.map { try choice(LogSettings.format, $0) })
+        flags.set(LogSettings.level, try logLevel.map { try choice(LogSettings.level, $0) })
         let file = config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
 
-        let settings: ServerConfiguration
+        let settings: ServerSettings
         do {
-            settings = try ServerConfiguration.load(from: try await ServerConfiguration.reader(flags: flags, file: file))
+            settings = try ServerSettings(try await Settings.reader(flags: flags, file: file))
         } catch {
             throw ValidationError("\(error)")
         }
@@ -69,6 +75,14 @@ struct StateServerCommand: AsyncParsableCommand {
             return
         }
         try await Server(settings: settings).run()
+    }
+
+    /// A flag's word as the setting's enum, or the setting's error.
+    private func choice<Value: SettingChoice>(_ setting: Setting<Value>, _ text: String) throws -> Value {
+        guard let value = Value(rawValue: text) else {
+            throw ValidationError("setting '\(setting.key)' must be \(Value.expected); got '\(text)'")
+        }
+        return value
     }
 }
 
@@ -99,46 +113,30 @@ enum StateServerVersion {
     static let current = "1.0.0"
 }
 
-/// Wires the pieces together and runs until SIGTERM or SIGINT.
+/// Builds the components from their settings and runs them as services of one `ServiceGroup`
+/// until SIGTERM or SIGINT.
 struct Server {
-    let settings: ServerConfiguration
+    let settings: ServerSettings
 
     func run() async throws {
-        let termination = catchTermination()
-        let level = Logger.Level(rawValue: settings.logLevel) ?? .info
-        let format: StderrLogHandler.Format = settings.logFormat == "json" ? .json : .text
-        LoggingSystem.bootstrap { label in StderrLogHandler(label: label, format: format, logLevel: level) }
+        let termination = Termination.catch()
+        settings.log.bootstrap()
         let logger = Logger(label: "state-server")
         raiseFileLimit(logger: logger)
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: prometheus))
 
-        let registry = try Features.registry(loginCheckDelay: settings.loginCheckDelay)
-        var sessionSettings = SessionSettings()
-        sessionSettings.replayBuffer = settings.replayBuffer
-        sessionSettings.maxSessions = settings.maxSessions
-        sessionSettings.idempotencyKeys = settings.idempotencyKeys
-        sessionSettings.snapshotEvery = settings.snapshotEvery
-        sessionSettings.idleTimeout = .milliseconds(Int(settings.idleTimeout * 1000))
-        sessionSettings.ttl = .milliseconds(Int(settings.ttl * 1000))
-
+        let registry = try Features.registry(loginCheckDelay: settings.features.loginCheckDelay)
         let storage: (any SessionStorage)?
-        if settings.storage.hasPrefix("sqlite:") {
-            do {
-                storage = try SQLiteStorage(
-                    path: String(settings.storage.dropFirst("sqlite:".count)),
-                    maxBytes: settings.storageMaxBytes > 0 ? settings.storageMaxBytes : nil,
-                    durability: settings.sync == "normal" ? .normal : .full)
-            } catch {
-                logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage)", "error": "\(error)"])
-                StderrLogWriter.shared.flush()
-                throw ExitCode(1)
-            }
-        } else {
-            storage = nil
+        do {
+            storage = try settings.storage.open()
+        } catch {
+            logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage.kind)", "error": "\(error)"])
+            StderrLogWriter.shared.flush()
+            throw ExitCode(1)
         }
         let sessions = SessionManager(
-            registry: registry, settings: sessionSettings, storage: storage, events: ServerSentEvents()
+            registry: registry, settings: settings.sessions.manager, storage: storage, events: ServerSentEvents()
         ) { notice in
             switch notice {
             case .followUpRejected(let session, let error):
@@ -150,18 +148,55 @@ struct Server {
                     "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])
             }
         }
-        var routeSettings = RouteSettings()
-        routeSettings.bodyLimit = settings.bodyLimit
-        routeSettings.maxStreamsPerSession = settings.streamsPerSession
-        routeSettings.maxStreams = settings.streamsTotal
-        routeSettings.streamBufferLimit = settings.streamBufferLimit
+        let server = makeHTTPServer(sessions: sessions, prometheus: prometheus, logger: logger)
+
+        // Started in this order, stopped in reverse: HTTP first (no new requests, streams
+        // ended), then the sweeper, then the storage (pending commits written, then closed).
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let storage {
+            services.append(.init(service: StorageService(storage: storage, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        }
+        services.append(.init(service: SweeperService(sessions: sessions, settings: settings.sweeper, logger: logger)))
+        services.append(
+            .init(
+                service: HTTPService(
+                    server: server, settings: settings.http, logger: logger,
+                    metadata: [
+                        "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
+                        "storage": "\(settings.storage.kind)",
+                    ]),
+                successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
+        // No signals of its own: ServiceGroup would install them (through Dispatch) only once it
+        // runs, after the storage is open, and replace the handlers `Termination` installed
+        // first thing. The signal caught there triggers its graceful shutdown instead.
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [], cancellationSignals: [], logger: logger))
+        let trigger = Task {
+            guard let signal = await termination.next() else { return }
+            logger.info("shutting down", metadata: ["signal": "\(signal)", "event_streams": "\(server.openStreams)"])
+            await group.triggerGracefulShutdown()
+        }
+        defer { trigger.cancel() }
+        do {
+            try await group.run()
+        } catch {
+            // A service failed (it logged why); the others were shut down in order.
+            StderrLogWriter.shared.flush()
+            throw ExitCode(1)
+        }
+        logger.info("stopped")
+        StderrLogWriter.shared.flush()
+    }
+
+    /// The HTTP server over the v1 routes, with metrics and the access log.
+    private func makeHTTPServer(sessions: SessionManager, prometheus: PrometheusCollectorRegistry, logger: Logger) -> HTTPServer {
         let gauges = (
             sessions: Gauge(label: "stateserver_sessions_in_memory"),
             stores: Gauge(label: "stateserver_stores_in_memory"),
             streams: Gauge(label: "stateserver_event_streams_open")
         )
         let streamCount = Mutex<(@Sendable () -> Int)?>(nil)
-        let responder = StateServerResponder(sessions: sessions, settings: routeSettings, logger: logger) {
+        let responder = StateServerResponder(sessions: sessions, settings: settings.http.routes, logger: logger) {
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)
             gauges.streams.record(streamCount.withLock { $0 }?() ?? 0)
@@ -169,26 +204,14 @@ struct Server {
         }
         streamCount.withLock { $0 = { responder.streamCount } }
         let dispatchTimer = Timer(label: "stateserver_dispatch_duration_seconds")
-
-        var http = HTTPServer.Configuration()
-        http.host = settings.host
-        http.port = settings.port
-        http.threads = settings.httpThreads
-        http.bodyLimit = settings.bodyLimit
-        http.connectionLimit = settings.connectionLimit
-        http.connectionTimeout = settings.connectionTimeout
-        http.connectionMemoryLimit = settings.connectionMemoryLimit
-        http.reusePort = settings.reusePort
-        http.heartbeat = .milliseconds(Int(settings.heartbeat * 1000))
-        let accessLogger = logger
         let requestCounters = RequestCounters()
-        let server = HTTPServer(configuration: http, responder: responder) { record in
+        return HTTPServer(configuration: settings.http.server, responder: responder) { record in
             requestCounters.counter(route: record.route, status: record.status).increment()
             if record.route == "/v1/sessions/{id}/dispatch" {
                 let (seconds, attoseconds) = record.duration.components
                 dispatchTimer.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
             }
-            accessLogger.info(
+            logger.info(
                 "request",
                 metadata: [
                     "http.method": "\(record.method)", "http.route": "\(record.route)",
@@ -196,65 +219,6 @@ struct Server {
                     "duration_ms": "\(Double(record.duration.components.attoseconds / 1_000_000_000_000) / 1000)",
                 ])
         }
-
-        let port: Int
-        do {
-            port = try server.start()
-        } catch {
-            logger.critical("cannot start", metadata: ["error": "\(error)"])
-            StderrLogWriter.shared.flush()
-            throw ExitCode(1)
-        }
-        let shownHost = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
-        let line = "listening on http://\(shownHost):\(port)\n"
-        FileHandle.standardOutput.write(Data(line.utf8))
-        logger.info(
-            "listening on http://\(shownHost):\(port)",
-            metadata: [
-                "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
-                "storage": "\(settings.storage)",
-            ])
-
-        let interval = Duration.milliseconds(Int(settings.sweepInterval * 1000))
-        let sweeper = Task.detached {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                if Task.isCancelled { return }
-                let (evicted, purged) = await sessions.sweep()
-                if evicted + purged > 0 {
-                    logger.info("swept sessions", metadata: ["evicted": "\(evicted)", "purged": "\(purged)"])
-                }
-            }
-        }
-
-        let signal = await waitForTermination(termination)
-        logger.info("shutting down", metadata: ["signal": "\(signal)", "event_streams": "\(server.openStreams)"])
-        sweeper.cancel()
-        await server.stop(grace: .seconds(2))
-        await storage?.close()
-        logger.info("stopped")
-        StderrLogWriter.shared.flush()
-    }
-
-    /// Catches SIGTERM and SIGINT from now on: C handlers (installed synchronously, replacing an
-    /// inherited SIG_IGN) write the signal to a pipe; a thread of its own waits on the pipe, so
-    /// a signal sent at any moment after this is handled, never lost.
-    private func catchTermination() -> Signalled {
-        let signalled = Signalled()
-        if ss_install_termination_handlers() == 0 {
-            let thread = Thread {
-                let number = ss_wait_for_termination()
-                signalled.fire(number == SIGINT ? "SIGINT" : "SIGTERM")
-            }
-            thread.name = "signals"
-            thread.start()
-        }
-        return signalled
-    }
-
-    /// Suspends until SIGTERM or SIGINT arrives; returns its name.
-    private func waitForTermination(_ signalled: Signalled) async -> String {
-        await withCheckedContinuation { signalled.wait($0) }
     }
 
     /// Event streams hold a descriptor each: raise the soft limit to the hard one.
@@ -265,10 +229,11 @@ struct Server {
             limit.rlim_cur = limit.rlim_max
             _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
         }
-        if Int(limit.rlim_cur) < settings.connectionLimit + 64 {
+        let connectionLimit = settings.http.server.connectionLimit
+        if Int(limit.rlim_cur) < connectionLimit + 64 {
             logger.warning(
                 "open-file limit is below the connection limit",
-                metadata: ["nofile": "\(limit.rlim_cur)", "http.connectionLimit": "\(settings.connectionLimit)"])
+                metadata: ["nofile": "\(limit.rlim_cur)", "http.connectionLimit": "\(connectionLimit)"])
         }
     }
 }
@@ -292,29 +257,62 @@ private final class RequestCounters: Sendable {
     }
 }
 
-/// The first signal received, handed to one waiting continuation.
-final class Signalled: Sendable {
+/// SIGTERM and SIGINT, caught from the moment `catch()` returns.
+///
+/// C handlers (sigaction, installed synchronously, replacing an inherited SIG_IGN) write the
+/// signal to a pipe; a thread of its own waits on the pipe. A signal sent at any moment after
+/// `catch()` — while the storage opens, before the `ServiceGroup` runs — is kept, never lost.
+final class Termination: Sendable {
     private struct State {
-        var continuation: CheckedContinuation<String, Never>?
+        var waiter: CheckedContinuation<String?, Never>?
         var name: String?
+        var cancelled = false
     }
     private let state = Mutex(State())
 
-    func fire(_ name: String) {
-        let waiting = state.withLock { state -> CheckedContinuation<String, Never>? in
-            guard state.name == nil else { return nil }
-            state.name = name
-            return state.continuation.take()
+    private init() {}
+
+    /// Installs the handlers and starts the thread that reads the pipe.
+    static func `catch`() -> Termination {
+        let termination = Termination()
+        if ss_install_termination_handlers() == 0 {
+            let thread = Thread {
+                let number = ss_wait_for_termination()
+                termination.fire(number == SIGINT ? "SIGINT" : "SIGTERM")
+            }
+            thread.name = "signals"
+            thread.start()
         }
-        waiting?.resume(returning: name)
+        return termination
     }
 
-    func wait(_ continuation: CheckedContinuation<String, Never>) {
-        let ready = state.withLock { state -> String? in
-            if let name = state.name { return name }
-            state.continuation = continuation
-            return nil
+    private func fire(_ name: String) {
+        let waiter = state.withLock { state -> CheckedContinuation<String?, Never>? in
+            guard state.name == nil else { return nil }
+            state.name = name
+            return state.waiter.take()
         }
-        if let ready { continuation.resume(returning: ready) }
+        waiter?.resume(returning: name)
+    }
+
+    /// The first signal's name (at once if it already came); `nil` if the task is cancelled.
+    func next() async -> String? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
+                let ready = state.withLock { state -> String?? in
+                    if let name = state.name { return .some(name) }
+                    if state.cancelled { return .some(nil) }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<String?, Never>? in
+                state.cancelled = true
+                return state.waiter.take()
+            }
+            waiter?.resume(returning: nil)
+        }
     }
 }

@@ -4,8 +4,21 @@ import StatePersistence
 import Testing
 
 /// Memory bounds: idle sessions leave memory and come back; inactive ones are purged.
+///
+/// No test sleeps and then asserts: each waits (with a deadline) for the sweeper's log line
+/// reporting what it removed, then checks the result.
 @Suite("Idle eviction and TTL through the server")
 struct SweepTests {
+    /// Waits until the server has logged a sweep with `count` (`evicted=1`, `purged=1`), without
+    /// touching any session (a request would count as activity).
+    static func waitForSweep(
+        _ server: ServerProcess, _ count: String, timeout: Duration = .seconds(15),
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let swept = try await eventually(timeout: timeout) { server.output.stderrText.contains("swept sessions") && server.output.stderrText.contains(count) }
+        #expect(swept, "no sweep logged \(count) within \(timeout): \(server.output.stderrText.suffix(1500))", sourceLocation: sourceLocation)
+    }
+
     @Test("a session idle past the timeout is evicted and still answers with its state")
     func idleEviction() async throws {
         try await withTemporaryDirectory { directory in
@@ -17,10 +30,8 @@ struct SweepTests {
                 try await session.dispatchOK("todos", ["type": "add", "title": "still here"])
                 let before = try await session.allStores()
 
-                try await Task.sleep(for: .seconds(2))
                 // The sweeper reports what it evicted (log level info).
-                #expect(server.output.stderrText.contains("swept sessions"), "no eviction was logged: \(server.output.stderrText.suffix(1500))")
-                #expect(server.output.stderrText.contains("evicted=1"), "\(server.output.stderrText.suffix(1500))")
+                try await Self.waitForSweep(server, "evicted=1")
 
                 #expect(try await session.allStores() == before)
                 let next = try await session.dispatchOK("counter", ["type": "increment"])
@@ -45,8 +56,9 @@ struct SweepTests {
                 let session = try await server.api.createSession()
                 let submitted = try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
                 #expect(submitted["state"]?["isLoading"] == true)
-                // Nobody touches the session while the 1 s check runs: the sweeper evicts it.
-                try await Task.sleep(for: .milliseconds(1_600))
+                // Nobody touches the session while the 1 s check runs; once the check is done
+                // and the session idle, the sweeper evicts it.
+                try await Self.waitForSweep(server, "evicted=1")
                 let login = try await session.store("login")
                 #expect(
                     login == StoreState(version: 2, state: ["username": "ada", "isLoading": false, "isLoggedIn": true, "error": .null]),
@@ -65,8 +77,8 @@ struct SweepTests {
                 let session = try await server.api.createSession()
                 try await session.dispatchOK("counter", ["type": "increment"], headers: [("Idempotency-Key", "once")])
                 try await session.dispatchOK("todos", ["type": "add", "title": "short-lived"])
-                // Do not touch the session for a while (every request counts as activity).
-                try await Task.sleep(for: .seconds(3))
+                // Do not touch the session (every request counts as activity) until it is purged.
+                try await Self.waitForSweep(server, "purged=1")
                 let gone = try await session.request("GET", "/state")
                 expectError(gone, 404, "session_not_found")
                 await server.stopCleanly()
@@ -91,10 +103,11 @@ struct SweepTests {
             try await withDurableServer(database, environment: environment) { server in
                 let session = try await server.api.createSession()
                 let idle = try await server.api.createSession()
-                // Used every 300 ms for 4 s: never inactive for anything near the 2 s TTL.
+                // Used every 300 ms, never inactive for anything near the 2 s TTL, until the
+                // untouched session created after it has been purged (more than a TTL later).
                 var version = 0
-                let end = ContinuousClock.now + .seconds(4)
-                while ContinuousClock.now < end {
+                let deadline = ContinuousClock.now + .seconds(15)
+                while !server.output.stderrText.contains("purged=1"), ContinuousClock.now < deadline {
                     let response = try await session.dispatch("counter", ["type": "increment"])
                     guard response.status == 200 else {
                         Issue.record("a session used every 300 ms was purged after \(version) changes: \(response)")

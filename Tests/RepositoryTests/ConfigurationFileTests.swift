@@ -81,6 +81,62 @@ struct ConfigurationFileTests {
     }
 }
 
+/// Layering and refusals, through `--print-config` of the real binary.
+@Suite("Settings: layers and refusals")
+struct SettingsLayerTests {
+    /// Runs the binary with a YAML file holding `yaml`, `environment` and `arguments`.
+    static func run(yaml: String, environment: [String: String] = [:], _ arguments: [String] = []) throws -> ServerBinary.Output {
+        guard let path = ServerBinary.locate() else { throw ServerBinary.NotFound() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("state-server-settings-\(UUID().uuidString).yaml")
+        try yaml.write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = ["--print-config", "--config", file.path] + arguments
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        env.merge(environment) { _, new in new }
+        process.environment = env
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        let out = stdout.fileHandleForReading.readDataToEndOfFile()
+        let err = stderr.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return ServerBinary.Output(
+            status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self))
+    }
+
+    @Test("a flag beats the environment, which beats the file, which beats the default")
+    func precedence() throws {
+        let output = try Self.run(
+            yaml: "port: 1111\nheartbeat: 3\nreplayBuffer: 7\nlog:\n  format: json\n",
+            environment: ["STATE_SERVER_PORT": "2222", "STATE_SERVER_HEARTBEAT": "4"], ["--port", "3333"])
+        try #require(output.status == 0, "\(output.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+        #expect(object["port"] as? Int == 3333, "flag: \(object)")
+        #expect(object["heartbeat"] as? Double == 4, "environment over file: \(object)")
+        #expect(object["replayBuffer"] as? Int == 7, "file: \(object)")
+        #expect(object["log.format"] as? String == "json", "file: \(object)")
+        #expect(object["bodyLimit"] as? Int == 65_536, "default: \(object)")
+    }
+
+    @Test(
+        "a value of the wrong type, out of range or not one of the allowed words is refused, naming its key",
+        arguments: [
+            ("port: abc\n", "port"), ("port: 70000\n", "port"), ("heartbeat: soon\n", "heartbeat"),
+            ("storage: disk\n", "storage"), ("persistence:\n  sync: fast\n", "persistence.sync"),
+            ("log:\n  format: xml\n", "log.format"), ("log:\n  level: loud\n", "log.level"),
+            ("sessions:\n  ttl: 0\n", "sessions.ttl"),
+        ])
+    func refused(_ yaml: String, _ key: String) throws {
+        let output = try Self.run(yaml: yaml)
+        #expect(output.status != 0, "\(yaml) was accepted: \(output.stdout)")
+        #expect(output.stderr.contains("setting '\(key)' must be"), "\(output.stderr)")
+    }
+}
+
 /// The little YAML this project's config file uses: nested mappings of scalars, `#` comments.
 enum YAMLKeys {
     /// Dotted paths of every key that holds a value (`host`, `streams.bufferLimit`).

@@ -1,3 +1,4 @@
+import Foundation
 import HTTPTestSupport
 import Testing
 
@@ -44,6 +45,48 @@ struct ShutdownTests {
         #expect(exit.exitedByItself && !exit.bySignal && exit.status == 0, "\(exit)")
         // Nothing listens any more.
         await #expect(throws: (any Error).self) { try await HTTPConnection.open(port: server.port).request("GET", "/healthz") }
+    }
+
+    @Test("shutdown runs in reverse order of start: HTTP, then the sweeper, then the storage is closed")
+    func order() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("state-server-shutdown-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let server = try await ServerProcess.start(
+            arguments: ["--storage", "sqlite:\(directory.path)/state.db", "--log-level", "debug"])
+        let session = try await server.api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+        let exit = await server.stop(signal: SIGTERM, timeout: .seconds(5))
+        #expect(exit.exitedByItself && !exit.bySignal && exit.status == 0, "\(exit)")
+        let log = server.output.stderrText
+        let positions = ["shutting down", "HTTP stopped", "sweeper stopped", "storage closed", "info stopped"].map {
+            log.range(of: $0)?.lowerBound
+        }
+        #expect(!positions.contains(nil), "missing steps in: \(log.suffix(3000))")
+        let found = positions.compactMap { $0 }
+        #expect(found == found.sorted(), "out of order: \(log.suffix(3000))")
+    }
+
+    /// A shell running a command in the background, or a supervisor, may start the server with
+    /// SIGINT or SIGTERM ignored; the server's own handlers replace that, so the signal still
+    /// stops it cleanly.
+    @Test("a signal ignored by the parent (inherited SIG_IGN) still stops the server cleanly", arguments: [SIGTERM, SIGINT])
+    func inheritedIgnore(_ signal: Int32) async throws {
+        let binary = try #require(ServerBinary.locate(), "state-server binary not found")
+        // `exec` keeps the shell's pid and its ignored signals.
+        let (process, output) = try ServerProcess.launch(
+            "/bin/sh", arguments: ["-c", #"trap '' TERM INT; exec "$0" --host 127.0.0.1 --port 0"#, binary], environment: [:])
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        let listening = try await eventually(timeout: .seconds(30), every: .milliseconds(10)) {
+            output.firstStdoutLine != nil || !process.isRunning
+        }
+        let line = try #require(listening ? output.firstStdoutLine : nil, "no port line; stderr: \(output.stderrText)")
+        #expect(line.hasPrefix("listening on http://127.0.0.1:"), "\(line)")
+        kill(process.processIdentifier, signal)
+        let exited = try await eventually(timeout: .seconds(5), every: .milliseconds(10)) { !process.isRunning }
+        #expect(exited, "still running 5 s after the signal; stderr: \(output.stderrText.suffix(2000))")
+        guard exited else { return }
+        #expect(process.terminationReason == .exit && process.terminationStatus == 0, "exit \(process.terminationStatus)")
+        #expect(output.stderrText.contains("shutting down"), "\(output.stderrText.suffix(2000))")
     }
 
     @Test("the first stdout line is exactly `listening on http://127.0.0.1:PORT`; logs go to stderr")

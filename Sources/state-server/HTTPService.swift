@@ -1,0 +1,92 @@
+import Foundation
+import Logging
+import MicroHTTP
+import ServiceLifecycle
+import StateServerHTTP
+
+/// The HTTP side: listen address, limits and event streams.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `host` | string | `127.0.0.1` |
+/// | `port` | int 0...65535 (0 = pick a free port) | `8080` |
+/// | `bodyLimit` | bytes | `65536` |
+/// | `heartbeat` | seconds | `15` |
+/// | `streams.perSession` | event streams | `32` |
+/// | `streams.total` | event streams | `10000` |
+/// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
+/// | `http.threads` | event threads, 0 = one per core | `0` |
+/// | `http.connectionLimit` | connections | `20000` |
+/// | `http.connectionTimeout` | seconds idle before close | `60` |
+/// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
+/// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
+struct HTTPSettings: Sendable {
+    static let host = Setting("host", default: "127.0.0.1", "listen address")
+    static let port = Setting("port", default: 8080, in: 0...65535, "port, 0 = any free")
+    static let bodyLimit = Setting("bodyLimit", default: 65_536, in: 1...(64 << 20), "max body bytes")
+    static let heartbeat = Setting("heartbeat", default: 15.0, in: 0.05...86_400, "seconds between pings")
+    static let streamsPerSession = Setting("streams.perSession", default: 32, in: 1...100_000, "streams per session")
+    static let streamsTotal = Setting("streams.total", default: 10_000, in: 1...1_000_000, "streams in all")
+    static let streamBufferLimit = Setting(
+        "streams.bufferLimit", default: 1_048_576, in: 1024...(1 << 30), "bytes per slow subscriber")
+    static let threads = Setting("http.threads", default: 0, in: 0...256, "threads, 0 = cores")
+    static let connectionLimit = Setting("http.connectionLimit", default: 20_000, in: 16...1_000_000, "max connections")
+    static let connectionTimeout = Setting("http.connectionTimeout", default: 60, in: 0...86_400, "idle connection seconds")
+    static let connectionMemoryLimit = Setting(
+        "http.connectionMemoryLimit", default: 8192, in: 4096...(16 << 20), "buffer bytes/connection")
+    static let reusePort = Setting("http.reusePort", default: false, "share the port (true/false)")
+
+    /// The transport's settings.
+    var server = HTTPServer.Configuration()
+    /// The routes' limits.
+    var routes = RouteSettings()
+
+    init(_ read: inout SettingsReader) throws(SettingsError) {
+        server.host = try read(Self.host)
+        server.port = try read(Self.port)
+        server.bodyLimit = try read(Self.bodyLimit)
+        routes.bodyLimit = server.bodyLimit
+        server.heartbeat = .seconds(try read(Self.heartbeat))
+        routes.maxStreamsPerSession = try read(Self.streamsPerSession)
+        routes.maxStreams = try read(Self.streamsTotal)
+        routes.streamBufferLimit = try read(Self.streamBufferLimit)
+        server.threads = try read(Self.threads)
+        server.connectionLimit = try read(Self.connectionLimit)
+        server.connectionTimeout = try read(Self.connectionTimeout)
+        server.connectionMemoryLimit = try read(Self.connectionMemoryLimit)
+        server.reusePort = try read(Self.reusePort)
+    }
+
+    /// The host as it appears in a URL (`[::1]`).
+    var shownHost: String { server.host.contains(":") ? "[\(server.host)]" : server.host }
+}
+
+/// Serves HTTP from `run()` until graceful shutdown: binds, prints the port line, then on
+/// shutdown stops accepting, ends the event streams and waits up to `grace` for them.
+struct HTTPService: Service, CustomStringConvertible {
+    let server: HTTPServer
+    let settings: HTTPSettings
+    let logger: Logger
+    /// Logged with the `listening on` line.
+    let metadata: Logger.Metadata
+    var grace: Duration = .seconds(2)
+
+    var description: String { "HTTPService" }
+
+    func run() async throws {
+        let port: Int
+        do {
+            port = try server.start()
+        } catch {
+            logger.critical("cannot start", metadata: ["error": "\(error)"])
+            throw error
+        }
+        let line = "listening on http://\(settings.shownHost):\(port)\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+        logger.info("listening on http://\(settings.shownHost):\(port)", metadata: metadata)
+        // Returns at graceful shutdown, or throws if the group is cancelled: stop either way.
+        try? await gracefulShutdown()
+        await server.stop(grace: grace)
+        logger.debug("HTTP stopped")
+    }
+}

@@ -1,0 +1,115 @@
+import Configuration
+import Foundation
+import Logging
+import StateSessions
+
+/// Every setting of the server, gathered from the components that own them.
+///
+/// Layers, highest first: command-line flags, environment variables (`STATE_SERVER_` + the key
+/// in upper snake case: `streams.bufferLimit` ↔ `STATE_SERVER_STREAMS_BUFFER_LIMIT`), the YAML
+/// file given by `--config` or `STATE_SERVER_CONFIG`, then the defaults — which
+/// `config/state-server.yaml` restates and documents. Each key is declared once, as a `Setting`
+/// of the component that uses it: `HTTPSettings`, `StorageSettings`, `SessionsSettings`,
+/// `SweeperSettings`, `LogSettings`, `FeatureSettings` (their doc comments list key, type and
+/// default).
+struct ServerSettings: Sendable {
+    var http: HTTPSettings
+    var storage: StorageSettings
+    var sessions: SessionsSettings
+    var sweeper: SweeperSettings
+    var log: LogSettings
+    var features: FeatureSettings
+    /// Every setting with its effective value, in reading order.
+    let entries: [(key: String, meaning: String, value: ConfigContent)]
+
+    /// Reads every setting: the default where no layer has the key; an error naming the key
+    /// for a value of the wrong type or out of range.
+    init(_ reader: SettingsReader) throws(SettingsError) {
+        var read = reader
+        http = try HTTPSettings(&read)
+        storage = try StorageSettings(&read)
+        sessions = try SessionsSettings(&read)
+        sweeper = try SweeperSettings(&read)
+        log = try LogSettings(&read)
+        features = try FeatureSettings(&read)
+        entries = read.entries
+    }
+
+    /// The settings as a JSON object keyed like the config file (`streams.bufferLimit`).
+    var json: String {
+        var values: [String: Any] = [:]
+        for entry in entries { values[entry.key] = entry.value.jsonObject }
+        let data = (try? JSONSerialization.data(withJSONObject: values, options: [.sortedKeys, .prettyPrinted])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// `--help`'s list of environment variables: every setting, read from the defaults.
+    static var helpText: String {
+        var text = """
+            Settings come from, highest first: these flags, environment variables, the YAML file \
+            given by --config or STATE_SERVER_CONFIG (config/state-server.yaml documents every \
+            key), then built-in defaults. Environment variables:
+
+            """
+        let entries = (try? ServerSettings(.defaults))?.entries ?? []
+        for entry in entries {
+            text += "  \(Settings.environmentName(entry.key).padding(toLength: 43, withPad: " ", startingAt: 0)) \(entry.meaning)\n"
+        }
+        return text
+    }
+}
+
+/// Sessions: replay, limits, idempotency, snapshots, idle eviction and TTL.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `replayBuffer` | events per session | `1000` |
+/// | `sessions.max` | sessions | `100000` |
+/// | `sessions.idleTimeout` | seconds before an unused durable session leaves memory | `300` |
+/// | `sessions.ttl` | seconds of inactivity before a session is deleted | `2592000` |
+/// | `persistence.snapshotEvery` | changes per store between snapshots | `100` |
+/// | `idempotency.keys` | keys remembered per session | `1000` |
+/// | `idempotency.bytes` | reply bytes remembered per session in memory | `4194304` |
+/// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
+/// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
+struct SessionsSettings: Sendable {
+    static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
+    static let max = Setting("sessions.max", default: 100_000, in: 1...100_000_000, "sessions (memory storage)")
+    static let idleTimeout = Setting("sessions.idleTimeout", default: 300.0, in: 0.1...31_536_000, "idle seconds to evict")
+    static let ttl = Setting("sessions.ttl", default: 2_592_000.0, in: 1...3_153_600_000, "idle seconds to delete")
+    static let snapshotEvery = Setting("persistence.snapshotEvery", default: 100, in: 1...1_000_000, "changes per snapshot")
+    static let idempotencyKeys = Setting("idempotency.keys", default: 1000, in: 0...1_000_000, "keys kept per session")
+    static let idempotencyBytes = Setting("idempotency.bytes", default: 4 << 20, in: 0...(1 << 34), "reply bytes per session")
+    static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
+    static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
+
+    /// What `SessionManager` takes.
+    var manager = SessionSettings()
+
+    init(_ read: inout SettingsReader) throws(SettingsError) {
+        manager.replayBuffer = try read(Self.replayBuffer)
+        manager.maxSessions = try read(Self.max)
+        manager.idleTimeout = .milliseconds(Int(try read(Self.idleTimeout) * 1000))
+        manager.ttl = .milliseconds(Int(try read(Self.ttl) * 1000))
+        manager.snapshotEvery = try read(Self.snapshotEvery)
+        manager.idempotencyKeys = try read(Self.idempotencyKeys)
+        manager.idempotencyBytes = try read(Self.idempotencyBytes)
+        manager.replayBytes = try read(Self.replayBytes)
+        manager.serverReplayBytes = try read(Self.serverReplayBytes)
+    }
+}
+
+/// The example features.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `login.checkDelay` | seconds | `0.2` |
+struct FeatureSettings: Sendable {
+    static let loginCheckDelay = Setting("login.checkDelay", default: 0.2, in: 0...3600, "login check seconds")
+
+    var loginCheckDelay: Double
+
+    init(_ read: inout SettingsReader) throws(SettingsError) {
+        loginCheckDelay = try read(Self.loginCheckDelay)
+    }
+}

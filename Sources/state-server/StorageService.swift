@@ -1,0 +1,98 @@
+import Configuration
+import Logging
+import ServiceLifecycle
+import StatePersistence
+
+/// Where sessions live.
+enum StorageKind: SettingValue, CustomStringConvertible {
+    /// In memory only: lost on restart.
+    case memory
+    /// A SQLite database at `path`.
+    case sqlite(path: String)
+
+    static var configType: ConfigType { .string }
+    static var expected: String { "'memory' or 'sqlite:PATH'" }
+
+    init?(content: ConfigContent) {
+        guard case .string(let text) = content else { return nil }
+        if text == "memory" {
+            self = .memory
+        } else if text.hasPrefix("sqlite:"), text.count > "sqlite:".count {
+            self = .sqlite(path: String(text.dropFirst("sqlite:".count)))
+        } else {
+            return nil
+        }
+    }
+
+    var content: ConfigContent { .string(description) }
+
+    var description: String {
+        switch self {
+        case .memory: "memory"
+        case .sqlite(let path): "sqlite:\(path)"
+        }
+    }
+}
+
+/// When SQLite fsyncs.
+enum SyncMode: String, SettingChoice {
+    /// Every commit, before the change is acknowledged.
+    case full
+    /// At checkpoints: survives a crash of the server, not of the machine.
+    case normal
+
+    var durability: SQLiteStorage.Durability {
+        switch self {
+        case .full: .full
+        case .normal: .normal
+        }
+    }
+}
+
+/// The storage.
+///
+/// | key | type | default |
+/// | --- | --- | --- |
+/// | `storage` | `memory` or `sqlite:PATH` | `memory` |
+/// | `persistence.maxBytes` | bytes the database may grow to, 0 = no limit | `0` |
+/// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
+struct StorageSettings: Sendable {
+    static let kind = Setting("storage", default: StorageKind.memory, "memory or sqlite:PATH")
+    static let maxBytes = Setting("persistence.maxBytes", default: 0, in: 0...Int.max, "db size cap, 0 = none")
+    static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
+
+    var kind: StorageKind
+    var maxBytes: Int
+    var sync: SyncMode
+
+    init(_ read: inout SettingsReader) throws(SettingsError) {
+        kind = try read(Self.kind)
+        maxBytes = try read(Self.maxBytes)
+        sync = try read(Self.sync)
+    }
+
+    /// Opens the storage (`nil` for memory): the database is created or recovered now.
+    func open() throws(StorageError) -> (any SessionStorage)? {
+        switch kind {
+        case .memory:
+            return nil
+        case .sqlite(let path):
+            return try SQLiteStorage(path: path, maxBytes: maxBytes > 0 ? maxBytes : nil, durability: sync.durability)
+        }
+    }
+}
+
+/// Owns an open storage: its `run()` lasts until graceful shutdown, then closes the storage
+/// (pending commits are written first). Started first and so stopped last.
+struct StorageService: Service, CustomStringConvertible {
+    let storage: any SessionStorage
+    let logger: Logger
+
+    var description: String { "StorageService(\(storage.name))" }
+
+    func run() async {
+        try? await gracefulShutdown()
+        await storage.close()
+        logger.debug("storage closed", metadata: ["storage": "\(storage.name)"])
+    }
+}
