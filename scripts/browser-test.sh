@@ -4,7 +4,8 @@
 #   scripts/browser-test.sh [pytest arguments...]
 #
 # Installs what is missing first: Debian's chromium and chromium-driver (apt-get, through sudo
-# unless root) and the PyPI packages selenium and pytest (pip). The server binary is
+# unless root, without recommended packages) and the PyPI packages selenium and pytest (in the
+# virtual environment .cache/venv, made by scripts/python-env.sh). The server binary is
 # $STATE_SERVER_BIN, or .build/debug/state-server (build it with `swift build`).
 # Screenshots and the server's log land in test-artifacts/. Exits with pytest's status.
 set -euo pipefail
@@ -22,15 +23,13 @@ if [ -n "$missing" ]; then
 	echo "installing system packages:$missing"
 	$SUDO apt-get update -qq
 	# shellcheck disable=SC2086
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+	# Without recommended packages (no printing system, no avahi): headless Chromium needs none.
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
 
 export PYTHONDONTWRITEBYTECODE=1 # keep __pycache__ out of the repository
-PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c "import selenium, pytest" >/dev/null 2>&1; then
-	echo "installing Python packages: selenium pytest"
-	"$PYTHON" -m pip install --quiet selenium pytest
-fi
+# selenium and pytest live in the test tools' virtual environment (.cache/venv), not the system's.
+PYTHON=$(bash scripts/python-env.sh)
 
 export STATE_SERVER_BIN="${STATE_SERVER_BIN:-.build/debug/state-server}"
 if [ ! -x "$STATE_SERVER_BIN" ]; then

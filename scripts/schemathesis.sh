@@ -34,14 +34,10 @@ for tool in curl python3; do
     command -v "$tool" >/dev/null || { echo "schemathesis.sh: $tool is required" >&2; exit 2; }
 done
 
-# schemathesis 4 (its CLI and its config file); installed from PyPI when missing or older.
-if ! python3 -c 'import sys, importlib.metadata as m; sys.exit(int(m.version("schemathesis").split(".")[0]) < 4)' 2>/dev/null; then
-    echo "installing schemathesis"
-    # A Debian system Python refuses plain pip installs (PEP 668): then into the user's site.
-    python3 -m pip install --quiet 'schemathesis>=4' \
-        || python3 -m pip install --quiet --user --break-system-packages 'schemathesis>=4'
-fi
-ST=(python3 -m schemathesis.cli)
+# schemathesis 4 (its CLI and its config file), in the test tools' virtual environment
+# (.cache/venv, made by scripts/python-env.sh; never the system's Python).
+PY=$(bash scripts/python-env.sh)
+ST=("$PY" -m schemathesis.cli)
 echo "$("${ST[@]}" --version)"
 
 WORK=$(mktemp -d)

@@ -6,8 +6,12 @@ import StateStore
 enum Reply {
     static let jsonType = ("Content-Type", "application/json")
 
+    /// A JSON body ends with a newline, so a shell prompt after `curl` starts on a line of its
+    /// own; a body that already ends with one (a replayed reply, a file) gets no second one.
     static func json(_ status: Int, _ body: [UInt8], route: String, headers: [(name: String, value: String)] = []) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [jsonType] + headers, body: .bytes(body), route: route)
+        var body = body
+        if body.last != 0x0A { body.append(0x0A) }
+        return HTTPResponse(status: status, headers: [jsonType] + headers, body: .bytes(body), route: route)
     }
 
     static func empty(_ status: Int, route: String, headers: [(name: String, value: String)] = []) -> HTTPResponse {

@@ -221,20 +221,34 @@ struct Server {
         }
     }
 
-    /// Event streams hold a descriptor each: raise the soft limit to the hard one.
+    /// Files the server opens besides its connections: standard streams, the listening socket,
+    /// an epoll descriptor and wake-up pipe per HTTP thread, the SQLite database, its journal
+    /// and shared memory, the signal pipe — about 20 — with room to spare.
+    static let fileLimitReserve = 64
+
+    /// Each connection, event streams included, holds a descriptor: when the soft open-file
+    /// limit is below `http.connectionLimit` plus what the server opens itself, raise it to the
+    /// hard limit (and the hard limit too, where the process may); warn, saying what to do,
+    /// only when it is still too low.
     private func raiseFileLimit(logger: Logger) {
+        let resource = Int32(RLIMIT_NOFILE.rawValue)
+        let needed = settings.http.server.connectionLimit + Self.fileLimitReserve
         var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
-        if limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max
-            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
+        if limit.rlim_max < rlim_t(needed) {
+            var raised = rlimit(rlim_cur: rlim_t(needed), rlim_max: rlim_t(needed))
+            if setrlimit(resource, &raised) == 0 { return }  // allowed to (CAP_SYS_RESOURCE)
         }
-        let connectionLimit = settings.http.server.connectionLimit
-        if Int(limit.rlim_cur) < connectionLimit + 64 {
-            logger.warning(
-                "open-file limit is below the connection limit",
-                metadata: ["nofile": "\(limit.rlim_cur)", "http.connectionLimit": "\(connectionLimit)"])
-        }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(resource, &limit)
+        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
+        let fitting = max(0, Int(limit.rlim_cur) - Self.fileLimitReserve)
+        logger.warning(
+            "open-file limit too low for http.connectionLimit: raise it (ulimit -n) or lower http.connectionLimit",
+            metadata: [
+                "nofile": "\(limit.rlim_cur)", "nofile.needed": "\(needed)",
+                "http.connectionLimit": "\(settings.http.server.connectionLimit)", "http.connectionLimit.fitting": "\(fitting)",
+            ])
     }
 }
 

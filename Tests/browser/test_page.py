@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
 from selenium import webdriver
@@ -124,6 +125,24 @@ def wait_ready(driver):
     )
 
 
+def wait_loaded(driver):
+    """Waits until the page has rendered (a session's snapshot, or the initial states without one)."""
+    wait(
+        driver,
+        lambda d: d.execute_script("return document.documentElement.dataset.ready === 'true'"),
+        "the page never rendered",
+    )
+
+
+def sessions_in_memory(base):
+    """The server's `stateserver_sessions_in_memory` gauge, from GET /metrics."""
+    with urlopen(base + "/metrics", timeout=WAIT) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("stateserver_sessions_in_memory "):
+                return float(line.split()[1])
+    raise AssertionError("GET /metrics has no stateserver_sessions_in_memory")
+
+
 def text(driver, element_id):
     return driver.find_element(By.ID, element_id).text
 
@@ -134,6 +153,13 @@ def todo_titles(driver):
 
 def body_style(driver, prop):
     return driver.execute_script(f"return getComputedStyle(document.body).{prop}")
+
+
+def list_style(driver, prop):
+    return driver.execute_script(f"return getComputedStyle(document.getElementById('todo-list')).{prop}")
+
+
+CALM_BACKGROUND = "rgb(244, 244, 245)"  # the page's own background (#f4f4f5), whatever the settings
 
 
 def toasts(driver):
@@ -172,8 +198,12 @@ def test_two_windows_share_one_session(server, browser):
     a = browser(1280, 900)
     b = browser(390, 844, phone=True)
 
-    # Window A creates a session and puts it in the fragment only.
+    # Window A has no session until its first action, which creates one and puts it in the
+    # fragment only.
     a.get(base + "/")
+    wait_loaded(a)
+    assert urlsplit(a.current_url).fragment == "" and text(a, "status") == "Not saved yet"
+    submit_text(a, "todo-title", "Buy milk")
     wait(a, lambda d: "session=" in urlsplit(d.current_url).fragment, "no session in the URL fragment")
     wait_ready(a)
     url = a.current_url
@@ -190,7 +220,6 @@ def test_two_windows_share_one_session(server, browser):
     assert text(b, "count") == "0"
 
     # Todos and the counter: actions in A show up in B.
-    submit_text(a, "todo-title", "Buy milk")
     submit_text(a, "todo-title", "Walk the dog")
     wait(b, lambda d: todo_titles(d) == ["Buy milk", "Walk the dog"], "B never showed A's todos")
     a.find_element(By.ID, "increment").click()
@@ -213,16 +242,23 @@ def test_two_windows_share_one_session(server, browser):
     b.find_element(By.ID, "decrement").click()
     wait(a, lambda d: text(d, "count") == "40", "A never showed B's decrement")
 
-    # Settings: B changes the background, A's body follows; A's colour picker changes the text colour.
+    # Settings colour the todo list (and only the list): the seed settings first (#FF0000 on
+    # #FFFFFF); then B changes the background, A's list follows; A's picker changes the text colour.
+    for driver in (a, b):
+        assert list_style(driver, "backgroundColor") == "rgb(255, 0, 0)"
+        assert list_style(driver, "color") == "rgb(255, 255, 255)"
+        assert body_style(driver, "backgroundColor") == CALM_BACKGROUND
     submit_text(b, "bg-hex", "#1e3a8a")
-    wait(a, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's background never changed")
-    wait(b, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "B's background never changed")
+    wait(a, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's todo list never changed colour")
+    wait(b, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "B's todo list never changed colour")
+    assert body_style(a, "backgroundColor") == CALM_BACKGROUND and body_style(b, "backgroundColor") == CALM_BACKGROUND
     assert a.find_element(By.ID, "bg-hex").get_attribute("value") == "#1E3A8A"
     a.execute_script(
         "const input = document.getElementById('fg-color');"
         "input.value = '#fde68a'; input.dispatchEvent(new Event('change', {bubbles: true}));"
     )
-    wait(b, lambda d: body_style(d, "color") == "rgb(253, 230, 138)", "B's text colour never changed")
+    wait(b, lambda d: list_style(d, "color") == "rgb(253, 230, 138)", "B's todo text colour never changed")
+    assert body_style(b, "color") == "rgb(17, 17, 17)"
 
     # A wrong login in A: loading state in both windows, then the toast exactly once.
     a.find_element(By.ID, "login-username").send_keys("ada")
@@ -258,7 +294,7 @@ def test_two_windows_share_one_session(server, browser):
     wait_ready(a)
     assert a.current_url == url
     assert text(a, "count") == "40" and todo_titles(a) == ["Walk the dog"]
-    wait(a, lambda d: body_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A lost its background")
+    wait(a, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's todo list lost its colour")
     time.sleep(1.5)
     assert toasts_shown(a) == 0 and toasts(a) == [], "the toast came back after a reload"
 
@@ -301,7 +337,7 @@ def test_rejected_actions_are_shown(server, browser):
     base, _ = server
     page = browser(800, 700)
     page.get(base + "/")
-    wait_ready(page)
+    wait_loaded(page)
 
     submit_text(page, "bg-hex", "#12345")
     wait(page, lambda d: d.find_element(By.ID, "error").is_displayed(), "no error shown for a bad colour")
@@ -316,16 +352,24 @@ def test_rejected_actions_are_shown(server, browser):
     page.find_element(By.ID, "error-dismiss").click()
     assert not page.find_element(By.ID, "error").is_displayed()
 
-    # "New session" leaves this session for a fresh one.
+    # "New session" leaves this session; the next action starts a fresh one.
     first = urlsplit(page.current_url).fragment
+    assert "session=" in first
     page.find_element(By.ID, "new-session").click()
     wait(
         page,
-        lambda d: "session=" in urlsplit(d.current_url).fragment and urlsplit(d.current_url).fragment != first,
-        "New session never opened another session",
+        lambda d: urlsplit(d.current_url).fragment == "" and text(d, "status") == "Not saved yet",
+        "New session never left the session",
     )
-    wait_ready(page)
+    wait_loaded(page)
     assert text(page, "todo-summary") == "Nothing to do."
+    page.find_element(By.ID, "increment").click()
+    wait(
+        page,
+        lambda d: "session=" in urlsplit(d.current_url).fragment and urlsplit(d.current_url).fragment != first,
+        "the first action never opened another session",
+    )
+    wait(page, lambda d: text(d, "count") == "1", "the new session's counter never showed 1")
 
 
 def test_unknown_session_in_the_url_is_reported(server, browser):
@@ -363,7 +407,7 @@ def test_client_fetch_transport_resumes_with_last_event_id(server, browser):
     base, _ = server
     page = browser(800, 600)
     page.get(base + "/")
-    wait_ready(page)
+    wait_loaded(page)
     result = run_client_script(
         page,
         """
@@ -424,7 +468,7 @@ def test_client_reports_a_deleted_session_as_fatal(server, browser):
     base, _ = server
     page = browser(800, 600)
     page.get(base + "/")
-    wait_ready(page)
+    wait_loaded(page)
     result = run_client_script(
         page,
         """
@@ -456,7 +500,7 @@ def test_client_dispatch_options_and_state(server, browser):
     base, _ = server
     page = browser(800, 600)
     page.get(base + "/")
-    wait_ready(page)
+    wait_loaded(page)
     result = run_client_script(
         page,
         """
@@ -485,3 +529,70 @@ def test_client_dispatch_options_and_state(server, browser):
     assert "value" in result["invalid"]["message"]
     assert result["one"] == {"feature": "counter", "version": 2, "state": {"count": 6}}
     assert sorted(result["allNames"]) == sorted(result["features"]) == ["counter", "login", "settings", "todos"]
+
+
+def test_loading_the_page_creates_no_session(server, browser):
+    """Reloads and crawlers leave no sessions behind; the first action creates one, and this
+    browser reopens it (localStorage) on the next visit without a fragment."""
+    base, _ = server
+    page = browser(800, 700)
+    before = sessions_in_memory(base)
+    for _ in range(2):
+        page.get(base + "/")
+        wait_loaded(page)
+        assert text(page, "status") == "Not saved yet" and text(page, "count") == "0"
+    assert urlsplit(page.current_url).fragment == ""
+    assert sessions_in_memory(base) == before, "loading the page created a session"
+
+    page.find_element(By.ID, "increment").click()
+    wait(page, lambda d: "session=" in urlsplit(d.current_url).fragment, "the first action created no session")
+    wait_ready(page)
+    wait(page, lambda d: text(d, "count") == "1", "the counter never showed 1")
+    fragment = urlsplit(page.current_url).fragment
+    assert sessions_in_memory(base) == before + 1
+
+    # A visit without the fragment reopens the same session: no new one.
+    page.get(base + "/")
+    wait_ready(page)
+    assert urlsplit(page.current_url).fragment == fragment
+    assert text(page, "count") == "1"
+    assert sessions_in_memory(base) == before + 1
+
+    # A remembered session that is gone (deleted) is forgotten: back to no session, none created.
+    token = dict(p.split("=", 1) for p in fragment.split("&"))["token"]
+    session = dict(p.split("=", 1) for p in fragment.split("&"))["session"]
+    page.execute_script(
+        "return fetch('/v1/sessions/' + arguments[0], {method: 'DELETE', headers: {Authorization: 'Bearer ' + arguments[1]}})"
+        ".then((r) => r.status)",
+        session, token,
+    )
+    wait(page, lambda d: sessions_in_memory(base) == before, "the session was not deleted")
+    page.get(base + "/")
+    wait(page, lambda d: text(d, "status") == "Not saved yet", "a deleted remembered session was not forgotten")
+    assert urlsplit(page.current_url).fragment == ""
+    assert not page.find_element(By.ID, "error").is_displayed()
+    assert sessions_in_memory(base) == before
+
+
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_default_look(server, browser, size):
+    """The seed settings colour the todo list only; the page is calm and fits a phone. The
+    screenshots (test-artifacts/browser-default-*.png) are for a person to look at."""
+    base, _ = server
+    page = browser(1280, 900) if size == "desktop" else browser(390, 844, phone=True)
+    page.get(base + "/")
+    wait_loaded(page)
+    for title in ("Buy milk", "Walk the dog"):
+        submit_text(page, "todo-title", title)
+        wait(page, lambda d, t=title: t in todo_titles(d), f"{title!r} never appeared")
+    wait_ready(page)
+    assert list_style(page, "backgroundColor") == "rgb(255, 0, 0)"
+    assert list_style(page, "color") == "rgb(255, 255, 255)"
+    assert body_style(page, "backgroundColor") == CALM_BACKGROUND
+    assert body_style(page, "color") == "rgb(17, 17, 17)"
+    for selector in ("header", "main", "section#counter", "footer"):
+        element = page.find_element(By.CSS_SELECTOR, selector)
+        assert element.value_of_css_property("background-color") != "rgba(255, 0, 0, 1)", selector
+    assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    page.execute_script("window.scrollTo(0, 0)")
+    screenshot(page, f"browser-default-{size}.png")

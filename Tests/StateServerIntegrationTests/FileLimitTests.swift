@@ -1,0 +1,95 @@
+import Foundation
+import HTTPTestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The open-file limit at start-up: the server raises it to what `http.connectionLimit` needs
+/// (connections plus the server's own files) where it may, and otherwise warns, saying what to do.
+/// The server runs under `prlimit` (util-linux) with a small limit; as root, also as `nobody`
+/// through `setpriv`, which may not raise a hard limit (no CAP_SYS_RESOURCE).
+private let fileLimitToolsPresent = FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")
+    && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+
+@Suite("Open-file limit at start-up", .enabled(if: fileLimitToolsPresent))
+struct FileLimitTests {
+    static let warning = "open-file limit too low for http.connectionLimit"
+
+    /// Starts the server under `prlimit --nofile=SOFT:HARD` (and `setpriv` to `nobody` when
+    /// `unprivileged` and root), waits for its `listening on` log line (logged after the
+    /// file-limit check, from the same queue) and returns its stderr and its soft and hard
+    /// open-file limits, read from /proc.
+    private func start(soft: Int, hard: Int, connectionLimit: Int, unprivileged: Bool) async throws
+        -> (stderr: String, soft: Int, hard: Int)
+    {
+        let binary = try #require(ServerBinary.locate())
+        var command = ["/usr/bin/prlimit", "--nofile=\(soft):\(hard)", binary, "--host", "127.0.0.1", "--port", "0", "--storage", "memory"]
+        if unprivileged && getuid() == 0 {
+            command = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
+        }
+        let (process, output) = try ServerProcess.launch(
+            command[0], arguments: Array(command.dropFirst()),
+            environment: ["STATE_SERVER_HTTP_CONNECTION_LIMIT": String(connectionLimit)])
+        defer {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !output.stderrText.contains("listening on http://127.0.0.1:") {
+            guard process.isRunning, ContinuousClock.now < deadline else {
+                Issue.record("no 'listening on' log line; stderr: \(output.stderrText)")
+                return (output.stderrText, -1, -1)
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        // prlimit and setpriv exec the server: the pid is the server's.
+        let limits = try String(contentsOfFile: "/proc/\(process.processIdentifier)/limits", encoding: .utf8)
+        let line = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
+        let numbers = line.split(separator: " ").compactMap { Int($0) }
+        try #require(numbers.count == 2, "\(line)")
+        return (output.stderrText, numbers[0], numbers[1])
+    }
+
+    /// Whether this process (and so the server it starts) has CAP_SYS_RESOURCE, which allows
+    /// raising a hard limit: bit 24 of `CapEff` in /proc/self/status.
+    static var mayRaiseHardLimit: Bool {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("CapEff:") }),
+            let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+        else { return false }
+        return mask & (1 << 24) != 0
+    }
+
+    @Test("a soft limit below the need is raised to the hard limit, silently")
+    func softRaised() async throws {
+        let result = try await start(soft: 128, hard: 4096, connectionLimit: 1000, unprivileged: true)
+        #expect(result.soft == 4096)
+        #expect(!result.stderr.contains(Self.warning), "\(result.stderr)")
+    }
+
+    @Test("a hard limit below the need: raised where allowed, else a warning that says what to do")
+    func hardTooLow() async throws {
+        let result = try await start(soft: 256, hard: 256, connectionLimit: 1000, unprivileged: false)
+        if Self.mayRaiseHardLimit {
+            // A process with CAP_SYS_RESOURCE may raise its hard limit: connections plus the
+            // server's own files, no warning.
+            #expect(result.soft >= 1000 + 64 && result.hard >= 1000 + 64, "\(result)")
+            #expect(!result.stderr.contains(Self.warning), "\(result.stderr)")
+        } else {
+            #expect(result.stderr.contains(Self.warning), "\(result.stderr)")
+        }
+    }
+
+    @Test("a warning names the limit, what is needed, and the connection limit that would fit")
+    func warningSaysWhatToDo() async throws {
+        let result = try await start(soft: 256, hard: 256, connectionLimit: 1000, unprivileged: true)
+        #expect(result.soft == 256)
+        let line = try #require(result.stderr.split(separator: "\n").first { $0.contains(Self.warning) }, "\(result.stderr)")
+        #expect(line.contains("ulimit -n"))
+        #expect(line.contains("nofile=256"))
+        #expect(line.contains("nofile.needed=1064"))
+        #expect(line.contains("http.connectionLimit=1000"))
+        #expect(line.contains("http.connectionLimit.fitting=192"))
+    }
+}
