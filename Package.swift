@@ -147,7 +147,18 @@ let package = Package(
         // reader, the server process and its suite trait, API and JSON helpers (`package` access).
         .target(
             name: "HTTPTestSupport",
+            dependencies: ["StateClient"],
             path: "Tests/HTTPTestSupport",
+            swiftSettings: strictSettings
+        ),
+        // The server's routes in the test process (no process, no socket), behind the same API.
+        .target(
+            name: "InProcessTestSupport",
+            dependencies: [
+                "HTTPTestSupport", "StateServerHTTP", "StateSessions", "StatePersistence", "ExampleFeatures",
+                "MicroHTTP", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/InProcessTestSupport",
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -167,7 +178,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures"],
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateClient"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -187,7 +198,7 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "HTTPTestSupport"],
+            dependencies: ["state-server", "HTTPTestSupport", "InProcessTestSupport"],
             swiftSettings: strictSettings
         ),
     ]

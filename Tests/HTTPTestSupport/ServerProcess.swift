@@ -276,13 +276,19 @@ package final class ServerProcess: @unchecked Sendable {
     }
 }
 
-/// The server a suite shares, set by the `.localServer` trait.
+/// The server a suite shares, set by the `.localServer` trait (a real process) or the
+/// `.inProcessServer` trait of InProcessTestSupport (the responder in the test process).
 package enum SharedServer {
     @TaskLocal package static var current: ServerProcess?
+    /// An in-process server's API, when the suite runs in process.
+    @TaskLocal package static var inProcess: API?
 
     /// The suite's server (fails the test when the suite has none).
     package static func api(sourceLocation: SourceLocation = #_sourceLocation) throws -> API {
-        try #require(current, "the suite needs the .localServer trait", sourceLocation: sourceLocation).api
+        if let inProcess { return inProcess }
+        return try #require(
+            current, "the suite needs the .localServer or .inProcessServer trait", sourceLocation: sourceLocation
+        ).api
     }
 }
 
