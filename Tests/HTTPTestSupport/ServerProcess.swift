@@ -84,6 +84,7 @@ package final class OutputCollector: Sendable {
         var stdout: [UInt8] = []
         var stderrTail: [UInt8] = []
         var stdoutClosed = false
+        var stderrClosed = false
     }
 
     private let state = Mutex(State())
@@ -107,6 +108,7 @@ package final class OutputCollector: Sendable {
     }
 
     package func closeStdout() { state.withLock { $0.stdoutClosed = true } }
+    package func closeStderr() { state.withLock { $0.stderrClosed = true } }
 
     package var firstStdoutLine: String? {
         state.withLock { state in
@@ -116,6 +118,8 @@ package final class OutputCollector: Sendable {
     }
 
     package var stdoutClosed: Bool { state.withLock { $0.stdoutClosed } }
+    /// Both pipes reached end of file: every byte the process wrote is here.
+    package var allClosed: Bool { state.withLock { $0.stdoutClosed && $0.stderrClosed } }
     package var stdoutText: String { state.withLock { String(decoding: $0.stdout, as: UTF8.self) } }
     package var stderrText: String { state.withLock { String(decoding: $0.stderrTail, as: UTF8.self) } }
 
@@ -221,7 +225,7 @@ package final class ServerProcess: @unchecked Sendable {
         let output = OutputCollector()
         try process.run()
         OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
-        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: { output.closeStderr() })
         return (process, output)
     }
 

@@ -71,7 +71,7 @@ package final class InProcessServer: Sendable {
     }
 
     /// The request MicroHTTP would give the responder for these bytes on the wire.
-    func request(_ method: String, _ target: String, headers: [Header], body: [UInt8]?) -> HTTPRequest {
+    package func request(_ method: String, _ target: String, headers: [Header], body: [UInt8]?) -> HTTPRequest {
         let (rawPath, rawQuery) = Self.split(target)
         var fields = [("host", "127.0.0.1")] + headers.map { ($0.name.lowercased(), $0.value) }
         if let body { fields.append(("content-length", String(body.count))) }
