@@ -139,9 +139,8 @@ struct ConcurrencyTests {
     }
 }
 
-/// Many keep-alive connections at once against one stream.
-@Suite("Concurrent increments over sockets", .localServer())
-struct ConcurrencySocketTests {
+/// Concurrency: many keep-alive connections at once against one stream.
+extension SocketContractTests {
     @Test("200 concurrent increments over 8 connections: count 200, versions 1...200 each once, events in order")
     func concurrentIncrements() async throws {
         let api = try SharedServer.api()

@@ -34,9 +34,8 @@ struct HealthAndDiscoveryTests {
     }
 }
 
-/// What only a real connection shows: HEAD framing and keep-alive.
-@Suite("Health and discovery over a socket", .localServer())
-struct HealthAndDiscoverySocketTests {
+/// Health and discovery: what only a real connection shows (HEAD framing, keep-alive).
+extension SocketContractTests {
     @Test("HEAD works on the GET JSON routes and sends no body", arguments: ["/healthz", "/v1/features"])
     func head(path: String) async throws {
         let api = try SharedServer.api()

@@ -6,7 +6,7 @@ import Testing
 /// The in-process server the contract suites run on is the real one wired the same way: the
 /// storage the pass asks for, requests built as MicroHTTP builds them, and the same answers as
 /// the binary over a socket.
-@Suite("In-process server: the same server without a socket", .localServer())
+@Suite("In-process server: the same server without a socket")
 struct InProcessServerTests {
     @Test("it keeps sessions where the pass asks (SQLite when STATE_SERVER_TEST_STORAGE=sqlite)")
     func storage() async throws {
@@ -35,7 +35,10 @@ struct InProcessServerTests {
         #expect(over.bodyTooLarge && over.body.isEmpty)
         await server.stop()
     }
+}
 
+/// The in-process server against the binary.
+extension SocketContractTests {
     /// Requests whose answers do not depend on a session's random id.
     static let requests: [(method: String, target: String, body: [UInt8]?)] = [
         ("GET", "/healthz", nil), ("HEAD", "/healthz", nil), ("GET", "/v1/features", nil),

@@ -74,9 +74,8 @@ struct RoutingTests {
     }
 }
 
-/// What only a real connection shows: no body after a HEAD answer on a keep-alive connection.
-@Suite("Routing over a socket", .localServer())
-struct RoutingSocketTests {
+/// Routing: what only a real connection shows (no body after a HEAD answer on a keep-alive connection).
+extension SocketContractTests {
     @Test("HEAD works on the session's GET JSON routes")
     func headOnSessionRoutes() async throws {
         let api = try SharedServer.api()
