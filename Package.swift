@@ -144,7 +144,8 @@ let package = Package(
 
         // MARK: Tests
         // What the suites that run the real server share: a socket HTTP/1.1 client, an SSE
-        // reader, the server process and its suite trait, API and JSON helpers (`package` access).
+        // reader (StateClient's parser), the server process and its suite trait, API and JSON
+        // helpers (`package` access).
         .target(
             name: "HTTPTestSupport",
             dependencies: ["StateClient"],

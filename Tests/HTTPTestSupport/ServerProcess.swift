@@ -1,5 +1,7 @@
 // The real `state-server` binary as a child process, for the suites that test over real HTTP
-// (StateServerIntegrationTests, DurabilityTests, StateClientTests, RepositoryTests).
+// (StateServerIntegrationTests' socket suites, DurabilityTests, StateClientTests,
+// RepositoryTests). The contract suites that need no socket run in process instead
+// (InProcessTestSupport's `.inProcessServer` trait), through the same `API`.
 //
 // A suite starts one server on a free port (`.localServer` trait: one process per suite, stopped
 // with SIGTERM after it; `withServer` for tests that need special settings or stop the server).
