@@ -152,10 +152,22 @@ let package = Package(
 
         // MARK: Tests
         // What the suites that run the real server share: a socket HTTP/1.1 client, an SSE
-        // reader, the server process and its suite trait, API and JSON helpers (`package` access).
+        // reader (StateClient's parser), the server process and its suite trait, API and JSON
+        // helpers (`package` access).
         .target(
             name: "HTTPTestSupport",
+            dependencies: ["StateClient"],
             path: "Tests/HTTPTestSupport",
+            swiftSettings: strictSettings
+        ),
+        // The server's routes in the test process (no process, no socket), behind the same API.
+        .target(
+            name: "InProcessTestSupport",
+            dependencies: [
+                "HTTPTestSupport", "StateServerHTTP", "StateSessions", "StatePersistence", "ExampleFeatures",
+                "MicroHTTP", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/InProcessTestSupport",
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -175,7 +187,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP"],
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -195,7 +207,7 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "HTTPTestSupport"],
+            dependencies: ["state-server", "HTTPTestSupport", "InProcessTestSupport"],
             swiftSettings: strictSettings
         ),
     ]

@@ -1,11 +1,26 @@
 /// One event of a `text/event-stream`.
-struct ServerSentEvent: Sendable, Equatable {
+///
+/// `package`: the tests read event streams with the same parser as the client.
+package struct ServerSentEvent: Sendable, Equatable {
     /// The `event` field; `message` when absent.
-    var type: String
+    package var type: String
     /// The `data` lines joined with `\n`.
-    var data: String
+    package var data: String
     /// The `id` field of this event, if it had one.
-    var id: String?
+    package var id: String?
+
+    package init(type: String, data: String, id: String?) {
+        self.type = type
+        self.data = data
+        self.id = id
+    }
+}
+
+/// What a stream carries, comments included: the server's `: ping` heartbeats are comments.
+package enum ServerSentEventItem: Sendable, Equatable {
+    case event(ServerSentEvent)
+    /// A comment line without its `:` and one leading space (`: ping` gives `ping`).
+    case comment(String)
 }
 
 /// An incremental parser of `text/event-stream` (the WHATWG HTML "server-sent events" format).
@@ -13,11 +28,14 @@ struct ServerSentEvent: Sendable, Equatable {
 /// Feed it bytes as they arrive, in chunks of any size (a chunk may end in the middle of a line
 /// or of a UTF-8 character); it returns the events completed by each chunk. Lines end with LF,
 /// CRLF or CR; a blank line ends an event; lines starting with `:` are comments (the server's
-/// `: ping` heartbeats) and are skipped; unknown fields are ignored; an event with no `data`
+/// `: ping` heartbeats) and are skipped by ``feed(_:)`` (``feedItems(_:)`` returns them too);
+/// unknown fields are ignored; an event with no `data`
 /// line is not dispatched, as in browsers.
 ///
 /// Not thread-safe: a value type, owned by the one task that reads a connection.
-struct ServerSentEventParser: Sendable {
+///
+/// The one SSE parser of the package: the client library and the tests both use it.
+package struct ServerSentEventParser: Sendable {
     private var line: [UInt8] = []
     private var lastWasCR = false
     private var type = ""
@@ -25,19 +43,27 @@ struct ServerSentEventParser: Sendable {
     private var hasData = false
     private var id: String?
     /// Lines (comments included) received so far; tells a live connection from a silent one.
-    private(set) var linesReceived = 0
+    package private(set) var linesReceived = 0
     /// The longest line accepted; a longer line is an error (a broken or hostile server).
-    let maximumLineLength: Int
+    package let maximumLineLength: Int
 
-    init(maximumLineLength: Int = 16 * 1024 * 1024) {
+    package init(maximumLineLength: Int = 16 * 1024 * 1024) {
         self.maximumLineLength = maximumLineLength
     }
 
-    struct LineTooLong: Error {}
+    package struct LineTooLong: Error {}
 
-    /// Parses `bytes` and returns the events they complete.
-    mutating func feed(_ bytes: some Sequence<UInt8>) throws(LineTooLong) -> [ServerSentEvent] {
-        var events: [ServerSentEvent] = []
+    /// Parses `bytes` and returns the events they complete (comments are skipped).
+    package mutating func feed(_ bytes: some Sequence<UInt8>) throws(LineTooLong) -> [ServerSentEvent] {
+        try feedItems(bytes).compactMap { item in
+            if case .event(let event) = item { return event }
+            return nil
+        }
+    }
+
+    /// Parses `bytes` and returns the events and comments they complete, in order.
+    package mutating func feedItems(_ bytes: some Sequence<UInt8>) throws(LineTooLong) -> [ServerSentEventItem] {
+        var events: [ServerSentEventItem] = []
         for byte in bytes {
             switch byte {
             case 0x0A:  // LF
@@ -59,7 +85,7 @@ struct ServerSentEventParser: Sendable {
     }
 
     /// Forgets a partial event, for a new connection.
-    mutating func reset() {
+    package mutating func reset() {
         line = []
         lastWasCR = false
         type = ""
@@ -68,13 +94,14 @@ struct ServerSentEventParser: Sendable {
         id = nil
     }
 
-    private mutating func endLine(into events: inout [ServerSentEvent]) {
+    private mutating func endLine(into events: inout [ServerSentEventItem]) {
         defer { line.removeAll(keepingCapacity: true) }
         linesReceived += 1
         guard !line.isEmpty else {
             // A blank line dispatches the event.
             if hasData {
-                events.append(ServerSentEvent(type: type.isEmpty ? "message" : type, data: String(decoding: data, as: UTF8.self), id: id))
+                events.append(.event(ServerSentEvent(
+                    type: type.isEmpty ? "message" : type, data: String(decoding: data, as: UTF8.self), id: id)))
             }
             type = ""
             data = []
@@ -82,7 +109,12 @@ struct ServerSentEventParser: Sendable {
             id = nil
             return
         }
-        if line.first == UInt8(ascii: ":") { return }  // a comment
+        if line.first == UInt8(ascii: ":") {
+            var comment = line.dropFirst()
+            if comment.first == UInt8(ascii: " ") { comment = comment.dropFirst() }
+            events.append(.comment(String(decoding: comment, as: UTF8.self)))
+            return
+        }
         let field: ArraySlice<UInt8>
         var value: ArraySlice<UInt8>
         if let colon = line.firstIndex(of: UInt8(ascii: ":")) {

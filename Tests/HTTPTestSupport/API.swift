@@ -9,20 +9,68 @@ package enum Examples {
     package static let login: JSON = ["username": "", "isLoading": false, "isLoggedIn": false, "error": .null]
 }
 
-/// Requests to one server, each on a fresh connection.
-package struct API: Sendable {
-    package let port: Int
+/// How requests reach a server: over sockets to a real `state-server` process
+/// (``SocketTransport``), or straight to the responder of a server in the test process
+/// (InProcessTestSupport's transport: no process, no socket).
+package protocol HTTPTransport: Sendable {
+    /// Sends one request and returns its whole response. `body` adds a `Content-Length`.
+    func request(
+        _ method: String, _ target: String, headers: [Header], body: [UInt8]?, timeout: Duration
+    ) async throws -> HTTPResponse
 
-    package init(port: Int) { self.port = port }
+    /// Sends `GET target` and returns the response head with its body to read incrementally.
+    func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> EventStream
+
+    /// The port of a server listening on a socket; `nil` in process.
+    var port: Int? { get }
+}
+
+/// Requests to a real server over 127.0.0.1, each on a fresh connection.
+package struct SocketTransport: HTTPTransport {
+    package let socketPort: Int
+
+    package init(port: Int) { self.socketPort = port }
+
+    package var port: Int? { socketPort }
+
+    package func request(
+        _ method: String, _ target: String, headers: [Header], body: [UInt8]?, timeout: Duration
+    ) async throws -> HTTPResponse {
+        let connection = try await HTTPConnection.open(port: socketPort)
+        defer { connection.close() }
+        return try await connection.request(
+            method, target, headers: headers + [("Connection", "close")], body: body, timeout: timeout)
+    }
+
+    package func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> EventStream {
+        try await EventStream.open(port: socketPort, target: target, headers: headers, receiveBufferSize: receiveBufferSize)
+    }
+}
+
+/// Requests to one server, through its transport.
+package struct API: Sendable {
+    package let transport: any HTTPTransport
+
+    /// A real server listening on `port`.
+    package init(port: Int) { self.transport = SocketTransport(port: port) }
+
+    package init(transport: any HTTPTransport) { self.transport = transport }
+
+    /// The port of a real server. A test that opens its own connections needs one (a
+    /// `.localServer` suite); asked of an in-process server it records an issue and gives 0.
+    package var port: Int {
+        guard let port = transport.port else {
+            Issue.record("this test opens its own connections: it needs a real server (.localServer), not an in-process one")
+            return 0
+        }
+        return port
+    }
 
     package func request(
         _ method: String, _ target: String, headers: [Header] = [], body: [UInt8]? = nil,
         timeout: Duration = .seconds(10)
     ) async throws -> HTTPResponse {
-        let connection = try await HTTPConnection.open(port: port)
-        defer { connection.close() }
-        return try await connection.request(
-            method, target, headers: headers + [("Connection", "close")], body: body, timeout: timeout)
+        try await transport.request(method, target, headers: headers, body: body, timeout: timeout)
     }
 
     package func request(_ method: String, _ target: String, headers: [Header] = [], json: JSON) async throws -> HTTPResponse {
@@ -47,7 +95,7 @@ package struct API: Sendable {
     package func openEvents(
         _ target: String, headers: [Header] = [], receiveBufferSize: Int? = nil
     ) async throws -> EventStream {
-        try await EventStream.open(port: port, target: target, headers: headers, receiveBufferSize: receiveBufferSize)
+        try await transport.openEvents(target, headers: headers, receiveBufferSize: receiveBufferSize)
     }
 }
 

@@ -1,10 +1,23 @@
 import Foundation
+import StateClient
+import Synchronization
 
 /// One server-sent event.
 package struct SSEEvent: Sendable, CustomStringConvertible {
     package var id: String?
     package var event: String
     package var data: String
+
+    package init(id: String?, event: String, data: String) {
+        self.id = id
+        self.event = event
+        self.data = data
+    }
+
+    /// An event as the client library's parser gives it.
+    package init(_ event: ServerSentEvent) {
+        self.init(id: event.id, event: event.type, data: event.data)
+    }
 
     /// `id` as the session's sequence number.
     package var seq: Int? { id.flatMap { Int($0) } }
@@ -22,107 +35,43 @@ package enum SSEItem: Sendable {
     case end
 }
 
-/// Incremental `text/event-stream` parser.
-package struct SSEParser {
-    private var partialLine: [UInt8] = []
-    private var id: String?
-    private var event: String?
-    private var data: [String] = []
-    private var hasFields = false
-    private var items: [SSEItem] = []
-    private var taken = 0
-
-    package mutating func feed(_ bytes: [UInt8]) {
-        var start = bytes.startIndex
-        while let newline = bytes[start...].firstIndex(of: UInt8(ascii: "\n")) {
-            var end = newline
-            if partialLine.isEmpty {
-                if end > start, bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-                line(String(decoding: bytes[start..<end], as: UTF8.self))
-            } else {
-                partialLine += bytes[start..<newline]
-                if partialLine.last == UInt8(ascii: "\r") { partialLine.removeLast() }
-                line(String(decoding: partialLine, as: UTF8.self))
-                partialLine.removeAll(keepingCapacity: true)
-            }
-            start = newline + 1
-        }
-        partialLine += bytes[start...]
-    }
-
-    package mutating func take() -> SSEItem? {
-        guard taken < items.count else { return nil }
-        defer {
-            taken += 1
-            if taken == items.count {
-                items.removeAll(keepingCapacity: true)
-                taken = 0
-            }
-        }
-        return items[taken]
-    }
-
-    private mutating func line(_ line: String) {
-        if line.isEmpty {
-            if hasFields {
-                items.append(.event(SSEEvent(id: id, event: event ?? "message", data: data.joined(separator: "\n"))))
-            }
-            id = nil
-            event = nil
-            data = []
-            hasFields = false
-            return
-        }
-        if line.hasPrefix(":") {
-            var comment = line.dropFirst()
-            if comment.hasPrefix(" ") { comment = comment.dropFirst() }
-            items.append(.comment(String(comment)))
-            return
-        }
-        let name: Substring
-        var value: Substring
-        if let colon = line.firstIndex(of: ":") {
-            name = line[..<colon]
-            value = line[line.index(after: colon)...]
-            if value.hasPrefix(" ") { value = value.dropFirst() }
-        } else {
-            name = Substring(line)
-            value = ""
-        }
-        hasFields = true
-        switch name {
-        case "id": id = String(value)
-        case "event": event = String(value)
-        case "data": data.append(String(value))
-        default: break
-        }
-    }
+/// Where the body of an event-stream response comes from: a socket to a real server, or the
+/// stream object of a server running in the test process.
+package protocol EventStreamBody: Sendable {
+    /// The next bytes of the body, `nil` at its end (clean end, close or reset). Throws
+    /// `ClientError.timedOut` when nothing arrives before `deadline`.
+    func nextBytes(deadline: ContinuousClock.Instant) async throws -> [UInt8]?
+    /// The whole body of a response that is not a stream (an error).
+    func readAll(deadline: ContinuousClock.Instant) async throws -> [UInt8]
+    /// The client goes away.
+    func close()
 }
 
-/// An open `GET .../events` response read incrementally.
+/// An open `GET .../events` response read incrementally, with the client library's SSE parser.
 ///
-/// `@unchecked Sendable`: `parser` and `ended` are only touched inside `connection.run`, i.e. on
-/// the connection's serial queue.
-package final class EventStream: @unchecked Sendable {
-    package let connection: HTTPConnection
+/// Read it from one task at a time; the parser state sits behind a lock.
+package final class EventStream: Sendable {
     package let head: HTTPHead
-    private let framing: HTTPHead.Framing
-    private var parser = SSEParser()
-    private var ended = false
-    private var remainingLength = 0
+    private let body: any EventStreamBody
+
+    private struct Reading {
+        var parser = ServerSentEventParser()
+        var pending: [SSEItem] = []
+        var ended = false
+    }
+
+    private let reading = Mutex(Reading())
 
     package var status: Int { head.status }
     package func header(_ name: String) -> String? { head.header(name) }
 
-    package init(connection: HTTPConnection, head: HTTPHead) throws {
-        self.connection = connection
+    package init(head: HTTPHead, body: any EventStreamBody) {
         self.head = head
-        self.framing = try head.framing(requestMethod: "GET")
-        if case .length(let count) = framing { remainingLength = count }
+        self.body = body
     }
 
-    /// Opens `target` and reads the response head. For a status other than 200 use
-    /// `readErrorBody()`.
+    /// Opens `target` on a real server and reads the response head. For a status other than
+    /// 200 use `readErrorBody()`.
     package static func open(
         port: Int, target: String, headers: [Header] = [], receiveBufferSize: Int? = nil,
         timeout: Duration = .seconds(10)
@@ -131,76 +80,41 @@ package final class EventStream: @unchecked Sendable {
         try await connection.send(
             HTTPConnection.serialize(method: "GET", target: target, port: port, headers: headers, body: nil))
         let head = try await connection.readHead(timeout: timeout)
-        return try EventStream(connection: connection, head: head)
+        return EventStream(head: head, body: try SocketEventStreamBody(connection: connection, head: head))
     }
 
     /// The body of a non-stream (error) response.
     package func readErrorBody(timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
-        let head = self.head
-        let framing = self.framing
-        let body = try await connection.run { socket -> [UInt8] in
-            let deadline = ContinuousClock.now + timeout
-            switch framing {
-            case .none: return []
-            case .length(let count): return try socket.readExactly(count, deadline: deadline, what: "an error body")
-            case .chunked:
-                var body: [UInt8] = []
-                while let piece = try HTTPConnection.readChunk(socket, deadline: deadline) { body += piece }
-                return body
-            case .untilClose: return try socket.readToEnd(deadline: deadline, what: "an error body")
-            }
-        }
-        return HTTPResponse(head: head, body: body)
+        HTTPResponse(head: head, body: try await body.readAll(deadline: ContinuousClock.now + timeout))
     }
 
     /// The next event or comment; `.end` when the server ended the stream. Throws
     /// `ClientError.timedOut` when nothing arrives within `timeout`.
     package func next(timeout: Duration = .seconds(5)) async throws -> SSEItem {
-        try await connection.run { socket in
-            let deadline = ContinuousClock.now + timeout
-            return try self.nextOnQueue(socket, deadline: deadline)
-        }
-    }
-
-    private func nextOnQueue(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> SSEItem {
+        let deadline = ContinuousClock.now + timeout
         while true {
-            if let item = parser.take() { return item }
-            if ended { return .end }
-            do {
-                if let bytes = try readBodyPiece(socket, deadline: deadline) {
-                    parser.feed(bytes)
-                } else {
-                    ended = true
+            let ready = reading.withLock { reading -> SSEItem? in
+                if !reading.pending.isEmpty { return reading.pending.removeFirst() }
+                return reading.ended ? .end : nil
+            }
+            if let ready { return ready }
+            let bytes = try await body.nextBytes(deadline: deadline)
+            try reading.withLock { reading in
+                guard let bytes else {
+                    reading.ended = true
+                    return
                 }
-            } catch ClientError.closedEarly {
-                ended = true  // cut in the middle of a chunk: the server dropped us
+                do {
+                    reading.pending += try reading.parser.feedItems(bytes).map { item in
+                        switch item {
+                        case .event(let event): SSEItem.event(SSEEvent(event))
+                        case .comment(let text): SSEItem.comment(text)
+                        }
+                    }
+                } catch {
+                    throw ClientError.malformedResponse("an event-stream line longer than \(reading.parser.maximumLineLength) bytes")
+                }
             }
-        }
-    }
-
-    private func readBodyPiece(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> [UInt8]? {
-        switch framing {
-        case .none:
-            return nil
-        case .chunked:
-            return try HTTPConnection.readChunk(socket, deadline: deadline)
-        case .length:
-            if remainingLength == 0 { return nil }
-            if socket.buffer.isEmpty {
-                guard try socket.fill(deadline: deadline, what: "stream bytes") else { return nil }
-            }
-            let count = min(remainingLength, socket.buffer.count)
-            remainingLength -= count
-            let bytes = Array(socket.buffer[..<count])
-            socket.buffer.removeSubrange(..<count)
-            return bytes
-        case .untilClose:
-            if socket.buffer.isEmpty {
-                guard try socket.fill(deadline: deadline, what: "stream bytes") else { return nil }
-            }
-            let bytes = socket.buffer
-            socket.buffer.removeAll()
-            return bytes
         }
     }
 
@@ -232,5 +146,74 @@ package final class EventStream: @unchecked Sendable {
         }
     }
 
-    package func close() { connection.close() }
+    package func close() { body.close() }
+}
+
+/// An event-stream body read from a socket, framed as its head says.
+///
+/// `@unchecked Sendable`: `remainingLength` is only touched inside `connection.run`, i.e. on
+/// the connection's serial queue; the other properties are immutable.
+final class SocketEventStreamBody: EventStreamBody, @unchecked Sendable {
+    let connection: HTTPConnection
+    private let framing: HTTPHead.Framing
+    private var remainingLength = 0
+
+    init(connection: HTTPConnection, head: HTTPHead) throws {
+        self.connection = connection
+        self.framing = try head.framing(requestMethod: "GET")
+        if case .length(let count) = framing { remainingLength = count }
+    }
+
+    func readAll(deadline: ContinuousClock.Instant) async throws -> [UInt8] {
+        let framing = self.framing
+        return try await connection.run { socket -> [UInt8] in
+            switch framing {
+            case .none: return []
+            case .length(let count): return try socket.readExactly(count, deadline: deadline, what: "an error body")
+            case .chunked:
+                var body: [UInt8] = []
+                while let piece = try HTTPConnection.readChunk(socket, deadline: deadline) { body += piece }
+                return body
+            case .untilClose: return try socket.readToEnd(deadline: deadline, what: "an error body")
+            }
+        }
+    }
+
+    func nextBytes(deadline: ContinuousClock.Instant) async throws -> [UInt8]? {
+        try await connection.run { socket in
+            do {
+                return try self.readBodyPiece(socket, deadline: deadline)
+            } catch ClientError.closedEarly {
+                return nil  // cut in the middle of a chunk: the server dropped us
+            }
+        }
+    }
+
+    private func readBodyPiece(_ socket: BlockingSocket, deadline: ContinuousClock.Instant) throws -> [UInt8]? {
+        switch framing {
+        case .none:
+            return nil
+        case .chunked:
+            return try HTTPConnection.readChunk(socket, deadline: deadline)
+        case .length:
+            if remainingLength == 0 { return nil }
+            if socket.buffer.isEmpty {
+                guard try socket.fill(deadline: deadline, what: "stream bytes") else { return nil }
+            }
+            let count = min(remainingLength, socket.buffer.count)
+            remainingLength -= count
+            let bytes = Array(socket.buffer[..<count])
+            socket.buffer.removeSubrange(..<count)
+            return bytes
+        case .untilClose:
+            if socket.buffer.isEmpty {
+                guard try socket.fill(deadline: deadline, what: "stream bytes") else { return nil }
+            }
+            let bytes = socket.buffer
+            socket.buffer.removeAll()
+            return bytes
+        }
+    }
+
+    func close() { connection.close() }
 }

@@ -1,5 +1,7 @@
 // The real `state-server` binary as a child process, for the suites that test over real HTTP
-// (StateServerIntegrationTests, DurabilityTests, StateClientTests, RepositoryTests).
+// (StateServerIntegrationTests' socket suites, DurabilityTests, StateClientTests,
+// RepositoryTests). The contract suites that need no socket run in process instead
+// (InProcessTestSupport's `.inProcessServer` trait), through the same `API`.
 //
 // A suite starts one server on a free port (`.localServer` trait: one process per suite, stopped
 // with SIGTERM after it; `withServer` for tests that need special settings or stop the server).
@@ -84,6 +86,7 @@ package final class OutputCollector: Sendable {
         var stdout: [UInt8] = []
         var stderrTail: [UInt8] = []
         var stdoutClosed = false
+        var stderrClosed = false
     }
 
     private let state = Mutex(State())
@@ -107,6 +110,7 @@ package final class OutputCollector: Sendable {
     }
 
     package func closeStdout() { state.withLock { $0.stdoutClosed = true } }
+    package func closeStderr() { state.withLock { $0.stderrClosed = true } }
 
     package var firstStdoutLine: String? {
         state.withLock { state in
@@ -116,6 +120,8 @@ package final class OutputCollector: Sendable {
     }
 
     package var stdoutClosed: Bool { state.withLock { $0.stdoutClosed } }
+    /// Both pipes reached end of file: every byte the process wrote is here.
+    package var allClosed: Bool { state.withLock { $0.stdoutClosed && $0.stderrClosed } }
     package var stdoutText: String { state.withLock { String(decoding: $0.stdout, as: UTF8.self) } }
     package var stderrText: String { state.withLock { String(decoding: $0.stderrTail, as: UTF8.self) } }
 
@@ -221,7 +227,7 @@ package final class ServerProcess: @unchecked Sendable {
         let output = OutputCollector()
         try process.run()
         OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
-        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: {})
+        OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: { output.closeStderr() })
         return (process, output)
     }
 
@@ -276,13 +282,19 @@ package final class ServerProcess: @unchecked Sendable {
     }
 }
 
-/// The server a suite shares, set by the `.localServer` trait.
+/// The server a suite shares, set by the `.localServer` trait (a real process) or the
+/// `.inProcessServer` trait of InProcessTestSupport (the responder in the test process).
 package enum SharedServer {
     @TaskLocal package static var current: ServerProcess?
+    /// An in-process server's API, when the suite runs in process.
+    @TaskLocal package static var inProcess: API?
 
     /// The suite's server (fails the test when the suite has none).
     package static func api(sourceLocation: SourceLocation = #_sourceLocation) throws -> API {
-        try #require(current, "the suite needs the .localServer trait", sourceLocation: sourceLocation).api
+        if let inProcess { return inProcess }
+        return try #require(
+            current, "the suite needs the .localServer or .inProcessServer trait", sourceLocation: sourceLocation
+        ).api
     }
 }
 

@@ -47,6 +47,18 @@ struct ServerSentEventParserTests {
         #expect(try parser.feed(Array("\n".utf8)) == [ServerSentEvent(type: "message", data: "half", id: nil)])
     }
 
+    @Test("feedItems gives comments too, in order with the events (the tests read heartbeats with it)")
+    func comments() throws {
+        var parser = ServerSentEventParser()
+        let items = try parser.feedItems(Array(": ping\n\nid: 1\nevent: state\ndata: x\n\n:no space\r\n:  two\n".utf8))
+        #expect(items == [
+            .comment("ping"),
+            .event(ServerSentEvent(type: "state", data: "x", id: "1")),
+            .comment("no space"),
+            .comment(" two"),
+        ])
+    }
+
     @Test("a line over the limit is an error")
     func lineLimit() {
         var parser = ServerSentEventParser(maximumLineLength: 8)

@@ -1,8 +1,9 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Synchronization
 import Testing
 
-@Suite("Optimistic concurrency, idempotent retries, ordering", .localServer())
+@Suite("Optimistic concurrency, idempotent retries, ordering", .inProcessServer())
 struct ConcurrencyTests {
     static let increment: JSON = ["type": "increment"]
 
@@ -136,7 +137,10 @@ struct ConcurrencyTests {
         expectError(tooLong, 400, "invalid_request")
         #expect(try await one.store("counter").version == 2)
     }
+}
 
+/// Concurrency: many keep-alive connections at once against one stream.
+extension SocketContractTests {
     @Test("200 concurrent increments over 8 connections: count 200, versions 1...200 each once, events in order")
     func concurrentIncrements() async throws {
         let api = try SharedServer.api()

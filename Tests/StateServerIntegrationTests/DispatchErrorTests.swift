@@ -1,4 +1,5 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
 /// A dispatch body that must be refused.
@@ -102,7 +103,7 @@ struct BadDispatch: Sendable, CustomTestStringConvertible {
     static let all = malformed + invalidRequest + unknownFeature + invalidAction
 }
 
-@Suite("Dispatch errors change nothing", .localServer())
+@Suite("Dispatch errors change nothing", .inProcessServer())
 struct DispatchErrorTests {
     /// A session whose stores are not at their initial state.
     func preparedSession() async throws -> Session {

@@ -1,7 +1,8 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
-@Suite("Dispatch: every example action", .localServer())
+@Suite("Dispatch: every example action", .inProcessServer())
 struct DispatchTests {
     @Test("a dispatch answers feature, version, state and effect (null)")
     func responseShape() async throws {

@@ -1,7 +1,8 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
-@Suite("Health and discovery", .localServer())
+@Suite("Health and discovery", .inProcessServer())
 struct HealthAndDiscoveryTests {
     @Test("GET /healthz answers 200 {\"status\":\"ok\"} as JSON")
     func healthz() async throws {
@@ -31,7 +32,10 @@ struct HealthAndDiscoveryTests {
         #expect(byName["login"] == Examples.login)
         #expect(byName["todos"]?["items"] == [])
     }
+}
 
+/// Health and discovery: what only a real connection shows (HEAD framing, keep-alive).
+extension SocketContractTests {
     @Test("HEAD works on the GET JSON routes and sends no body", arguments: ["/healthz", "/v1/features"])
     func head(path: String) async throws {
         let api = try SharedServer.api()

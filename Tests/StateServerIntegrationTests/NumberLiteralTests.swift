@@ -35,6 +35,6 @@ struct NumberLiteralTests {
         let session = try await SharedServer.api().createSession()
         let response = try await increment(session, by: literal)
         #expect(response.status == 422, "\(literal): \(response)")
-        #expect(response.errorMessage?.contains("does not fit") == true, "\(literal): \(response)")
+        #expect(response.errorMessage?.contains("fits in 64 bits") == true, "\(literal): \(response)")
     }
 }

@@ -37,7 +37,9 @@ struct RobustnessTests {
             try await connection.send(bytes)
         } catch ClientError.closedEarly {}
         try await connection.shutdownWrite()
-        try await Task.sleep(for: .milliseconds(50))
+        // The server has read everything once it closes its side (after an error answer, or
+        // at once): the checks that follow then see what it made of these bytes.
+        _ = try await connection.readUntilClosed(timeout: .seconds(5))
         connection.close()
     }
 
@@ -109,7 +111,10 @@ struct RobustnessTests {
         defer { waiting.close() }
         try await waiting.send(Array(
             "POST \(session.path)/dispatch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(session.token)\r\nContent-Length: 60\r\n\r\n{\"feature\": \"counter\", \"action\": {\"type\": \"increment\"}}".utf8))
-        try await Task.sleep(for: .milliseconds(200))
+        // The client gives up: once the server has closed the connection it has read all the
+        // bytes there were, and the dispatch must not have been applied.
+        try await waiting.shutdownWrite()
+        _ = try await waiting.readUntilClosed(timeout: .seconds(5))
         #expect(try await session.store("counter").version == 1, "an incomplete body was applied")
     }
 

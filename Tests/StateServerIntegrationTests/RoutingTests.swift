@@ -1,4 +1,5 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
 /// A route of the contract, the methods it allows and wrong ones to try.
@@ -22,7 +23,7 @@ struct RouteCase: Sendable, CustomTestStringConvertible {
     ]
 }
 
-@Suite("Routing: 404 not_found and 405 method_not_allowed", .localServer())
+@Suite("Routing: 404 not_found and 405 method_not_allowed", .inProcessServer())
 struct RoutingTests {
     /// (`/` itself may serve a page for people: it is not part of the API.)
     @Test("unknown paths are 404 not_found")
@@ -71,7 +72,10 @@ struct RoutingTests {
         let dispatch = try await api.request("GET", "/v1/sessions/no-such-session/dispatch")
         expectError(dispatch, 405, "method_not_allowed")
     }
+}
 
+/// Routing: what only a real connection shows (no body after a HEAD answer on a keep-alive connection).
+extension SocketContractTests {
     @Test("HEAD works on the session's GET JSON routes")
     func headOnSessionRoutes() async throws {
         let api = try SharedServer.api()

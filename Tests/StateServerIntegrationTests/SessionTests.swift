@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
 /// Every request on a session, for checks that must hold on all of them.
@@ -32,7 +33,7 @@ struct SessionRoute: Sendable, CustomStringConvertible {
     }
 }
 
-@Suite("Sessions and access", .localServer())
+@Suite("Sessions and access", .inProcessServer())
 struct SessionTests {
     @Test("POST /v1/sessions: 201, Location, URL-safe id of 128+ bits, token of 256+ bits")
     func create() async throws {

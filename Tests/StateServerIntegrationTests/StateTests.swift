@@ -1,7 +1,8 @@
 import HTTPTestSupport
+import InProcessTestSupport
 import Testing
 
-@Suite("State: GET, ETag, rehydrate, reset", .localServer())
+@Suite("State: GET, ETag, rehydrate, reset", .inProcessServer())
 struct StateTests {
     @Test("GET state: every feature at version 0 with its initial state")
     func initialState() async throws {

@@ -80,9 +80,8 @@ func runServerToExit(
         while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
         Issue.record("state-server was still running after \(timeout); stdout: \(output.stdoutText)")
     }
-    // Let the drain threads take the last bytes.
-    _ = try await eventually(timeout: .seconds(2)) { output.stdoutClosed }
-    try await Task.sleep(for: .milliseconds(50))
+    // Wait for the drain threads to take the last bytes of both pipes.
+    _ = try await eventually(timeout: .seconds(2)) { output.allClosed }
     return FinishedRun(
         status: process.terminationStatus, bySignal: process.terminationReason == .uncaughtSignal,
         stdout: output.stdoutText, stderr: output.stderrText, elapsed: start.duration(to: .now))

@@ -1,5 +1,6 @@
 import ExampleFeatures
 import Foundation
+import StateClient
 import StatePersistence
 import StateServerHTTP
 import StateSessions
@@ -48,7 +49,7 @@ final class RecordingSink: EventSink {
 
     var isClosed: Bool { closed.load(ordering: .relaxed) }
 
-    /// The frames parsed: `id:`, `event:` and `data:` lines.
+    /// The frames parsed (with the client library's SSE parser), one event each.
     var events: [Frame] {
         frames.withLock { $0 }.map(Frame.init)
     }
@@ -58,15 +59,19 @@ final class RecordingSink: EventSink {
         var event: String
         var data: JSONValue?
 
+        /// One frame as the hub sent it; a frame that is not exactly one event gives an event
+        /// named after what it holds (so a check on the event fails).
         init(_ bytes: [UInt8]) {
-            var seq: Int?
-            var event = ""
-            var data: JSONValue?
-            for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-                if line.hasPrefix("id: ") { seq = Int(line.dropFirst(4)) }
-                if line.hasPrefix("event: ") { event = String(line.dropFirst(7)) }
-                if line.hasPrefix("data: ") { data = JSONCoding.parse(Array(line.dropFirst(6).utf8)) }
+            var parser = ServerSentEventParser()
+            let events = (try? parser.feed(bytes)) ?? []
+            guard events.count == 1, let only = events.first else {
+                self.init(seq: nil, event: "\(events.count) events in one frame", data: nil)
+                return
             }
+            self.init(seq: only.id.flatMap { Int($0) }, event: only.type, data: JSONCoding.parse(Array(only.data.utf8)))
+        }
+
+        init(seq: Int?, event: String, data: JSONValue?) {
             self.seq = seq
             self.event = event
             self.data = data

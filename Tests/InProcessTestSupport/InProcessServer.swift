@@ -1,0 +1,269 @@
+// The server's routes in the test process: no process, no socket (Hummingbird's
+// `app.test(.router)` shape). The contract suites of StateServerIntegrationTests run this way
+// (`.inProcessServer` trait); the suites that need what only a socket shows — event streams
+// over time, transport limits, raw bytes, signals — start the real binary (`.localServer`).
+//
+// The server is wired as `state-server` wires it (StateServerCommand.swift): the example
+// features, a `SessionManager` over memory — or, with STATE_SERVER_TEST_STORAGE=sqlite, over a
+// fresh SQLite database in a temporary directory — and a `StateServerResponder`. Requests are
+// `HTTPRequest` values given to `respond(to:)`, built as MicroHTTP builds them from the wire
+// (Connection.swift): path percent-decoded, query arguments split and decoded, header names
+// lower-cased, a body over the limit dropped and flagged `bodyTooLarge`.
+
+import ExampleFeatures
+import Foundation
+import HTTPTestSupport
+import Logging
+@testable import MicroHTTP
+import StatePersistence
+import StateServerHTTP
+import StateSessions
+import Testing
+
+/// A server wired as `state-server` wires it, answering in the test process.
+package final class InProcessServer: Sendable {
+    /// The settings that differ between suites; the defaults are the binary's.
+    package struct Settings: Sendable {
+        package var routes = RouteSettings()
+        package var sessions = SessionSettings()
+        /// `login.checkDelay` (the binary's default is 0.2 s).
+        package var loginCheckDelay: Duration = .milliseconds(200)
+
+        package init() {}
+    }
+
+    package let responder: StateServerResponder
+    package let sessions: SessionManager
+    package let settings: Settings
+    private let storage: (any SessionStorage)?
+    private let directory: URL?
+
+    /// Bodies larger than this are not drained by MicroHTTP: it answers 413 itself and closes
+    /// the connection (`HTTPServer.Configuration.drainLimit`). Only a real server shows that.
+    static let drainLimit = HTTPServer.Configuration().drainLimit
+
+    /// Builds the server. With STATE_SERVER_TEST_STORAGE=sqlite the sessions live in a fresh
+    /// SQLite database of their own, as the real binary's do in the suite's second pass.
+    package init(settings: Settings = Settings()) throws {
+        self.settings = settings
+        if ProcessInfo.processInfo.environment["STATE_SERVER_TEST_STORAGE"] == "sqlite" {
+            let directory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("state-server-tests-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            self.directory = directory
+            self.storage = try SQLiteStorage(path: directory.appendingPathComponent("state.db").path)
+        } else {
+            self.directory = nil
+            self.storage = nil
+        }
+        let registry = try ExampleFeatures.registry(loginCheckDelay: settings.loginCheckDelay)
+        sessions = SessionManager(registry: registry, settings: settings.sessions, storage: storage, events: ServerSentEvents())
+        let logger = Logger(label: "state-server-in-process") { _ in SwiftLogNoOpLogHandler() }
+        responder = StateServerResponder(sessions: sessions, settings: settings.routes, logger: logger)
+    }
+
+    package var api: API { API(transport: InProcessTransport(server: self)) }
+
+    /// Closes the storage and removes its directory.
+    package func stop() async {
+        await storage?.close()
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+    }
+
+    /// The request MicroHTTP would give the responder for these bytes on the wire.
+    package func request(_ method: String, _ target: String, headers: [Header], body: [UInt8]?) -> HTTPRequest {
+        let (rawPath, rawQuery) = Self.split(target)
+        var fields = [("host", "127.0.0.1")] + headers.map { ($0.name.lowercased(), $0.value) }
+        if let body { fields.append(("content-length", String(body.count))) }
+        let bytes = body ?? []
+        let tooLarge = bytes.count > settings.routes.bodyLimit
+        return HTTPRequest(
+            method: method, path: Self.unescape(rawPath),
+            headers: fields, query: Self.arguments(rawQuery),
+            body: tooLarge ? [] : bytes, bodyTooLarge: tooLarge)
+    }
+
+    static func split(_ target: Substring) -> (path: Substring, query: Substring?) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
+        return (target[..<mark], target[target.index(after: mark)...])
+    }
+
+    static func split(_ target: String) -> (path: Substring, query: Substring?) { split(target[...]) }
+
+    /// Query arguments as libmicrohttpd parses them: split at `&`, then at the first `=` (no
+    /// `=`: no value), `+` as a space, then percent-decoded.
+    static func arguments(_ query: Substring?) -> [(name: String, value: String?)] {
+        guard let query, !query.isEmpty else { return [] }
+        return query.split(separator: "&", omittingEmptySubsequences: true).map { argument in
+            guard let equals = argument.firstIndex(of: "=") else {
+                return (unescape(plus(argument)), nil)
+            }
+            return (unescape(plus(argument[..<equals])), unescape(plus(argument[argument.index(after: equals)...])))
+        }
+    }
+
+    private static func plus(_ text: Substring) -> Substring {
+        Substring(text.replacingOccurrences(of: "+", with: " "))
+    }
+
+    /// `%XX` decoded as libmicrohttpd's `MHD_http_unescape` does (an invalid escape stays as
+    /// it is); the result is a C string, so it ends at a decoded NUL.
+    static func unescape(_ text: Substring) -> String {
+        var out: [UInt8] = []
+        var bytes = Array(text.utf8)[...]
+        while let byte = bytes.popFirst() {
+            if byte == UInt8(ascii: "%"), bytes.count >= 2,
+                let high = hexValue(bytes[bytes.startIndex]), let low = hexValue(bytes[bytes.startIndex + 1])
+            {
+                out.append(high << 4 | low)
+                bytes = bytes.dropFirst(2)
+            } else {
+                out.append(byte)
+            }
+        }
+        if let nul = out.firstIndex(of: 0) { out.removeSubrange(nul...) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// The responder's answer, awaiting a `later` one as MicroHTTP's task does.
+    func answer(_ request: HTTPRequest) async -> MicroHTTP.HTTPResponse {
+        switch responder.respond(to: request) {
+        case .now(let response): response
+        case .later(let work): await work()
+        }
+    }
+}
+
+/// Requests straight to an in-process server's responder.
+struct InProcessTransport: HTTPTransport {
+    let server: InProcessServer
+
+    var port: Int? { nil }
+
+    func request(
+        _ method: String, _ target: String, headers: [Header], body: [UInt8]?, timeout: Duration
+    ) async throws -> HTTPTestSupport.HTTPResponse {
+        if let body, body.count > InProcessServer.drainLimit {
+            Issue.record("a body over the transport's drain limit needs a real server (.localServer)")
+        }
+        let response = await server.answer(server.request(method, target, headers: headers, body: body))
+        switch response.body {
+        case .bytes(let bytes):
+            return HTTPTestSupport.HTTPResponse(
+                head: Self.head(response, length: bytes.count), body: method == "HEAD" ? [] : bytes)
+        case .stream(let stream):
+            // As over a socket: the whole body is read, so a stream that does not end times out.
+            let events = InProcessEventStreamBody(stream: stream)
+            defer { events.close() }
+            let deadline = ContinuousClock.now + timeout
+            var bytes: [UInt8] = []
+            while let piece = try await events.nextBytes(deadline: deadline) { bytes += piece }
+            return HTTPTestSupport.HTTPResponse(head: Self.head(response, length: nil), body: bytes)
+        }
+    }
+
+    func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> HTTPTestSupport.EventStream {
+        let response = await server.answer(server.request("GET", target, headers: headers, body: nil))
+        switch response.body {
+        case .bytes(let bytes):
+            return HTTPTestSupport.EventStream(head: Self.head(response, length: bytes.count), body: InProcessBytesBody(bytes: bytes))
+        case .stream(let stream):
+            return HTTPTestSupport.EventStream(head: Self.head(response, length: nil), body: InProcessEventStreamBody(stream: stream))
+        }
+    }
+
+    /// The head libmicrohttpd sends: the response's fields, plus `Content-Length` for a body
+    /// of bytes (not on 204 and 304) or chunked framing for a stream.
+    static func head(_ response: MicroHTTP.HTTPResponse, length: Int?) -> HTTPHead {
+        var fields: [Header] = response.headers.map { ($0.name, $0.value) }
+        if let length {
+            if response.status != 204 && response.status != 304 { fields.append(("Content-Length", String(length))) }
+        } else {
+            fields.append(("Transfer-Encoding", "chunked"))
+        }
+        return HTTPHead(status: response.status, headers: fields)
+    }
+}
+
+/// The body of a response that is not a stream.
+struct InProcessBytesBody: EventStreamBody {
+    let bytes: [UInt8]
+
+    func nextBytes(deadline: ContinuousClock.Instant) async throws -> [UInt8]? {
+        throw ClientError.malformedResponse("not an event stream: \(String(decoding: bytes.prefix(300), as: UTF8.self))")
+    }
+
+    func readAll(deadline: ContinuousClock.Instant) async throws -> [UInt8] { bytes }
+
+    func close() {}
+}
+
+/// The bytes of the server's own event stream, pulled as libmicrohttpd pulls them
+/// (`EventStream.read(into:max:)`); `close()` is the client going away (`finish()`, as when
+/// libmicrohttpd completes the request). With no connection to suspend, an empty queue is
+/// polled until the deadline.
+struct InProcessEventStreamBody: EventStreamBody {
+    let stream: MicroHTTP.EventStream
+
+    func nextBytes(deadline: ContinuousClock.Instant) async throws -> [UInt8]? {
+        var buffer = [CChar](repeating: 0, count: HTTPServer.streamBlockSize)
+        while true {
+            let count = buffer.withUnsafeMutableBufferPointer { raw -> Int in
+                guard let base = raw.baseAddress else { return -1 }
+                return stream.read(into: base, max: raw.count)
+            }
+            if count < 0 { return nil }  // end of stream
+            if count > 0 { return buffer.prefix(count).map { UInt8(bitPattern: $0) } }
+            guard ContinuousClock.now < deadline else { throw ClientError.timedOut("stream bytes") }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    func readAll(deadline: ContinuousClock.Instant) async throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        while let piece = try await nextBytes(deadline: deadline) { bytes += piece }
+        return bytes
+    }
+
+    func close() { stream.finish() }
+}
+
+/// Runs a suite against one in-process server, stopped after the suite.
+package struct InProcessServerTrait: SuiteTrait, TestScoping {
+    package var settings: InProcessServer.Settings
+
+    package var isRecursive: Bool { false }
+
+    package func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        let server = try InProcessServer(settings: settings)
+        do {
+            try await SharedServer.$inProcess.withValue(server.api) { try await function() }
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+}
+
+extension Trait where Self == InProcessServerTrait {
+    /// One in-process server for the whole suite; `configure` changes its settings.
+    package static func inProcessServer(
+        _ configure: @Sendable (inout InProcessServer.Settings) -> Void = { _ in }
+    ) -> Self {
+        var settings = InProcessServer.Settings()
+        configure(&settings)
+        return InProcessServerTrait(settings: settings)
+    }
+}

@@ -1,0 +1,9 @@
+import HTTPTestSupport
+import Testing
+
+/// The contract checks that only a real connection shows — HEAD framing and keep-alive, many
+/// connections at once, the in-process server compared with the binary — on one real server.
+/// Most contract suites run in process (`.inProcessServer`); each file adds its socket-only
+/// checks here in an extension, so they share one process.
+@Suite("Contract over a socket", .localServer())
+struct SocketContractTests {}
