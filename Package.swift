@@ -32,6 +32,7 @@ let package = Package(
             url: "https://github.com/apple/swift-configuration", from: "1.4.0",
             traits: [.defaults, "YAML"]
         ),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // MARK: Store core (library, no HTTP, no C)
@@ -99,6 +100,17 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
+        // MARK: PostgreSQL storage: the same protocol over a connection pool, for several nodes
+        .target(
+            name: "StatePostgres",
+            dependencies: [
+                "StatePersistence",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
         // MARK: Sessions, event hub, idempotency (no HTTP)
         .target(
             name: "StateSessions",
@@ -150,6 +162,13 @@ let package = Package(
             path: "Tests/HTTPTestSupport",
             swiftSettings: strictSettings
         ),
+        // The `SessionStorage` behaviour checks every storage passes (memory, SQLite, PostgreSQL).
+        .target(
+            name: "StorageTestSupport",
+            dependencies: ["StatePersistence"],
+            path: "Tests/StorageTestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "MicroHTTPTests",
             dependencies: ["MicroHTTP"],
@@ -167,7 +186,12 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures"],
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StorageTestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "PostgresTests",
+            dependencies: ["StatePostgres", "StatePersistence", "StorageTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
