@@ -48,6 +48,7 @@ public final class PostgresStorage: SessionStorage {
         settings: Settings,
         logger: Logger = Logger(label: "state-server.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
     ) async throws(StorageError) -> PostgresStorage {
+        try await probe(settings, logger: logger)
         let storage = PostgresStorage(settings: settings, logger: logger)
         do {
             try await storage.migrate()
@@ -71,6 +72,28 @@ public final class PostgresStorage: SessionStorage {
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         runner = Task { await client.run() }
+    }
+
+    /// One direct connection before the pool: the pool retries a failed login quietly, while a
+    /// start-up must say at once that the password or database is wrong (`.unusable`) or that
+    /// nothing answers (`.unavailable`).
+    private static func probe(_ settings: Settings, logger: Logger) async throws(StorageError) {
+        do {
+            let tls: PostgresConnection.Configuration.TLS
+            switch settings.tls {
+            case .disable: tls = .disable
+            case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            }
+            var configuration = PostgresConnection.Configuration(
+                host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+                database: settings.database, tls: tls)
+            configuration.options.connectTimeout = .init(settings.connectionWait)
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            try? await connection.close()
+        } catch {
+            throw storageError(error, what: "connect", name: settings.redacted, wait: settings.connectionWait)
+        }
     }
 
     private static func tls(_ mode: Settings.TLSMode) -> PostgresClient.Configuration.TLS {
