@@ -7,7 +7,7 @@
 # System packages are installed with apt-get (as root, or through sudo).
 
 SWIFT        ?= swift
-APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl
+APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
@@ -21,7 +21,7 @@ deps:
 	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 build: deps
@@ -39,6 +39,8 @@ test: deps
 	$(SWIFT) test
 	@echo "== the HTTP behaviour suite again, against SQLite storage =="
 	STATE_SERVER_TEST_STORAGE=sqlite $(SWIFT) test --skip-build --filter StateServerIntegrationTests
+	@echo "== the storage suite against a throwaway PostgreSQL (scripts/postgres-test-server.sh) =="
+	$(SWIFT) test --skip-build --filter PostgresTests
 	@echo "== schemathesis against the OpenAPI description, on a live server =="
 	bash scripts/schemathesis.sh
 	@echo "== the web page in a real browser (headless Chromium) =="
