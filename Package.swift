@@ -39,6 +39,7 @@ let package = Package(
             url: "https://github.com/apple/swift-configuration", from: "1.4.0",
             traits: [.defaults, "YAML"]
         ),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // MARK: Store core (library, no HTTP, no C)
@@ -102,6 +103,17 @@ let package = Package(
                 "CSQLite", "CGnuTLS", "StateStore",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // MARK: PostgreSQL storage: the same protocol over a connection pool, for several nodes
+        .target(
+            name: "StatePostgres",
+            dependencies: [
+                "StatePersistence",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -170,6 +182,13 @@ let package = Package(
             path: "Tests/InProcessTestSupport",
             swiftSettings: strictSettings
         ),
+        // The `SessionStorage` behaviour checks every storage passes (memory, SQLite, PostgreSQL).
+        .target(
+            name: "StorageTestSupport",
+            dependencies: ["StatePersistence"],
+            path: "Tests/StorageTestSupport",
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "MicroHTTPTests",
             dependencies: ["MicroHTTP", "HTTPTestSupport"],
@@ -187,7 +206,12 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient"],
+            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "StorageTestSupport"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "PostgresTests",
+            dependencies: ["StatePostgres", "StatePersistence", "StorageTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -33,13 +33,15 @@ step() { # step NAME COMMAND...
 
 step "build" "$SWIFT" build --build-tests
 if [ "$failed" -eq 0 ]; then
-    step "swift test" "$SWIFT" test --skip-build
+    step "swift test" "$SWIFT" test --skip-build --skip PostgresTests
     step "HTTP suite on SQLite" env STATE_SERVER_TEST_STORAGE=sqlite "$SWIFT" test --skip-build --filter StateServerIntegrationTests
+    # A throwaway PostgreSQL per suite (scripts/postgres-test-server.sh), in a step of its own.
+    step "PostgreSQL storage" "$SWIFT" test --skip-build --filter PostgresTests
     step "schemathesis" bash scripts/schemathesis.sh
     step "OpenAPI client check" bash scripts/openapi-client-check.sh
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 else
-    for name in "swift test" "HTTP suite on SQLite" "schemathesis" "OpenAPI client check" "browser"; do
+    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "browser"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

@@ -1,0 +1,487 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import StatePersistence
+import Synchronization
+
+/// Sessions, journals, snapshots and idempotency replies in PostgreSQL, shared by several
+/// server nodes.
+///
+/// Every batch commits in its own transaction on a pooled connection (`Settings.poolSize`
+/// connections at most); concurrent batches run side by side on different connections, and
+/// PostgreSQL's unique keys decide races between nodes: a second journal entry for the same
+/// (session, feature, version) or (session, seq), a second reply for the same (session, key),
+/// or a second session with the same id fails its batch with `.conflict`, and nothing of that
+/// batch is stored.
+///
+/// Failures: no connection within `Settings.connectionWait`, a refused or lost connection,
+/// or a server shutting down is `.unavailable`; the pool reconnects by itself (with backoff)
+/// once PostgreSQL is back, so the same instance serves again without being re-created.
+/// A commit whose connection is lost during `COMMIT` reports `.unavailable` although it may
+/// have committed (as with any network database): a retry then sees `.conflict`.
+///
+/// The schema is created and migrated at start (``open(settings:logger:)``) under an advisory
+/// lock, so nodes starting together do not race; a schema newer than this code knows is
+/// `.unusable`.
+///
+/// Thread-safety: all methods may be called concurrently from any task. No method blocks a
+/// thread: the I/O runs on SwiftNIO's event loops.
+public final class PostgresStorage: SessionStorage {
+    /// The schema version this code creates and understands.
+    public static let schemaVersion = 1
+    /// The LISTEN/NOTIFY channel commits announce their journal entries on.
+    static let channel = "state_server_changes"
+
+    /// `postgres://USER[:***]@HOST:PORT/DB`: never the password.
+    public let name: String
+    public let settings: Settings
+    private let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+
+    /// Connects, creates or migrates the schema, and returns a storage ready to serve.
+    ///
+    /// - Throws: `.unavailable` when PostgreSQL cannot be reached within
+    ///   `settings.connectionWait`; `.unusable` when the login or database is refused or the
+    ///   database's schema is newer than ``schemaVersion``.
+    public static func open(
+        settings: Settings,
+        logger: Logger = Logger(label: "state-server.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
+    ) async throws(StorageError) -> PostgresStorage {
+        try await probe(settings, logger: logger)
+        let storage = PostgresStorage(settings: settings, logger: logger)
+        do {
+            try await storage.migrate()
+        } catch {
+            await storage.close()
+            throw error
+        }
+        return storage
+    }
+
+    private init(settings: Settings, logger: Logger) {
+        self.settings = settings
+        self.name = settings.redacted
+        self.logger = logger
+        var configuration = PostgresClient.Configuration(
+            host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+            database: settings.database, tls: Self.tls(settings.tls))
+        configuration.options.maximumConnections = max(1, settings.poolSize)
+        configuration.options.minimumConnections = 0
+        configuration.options.connectTimeout = settings.connectionWait
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        runner = Task { await client.run() }
+    }
+
+    /// One direct connection before the pool: the pool retries a failed login quietly, while a
+    /// start-up must say at once that the password or database is wrong (`.unusable`) or that
+    /// nothing answers (`.unavailable`).
+    private static func probe(_ settings: Settings, logger: Logger) async throws(StorageError) {
+        do {
+            let tls: PostgresConnection.Configuration.TLS
+            switch settings.tls {
+            case .disable: tls = .disable
+            case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+            }
+            var configuration = PostgresConnection.Configuration(
+                host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+                database: settings.database, tls: tls)
+            configuration.options.connectTimeout = .init(settings.connectionWait)
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            try? await connection.close()
+        } catch {
+            throw storageError(error, what: "connect", name: settings.redacted, wait: settings.connectionWait)
+        }
+    }
+
+    private static func tls(_ mode: Settings.TLSMode) -> PostgresClient.Configuration.TLS {
+        switch mode {
+        case .disable: .disable
+        case .prefer: .prefer(.makeClientConfiguration())
+        case .require: .require(.makeClientConfiguration())
+        }
+    }
+
+    // MARK: - Schema
+
+    /// Statements of each schema version, applied in order from the database's version + 1.
+    static let migrations: [[PostgresQuery]] = [
+        // Version 1: the tables of SQLiteStorage, with PostgreSQL types.
+        [
+            """
+            CREATE TABLE state_sessions (
+                id text PRIMARY KEY,
+                token_hash bytea NOT NULL,
+                created_at bigint NOT NULL,
+                last_active bigint NOT NULL
+            )
+            """,
+            "CREATE INDEX state_sessions_by_activity ON state_sessions (last_active)",
+            """
+            CREATE TABLE state_journal (
+                session text NOT NULL,
+                seq bigint NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                cause text NOT NULL,
+                payload bytea,
+                event bytea NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, seq)
+            )
+            """,
+            "CREATE UNIQUE INDEX state_journal_by_store ON state_journal (session, feature, version)",
+            """
+            CREATE TABLE state_snapshots (
+                session text NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                state_version bigint NOT NULL,
+                state bytea NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, feature)
+            )
+            """,
+            """
+            CREATE TABLE state_replies (
+                session text NOT NULL,
+                key text NOT NULL,
+                status integer NOT NULL,
+                body bytea NOT NULL,
+                version bigint NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, key)
+            )
+            """,
+        ]
+    ]
+
+    /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.
+    private func migrate() async throws(StorageError) {
+        let known = Self.schemaVersion
+        try await perform("migrate the schema") { connection, logger in
+            try await Self.transaction(connection, logger) {
+                // Any fixed number: nodes of this server serialize their migrations on it.
+                try await connection.query("SELECT pg_advisory_xact_lock(7143258921)", logger: logger)
+                try await connection.query(
+                    "CREATE TABLE IF NOT EXISTS state_schema (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+                    logger: logger)
+                var current = 0
+                for try await version in try await connection.query("SELECT coalesce(max(version), 0) FROM state_schema", logger: logger)
+                    .decode(Int.self)
+                {
+                    current = version
+                }
+                if current > known {
+                    throw StorageError(
+                        .unusable,
+                        "the database's schema is version \(current), newer than this server knows (\(known)): run a newer server, or another database"
+                    )
+                }
+                for version in (current + 1)..<(known + 1) {
+                    for statement in Self.migrations[version - 1] {
+                        try await connection.query(statement, logger: logger)
+                    }
+                    try await connection.query("INSERT INTO state_schema (version) VALUES (\(version))", logger: logger)
+                }
+            }
+        }
+    }
+
+    // MARK: - Writes
+
+    public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
+        guard !batch.isEmpty else { return }
+        try await perform("commit") { connection, logger in
+            try await Self.transaction(connection, logger) {
+                // Writes for a session that does not exist (deleted, perhaps by another node)
+                // are refused; the share lock orders a concurrent delete after this commit.
+                var created = Set<String>()
+                var named: [String] = []
+                for write in batch {
+                    switch write {
+                    case .createSession(let s): created.insert(s.id)
+                    case .append(let e, _): named.append(e.session)
+                    case .snapshot(let s): named.append(s.session)
+                    case .touch(let session, _), .compact(let session, _, _, _): named.append(session)
+                    case .deleteSession: break
+                    }
+                }
+                for session in Set(named).subtracting(created).sorted() {
+                    let rows = try await connection.query(
+                        "SELECT 1 FROM state_sessions WHERE id = \(session) FOR SHARE", logger: logger)
+                    var exists = false
+                    for try await _ in rows { exists = true }
+                    guard exists else { throw StorageError(.sessionGone, "session \(session) does not exist") }
+                }
+                for write in batch { try await Self.apply(write, on: connection, logger) }
+                // One notice per batch with an append: delivered at COMMIT, never for a rollback.
+                var last: [String: Int] = [:]
+                for case .append(let entry, _) in batch { last[entry.session] = max(last[entry.session] ?? 0, entry.seq) }
+                for (session, seq) in last.sorted(by: { $0.key < $1.key }) {
+                    let payload = "\(seq) \(session)"
+                    try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
+                }
+            }
+        }
+    }
+
+    private static func apply(_ write: StorageWrite, on db: PostgresConnection, _ logger: Logger) async throws {
+        switch write {
+        case .createSession(let s):
+            try await db.query(
+                """
+                INSERT INTO state_sessions (id, token_hash, created_at, last_active)
+                VALUES (\(s.id), \(ByteBuffer(bytes: s.tokenHash)), \(s.createdAt), \(s.lastActiveAt))
+                """, logger: logger)
+        case .deleteSession(let id):
+            // One round trip for the four tables.
+            try await db.query(
+                """
+                WITH j AS (DELETE FROM state_journal WHERE session = \(id)),
+                     s AS (DELETE FROM state_snapshots WHERE session = \(id)),
+                     r AS (DELETE FROM state_replies WHERE session = \(id))
+                DELETE FROM state_sessions WHERE id = \(id)
+                """, logger: logger)
+        case .append(let e, let idempotency):
+            let payload = e.payload.map { ByteBuffer(bytes: $0) }
+            if let (key, reply) = idempotency {
+                // A reply key is unique per session across nodes: a second one is a conflict.
+                try await db.query(
+                    """
+                    WITH j AS (
+                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                        VALUES (\(e.session), \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload),
+                                \(ByteBuffer(bytes: e.event)), \(e.time))
+                    )
+                    INSERT INTO state_replies (session, key, status, body, version, time)
+                    VALUES (\(e.session), \(key), \(Int32(clamping: reply.status)), \(ByteBuffer(bytes: reply.body)),
+                            \(reply.version), \(e.time))
+                    """, logger: logger)
+            } else {
+                try await db.query(
+                    """
+                    INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                    VALUES (\(e.session), \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload),
+                            \(ByteBuffer(bytes: e.event)), \(e.time))
+                    """, logger: logger)
+            }
+        case .snapshot(let s):
+            try await db.query(
+                """
+                INSERT INTO state_snapshots (session, feature, version, state_version, state, time)
+                VALUES (\(s.session), \(s.feature), \(s.version), \(s.stateVersion), \(ByteBuffer(bytes: s.state)), \(s.time))
+                ON CONFLICT (session, feature) DO UPDATE SET version = excluded.version,
+                    state_version = excluded.state_version, state = excluded.state, time = excluded.time
+                """, logger: logger)
+        case .touch(let session, let at):
+            try await db.query(
+                "UPDATE state_sessions SET last_active = greatest(last_active, \(at)) WHERE id = \(session)", logger: logger)
+        case .compact(let session, let feature, let upToVersion, let keepLast):
+            try await db.query(
+                """
+                DELETE FROM state_journal WHERE session = \(session) AND feature = \(feature) AND version <= \(upToVersion)
+                AND seq <= (SELECT coalesce(max(seq), 0) FROM state_journal WHERE session = \(session)) - \(keepLast)
+                """, logger: logger)
+        }
+    }
+
+    /// Runs `body` between BEGIN and COMMIT; rolls back when it throws.
+    private static func transaction(
+        _ connection: PostgresConnection, _ logger: Logger, _ body: () async throws -> Void
+    ) async throws {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await body()
+        } catch {
+            // A lost connection cannot roll back; PostgreSQL aborts the transaction then.
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+        try await connection.query("COMMIT", logger: logger)
+    }
+
+    // MARK: - Reads
+
+    public func session(id: String) async throws(StorageError) -> StoredSession? {
+        try await perform("read a session") { db, logger in
+            let rows = try await db.query(
+                "SELECT token_hash, created_at, last_active FROM state_sessions WHERE id = \(id)", logger: logger)
+            for try await (hash, created, last) in rows.decode((ByteBuffer, Int64, Int64).self) {
+                return StoredSession(id: id, tokenHash: Array(buffer: hash), createdAt: created, lastActiveAt: last)
+            }
+            return nil
+        }
+    }
+
+    public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
+        try await perform("read a snapshot") { db, logger in
+            let rows = try await db.query(
+                "SELECT version, state_version, state, time FROM state_snapshots WHERE session = \(session) AND feature = \(feature)",
+                logger: logger)
+            for try await (version, stateVersion, state, time) in rows.decode((Int, Int, ByteBuffer, Int64).self) {
+                return StoreSnapshot(
+                    session: session, feature: feature, version: version, stateVersion: stateVersion,
+                    state: Array(buffer: state), time: time)
+            }
+            return nil
+        }
+    }
+
+    public func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+        try await perform("read a journal") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT seq, version, cause, payload, event, time FROM state_journal
+                WHERE session = \(session) AND feature = \(feature) AND version > \(afterVersion) ORDER BY version
+                """, logger: logger)
+            var entries: [JournalEntry] = []
+            for try await (seq, version, cause, payload, event, time) in rows.decode((Int, Int, String, ByteBuffer?, ByteBuffer, Int64).self) {
+                entries.append(
+                    JournalEntry(
+                        session: session, seq: seq, feature: feature, version: version, cause: cause,
+                        payload: payload.map { Array(buffer: $0) }, event: Array(buffer: event), time: time))
+            }
+            return entries
+        }
+    }
+
+    public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
+        try await perform("read a journal") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT seq, feature, version, cause, payload, event, time FROM state_journal
+                WHERE session = \(session) AND seq > \(afterSeq) ORDER BY seq LIMIT \(max(0, limit))
+                """, logger: logger)
+            var entries: [JournalEntry] = []
+            for try await (seq, feature, version, cause, payload, event, time) in rows.decode(
+                (Int, String, Int, String, ByteBuffer?, ByteBuffer, Int64).self)
+            {
+                entries.append(
+                    JournalEntry(
+                        session: session, seq: seq, feature: feature, version: version, cause: cause,
+                        payload: payload.map { Array(buffer: $0) }, event: Array(buffer: event), time: time))
+            }
+            return entries
+        }
+    }
+
+    public func lastSeq(session: String) async throws(StorageError) -> Int {
+        try await perform("read a sequence") { db, logger in
+            let rows = try await db.query(
+                "SELECT coalesce(max(seq), 0) FROM state_journal WHERE session = \(session)", logger: logger)
+            for try await seq in rows.decode(Int.self) { return seq }
+            return 0
+        }
+    }
+
+    public func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
+        try await perform("read a reply") { db, logger in
+            let rows = try await db.query(
+                "SELECT status, body, version FROM state_replies WHERE session = \(session) AND key = \(key)", logger: logger)
+            for try await (status, body, version) in rows.decode((Int32, ByteBuffer, Int).self) {
+                return StoredReply(status: Int(status), body: Array(buffer: body), version: version)
+            }
+            return nil
+        }
+    }
+
+    public func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {
+        try await perform("list inactive sessions") { db, logger in
+            let rows = try await db.query(
+                "SELECT id FROM state_sessions WHERE last_active < \(time) ORDER BY last_active, id LIMIT \(max(0, limit))",
+                logger: logger)
+            var ids: [String] = []
+            for try await id in rows.decode(String.self) { ids.append(id) }
+            return ids
+        }
+    }
+
+    public func sessionCount() async throws(StorageError) -> Int {
+        try await perform("count sessions") { db, logger in
+            let rows = try await db.query("SELECT count(*) FROM state_sessions", logger: logger)
+            for try await count in rows.decode(Int.self) { return count }
+            return 0
+        }
+    }
+
+    /// Closes the pool: running operations finish or fail, later ones fail `.unavailable`.
+    public func close() async {
+        runner.cancel()
+        await runner.value
+    }
+
+    // MARK: - Running an operation
+
+    /// Leases a connection (waiting at most `settings.connectionWait`), runs `body` on it, and
+    /// turns every failure into a `StorageError`.
+    func perform<T: Sendable>(
+        _ what: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
+    ) async throws(StorageError) -> T {
+        let leased = Flag()
+        let client = client
+        let logger = logger
+        let wait = settings.connectionWait
+        do {
+            return try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask {
+                    try await client.withConnection { connection in
+                        leased.value.store(true, ordering: .sequentiallyConsistent)
+                        return try await body(connection, logger)
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: wait)
+                    if !leased.value.load(ordering: .sequentiallyConsistent) { throw NoConnection() }
+                    return nil
+                }
+                while let result = try await group.next() {
+                    if let result {
+                        group.cancelAll()
+                        return result
+                    }
+                }
+                throw NoConnection()
+            }
+        } catch {
+            throw Self.storageError(error, what: what, name: name, wait: wait)
+        }
+    }
+
+    private struct NoConnection: Error {}
+
+    /// Set once a connection is leased: from then on the operation runs to its end.
+    private final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    /// What a failure means for the caller. Messages name the storage without its password and
+    /// quote PostgreSQL's own message and SQLSTATE, never bound values.
+    static func storageError(_ error: any Error, what: String, name: String, wait: Duration) -> StorageError {
+        if let error = error as? StorageError { return error }
+        if error is NoConnection {
+            return StorageError(.unavailable, "\(name): cannot \(what): no connection to PostgreSQL within \(wait)")
+        }
+        if let error = error as? PSQLError {
+            if error.code == .server, let info = error.serverInfo {
+                let state = info[.sqlState] ?? "?"
+                let message = info[.message] ?? "error"
+                let text = "\(name): cannot \(what): \(message) (SQLSTATE \(state))"
+                switch state {
+                case _ where state.hasPrefix("23"): return StorageError(.conflict, text)
+                case _ where state.hasPrefix("28"), "3D000", "42501": return StorageError(.unusable, text)
+                default: return StorageError(.unavailable, text)
+                }
+            }
+            let cause = error.underlying.map { ": \($0)" } ?? ""
+            return StorageError(.unavailable, "\(name): cannot \(what): PostgreSQL connection failed (\(error.code))\(cause)")
+        }
+        if error is CancellationError {
+            return StorageError(.unavailable, "\(name): cannot \(what): cancelled")
+        }
+        // The pool's own errors (circuit breaker open, shut down) and anything else.
+        return StorageError(.unavailable, "\(name): cannot \(what): PostgreSQL is unreachable (\(String(describing: error)))")
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import StatePersistence
+import StatePostgres
+import StorageTestSupport
+import Testing
+
+private func session(_ id: String) -> StoredSession {
+    StoredSession(id: id, tokenHash: SHA256.hash("token-\(id)"), createdAt: 1_000, lastActiveAt: 1_000)
+}
+
+private func entry(_ session: String, seq: Int, feature: String = "counter", version: Int) -> JournalEntry {
+    JournalEntry(
+        session: session, seq: seq, feature: feature, version: version, cause: "dispatch",
+        payload: Array(#"{"type":"increment"}"#.utf8), event: Array(#"{"version":\#(version)}"#.utf8), time: 5_000)
+}
+
+@Suite("PostgreSQL storage", .postgres)
+struct PostgresStorageTests {
+    @Test("the SessionStorage behaviour checks pass on PostgreSQL", arguments: StorageBehaviour.all)
+    func behaviour(_ check: StorageBehaviour.Check) async throws {
+        try await withPostgresStorage { storage, _ in try await check.run(storage) }
+    }
+
+    @Test("the name is the URL without its password")
+    func name() async throws {
+        try await withPostgresStorage { storage, url in
+            let password = try #require(try PostgresStorage.Settings(url: url).password)
+            #expect(storage.name.hasPrefix("postgres://stateserver:***@127.0.0.1:"))
+            #expect(!storage.name.contains(password))
+        }
+    }
+
+    @Test("two nodes commit the same (session, feature, version) at once: exactly one wins, the other is a conflict")
+    func raceBetweenNodes() async throws {
+        try await withPostgresStorage { nodeA, url in
+            let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            try await nodeA.commit([.createSession(session("s"))])
+            for version in 1...20 {
+                async let a = caught { () async throws(StorageError) in
+                    try await nodeA.commit([.append(entry("s", seq: version, version: version), idempotency: nil)])
+                }
+                async let b = caught { () async throws(StorageError) in
+                    try await nodeB.commit([.append(entry("s", seq: version, version: version), idempotency: nil)])
+                }
+                let outcomes = await [a, b]
+                #expect(outcomes.filter { $0 == nil }.count == 1, "round \(version): \(outcomes)")
+                #expect(outcomes.compactMap { $0?.kind } == [.conflict], "round \(version): \(outcomes)")
+            }
+            let stored = try await nodeB.journal(session: "s", feature: "counter", afterVersion: 0)
+            #expect(stored.map(\.version) == Array(1...20))
+            #expect(try await nodeA.lastSeq(session: "s") == 20)
+            await nodeB.close()
+        }
+    }
+
+    @Test("an Idempotency-Key is unique across nodes: a second change with the same key is a conflict and stores nothing")
+    func idempotencyAcrossNodes() async throws {
+        try await withPostgresStorage { nodeA, url in
+            let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            try await nodeA.commit([.createSession(session("s"))])
+            let reply = StoredReply(status: 200, body: Array("{}".utf8), version: 1)
+            try await nodeA.commit([.append(entry("s", seq: 1, version: 1), idempotency: ("key", reply))])
+            let second = await caught { () async throws(StorageError) in
+                try await nodeB.commit([
+                    .append(entry("s", seq: 2, feature: "todos", version: 1),
+                            idempotency: ("key", StoredReply(status: 200, body: [], version: 1)))
+                ])
+            }
+            #expect(second?.kind == .conflict, "\(String(describing: second))")
+            #expect(try await nodeB.reply(session: "s", key: "key") == reply)
+            #expect(try await nodeB.lastSeq(session: "s") == 1, "the losing change left no journal entry")
+            await nodeB.close()
+        }
+    }
+
+    @Test("a database whose schema is newer than the server knows is a clear start-up error")
+    func newerSchema() async throws {
+        let server = try TestPostgres.shared()
+        try await withPostgresStorage { storage, url in
+            #expect(try server.sql("SELECT max(version) FROM state_schema", in: url) == "\(PostgresStorage.schemaVersion)")
+            try server.sql("INSERT INTO state_schema (version) VALUES (\(PostgresStorage.schemaVersion + 1))", in: url)
+            let error = await caught { () async throws(StorageError) in
+                _ = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            }
+            #expect(error?.kind == .unusable, "\(String(describing: error))")
+            #expect(error?.message.contains("schema is version \(PostgresStorage.schemaVersion + 1), newer than this server knows") == true,
+                    "\(String(describing: error))")
+        }
+    }
+
+    @Test("opening an existing database keeps its data (the migration runs once)")
+    func reopen() async throws {
+        try await withPostgresStorage { storage, url in
+            try await storage.commit([.createSession(session("kept"))])
+            let again = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            #expect(try await again.session(id: "kept") == session("kept"))
+            await again.close()
+        }
+    }
+
+    @Test("a wrong password is refused as unusable, and the error does not contain the password")
+    func wrongPassword() async throws {
+        let server = try TestPostgres.shared()
+        var settings = try TestPostgres.settings(server.url)
+        settings.password = "not-the-Secret-42"
+        let error = await caught { () async throws(StorageError) in
+            _ = try await PostgresStorage.open(settings: settings)
+        }
+        #expect(error?.kind == .unusable, "\(String(describing: error))")
+        #expect(error.map { !"\($0)".contains("not-the-Secret-42") && !$0.message.contains("not-the-Secret-42") } == true)
+        #expect(error?.message.contains("postgres://stateserver:***@") == true, "\(String(describing: error))")
+    }
+}
+
+@Suite("PostgreSQL outages")
+struct PostgresOutageTests {
+    @Test("PostgreSQL stopped: commits and reads fail as unavailable; started again: the same storage serves")
+    func stopAndStart() async throws {
+        let server = try TestPostgres.start()
+        defer { server.destroy() }
+        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(server.url))
+        try await storage.commit([.createSession(session("s")), .append(entry("s", seq: 1, version: 1), idempotency: nil)])
+
+        try server.stop()
+        let commit = await caught { () async throws(StorageError) in
+            try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotency: nil)])
+        }
+        #expect(commit?.kind == .unavailable, "\(String(describing: commit))")
+        let read = await caught { () async throws(StorageError) in _ = try await storage.lastSeq(session: "s") }
+        #expect(read?.kind == .unavailable, "\(String(describing: read))")
+        let password = try #require(try PostgresStorage.Settings(url: server.url).password)
+        #expect(commit.map { !$0.message.contains(password) } == true)
+
+        try server.startAgain()
+        // The pool reconnects with backoff: poll until a commit lands (deadline 30 s).
+        let deadline = ContinuousClock.now + .seconds(30)
+        var last: StorageError?
+        repeat {
+            last = await caught { () async throws(StorageError) in
+                try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotency: nil)])
+            }
+            if last == nil { break }
+            try await Task.sleep(for: .milliseconds(100))
+        } while ContinuousClock.now < deadline
+        #expect(last == nil, "no commit after PostgreSQL came back: \(String(describing: last))")
+        #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 10).map(\.seq) == [1, 2])
+        await storage.close()
+    }
+
+    @Test("no PostgreSQL at the address: opening fails as unavailable, quickly")
+    func nothingListening() async throws {
+        // Port 1: nothing listens there.
+        var settings = try TestPostgres.settings("postgres://u:secret-pw@127.0.0.1:1/db")
+        settings.connectionWait = .seconds(1)
+        let error = await caught { () async throws(StorageError) in
+            _ = try await PostgresStorage.open(settings: settings)
+        }
+        #expect(error?.kind == .unavailable, "\(String(describing: error))")
+        #expect(error?.message.contains("secret-pw") == false)
+    }
+}
+
+@Suite("PostgreSQL URLs")
+struct PostgresURLTests {
+    @Test("postgres:// and postgresql:// URLs, with and without password and port")
+    func parses() throws {
+        let full = try PostgresStorage.Settings(url: "postgres://alice:s3cr%40t@db.example:6543/state")
+        #expect(full.host == "db.example")
+        #expect(full.port == 6543)
+        #expect(full.user == "alice")
+        #expect(full.password == "s3cr@t")
+        #expect(full.database == "state")
+        #expect(full.poolSize == 10)
+        let short = try PostgresStorage.Settings(url: "postgresql://bob@localhost/app?sslmode=disable&pool_size=3")
+        #expect(short.port == 5432)
+        #expect(short.password == nil)
+        #expect(short.tls == .disable)
+        #expect(short.poolSize == 3)
+        #expect(short.redacted == "postgres://bob@localhost:5432/app")
+        let v6 = try PostgresStorage.Settings(url: "postgres://u:p@[::1]:5433/d")
+        #expect(v6.host == "::1")
+        #expect(v6.redacted == "postgres://u:***@[::1]:5433/d")
+    }
+
+    @Test("the password never shows in descriptions", arguments: ["hunter2-xyz", "p@ss:w/rd"])
+    func redacted(_ password: String) throws {
+        let escaped = password.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? password
+        let settings = try PostgresStorage.Settings(url: "postgres://alice:\(escaped)@127.0.0.1:5432/state")
+        #expect(settings.password == password)
+        var dumped = ""
+        dump(settings, to: &dumped)
+        for text in [settings.redacted, settings.description, settings.debugDescription, "\(settings)", String(reflecting: settings), dumped] {
+            #expect(!text.contains(password), "\(text)")
+            #expect(!text.contains(escaped), "\(text)")
+        }
+        #expect(settings.redacted == "postgres://alice:***@127.0.0.1:5432/state")
+    }
+
+    @Test("bad URLs are unusable and their errors do not quote the URL", arguments: [
+        "mysql://u:hunter2-xyz@h/d", "postgres://u:hunter2-xyz@h", "postgres://u:hunter2-xyz@h:99999/d",
+        "postgres://u:hunter2-xyz@/d", "postgres://h:5432/d", "postgres://u:hunter2-xyz@h/d?sslmode=maybe",
+        "postgres://u:hunter2-xyz%zz@h/d",
+    ])
+    func badURLs(_ url: String) {
+        do {
+            _ = try PostgresStorage.Settings(url: url)
+            Issue.record("accepted \(url)")
+        } catch {
+            #expect(error.kind == .unusable)
+            #expect(!error.message.contains("hunter2"), "\(error.message)")
+        }
+    }
+}
