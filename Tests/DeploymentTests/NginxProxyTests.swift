@@ -63,4 +63,41 @@ struct NginxProxyTests {
             }
         }
     }
+
+    @Test("a dispatch a node received and died on is not sent to another node; a GET is")
+    func noSecondDispatch() async throws {
+        let dead = try DeadNode()
+        defer { dead.stop() }
+        try await withServer(arguments: ["--storage", "memory"]) { server in
+            let nginx = try await NginxProcess.start(upstreams: [dead.port, server.port])
+            do {
+                try await Self.checkRetries(nginx: nginx, server: server, dead: dead)
+            } catch {
+                await nginx.stop()
+                throw error
+            }
+            await nginx.stop()
+        }
+    }
+
+    private static func checkRetries(nginx: NginxProcess, server: ServerProcess, dead: DeadNode) async throws {
+        // The session lives on the real node; through nginx, round robin alternates.
+        let session = try await server.api.createSession()
+        let proxied = Session(api: nginx.api, id: session.id, token: session.token)
+        var statuses: [Int] = []
+        for _ in 0..<2 {
+            statuses.append(try await proxied.dispatch("counter", ["type": "increment"]).status)
+        }
+        #expect(statuses.sorted() == [200, 502], "dispatch statuses: \(statuses)")
+        let posts = dead.requestLines.filter { $0.hasPrefix("POST ") }
+        #expect(posts.count == 1, "the dead node got \(dead.requestLines)")
+        // Only the dispatch the live node got ran: the one the dead node took was not re-sent.
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
+
+        for _ in 0..<2 {
+            let read = try await proxied.request("GET", "/state/counter")
+            #expect(read.status == 200, "GET through nginx: \(read)")
+        }
+        #expect(dead.requestLines.contains { $0.hasPrefix("GET ") }, "no GET was tried on the dead node: \(dead.requestLines)")
+    }
 }
