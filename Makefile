@@ -7,7 +7,7 @@
 # System packages are installed with apt-get (as root, or through sudo).
 
 SWIFT        ?= swift
-APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql
+APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib

@@ -40,6 +40,8 @@ let package = Package(
             traits: [.defaults, "YAML"]
         ),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.
+        .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
     targets: [
         // MARK: Store core (library, no HTTP, no C)
@@ -227,6 +229,12 @@ let package = Package(
         .testTarget(
             name: "RepositoryTests",
             dependencies: ["state-server", "StateServerHTTP", "HTTPTestSupport"],
+            swiftSettings: strictSettings
+        ),
+        // deploy/ checked without a Docker engine, and a real nginx in front of the real server.
+        .testTarget(
+            name: "DeploymentTests",
+            dependencies: ["state-server", "HTTPTestSupport", .product(name: "Yams", package: "Yams")],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -1,0 +1,80 @@
+import Foundation
+import HTTPTestSupport
+import Testing
+
+/// deploy/nginx: the template renders, nginx accepts it, and it carries what SSE, retries and
+/// the body limit need.
+@Suite("nginx configuration")
+struct NginxConfigTests {
+    /// The directives of the rendered configuration, one per entry, without comments.
+    static func directives(_ text: String) -> [String] {
+        text.split(separator: "\n").map { line in
+            let code = line.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            return code.trimmingCharacters(in: .whitespaces)
+        }.filter { !$0.isEmpty }
+    }
+
+    @Test("deploy/nginx/stateserver.conf is the template rendered for compose's node1..node3")
+    func committedRendering() throws {
+        let rendered = try Nginx.render(["--listen", "8080", "node1:8080", "node2:8080", "node3:8080"])
+        let committed = try Repository.text("deploy/nginx/stateserver.conf")
+        #expect(committed == rendered, "re-render it: deploy/nginx/render.sh --listen 8080 node1:8080 node2:8080 node3:8080 > deploy/nginx/stateserver.conf")
+    }
+
+    @Test("nginx -t accepts the rendered configuration")
+    func nginxAccepts() throws {
+        let prefix = try Nginx.makePrefix()
+        defer { try? FileManager.default.removeItem(at: prefix) }
+        let configuration = try Nginx.render(["--main", "--listen", "127.0.0.1:\(try freePort())", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
+        let result = try Nginx.test(configuration: configuration, prefix: prefix)
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stderr.contains("test is successful"), "\(result)")
+    }
+
+    @Test("render.sh refuses a node that is not host:port (nothing can be injected into the file)")
+    func renderRefusesJunk() throws {
+        for node in ["node1", "a:1; include /etc/passwd", "a:1\nb:2", ""] {
+            let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh", node])
+            #expect(output.status != 0 && output.stdout.isEmpty, "render.sh accepted \(node.debugDescription): \(output)")
+        }
+    }
+
+    @Test("SSE: no buffering, no cache, HTTP/1.1 keep-alive to the nodes, a long read timeout for streams")
+    func sseSettings() throws {
+        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1"]))
+        for required in [
+            "proxy_http_version 1.1;", "proxy_set_header Connection \"\";", "proxy_buffering off;", "proxy_cache off;",
+            "proxy_read_timeout 1h;", "location ~ ^/v1/sessions/[^/]+/events$ {", "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        ] {
+            #expect(lines.contains(required), "missing \(required)")
+        }
+        #expect(lines.contains { $0.hasPrefix("keepalive ") }, "no upstream keepalive")
+    }
+
+    @Test("round robin with passive health checks; retries never re-send a POST")
+    func balancing() throws {
+        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1", "b:2"]))
+        let servers = lines.filter { $0.hasPrefix("server ") && $0.hasSuffix(";") }
+        #expect(servers == ["server a:1 max_fails=2 fail_timeout=10s;", "server b:2 max_fails=2 fail_timeout=10s;"], "\(servers)")
+        // No other balancing method than round robin.
+        #expect(!lines.contains { ["least_conn", "ip_hash", "hash ", "random"].contains(where: $0.hasPrefix) }, "\(lines)")
+        #expect(lines.contains("proxy_next_upstream error timeout;"))
+        #expect(!lines.contains { $0.contains("non_idempotent") }, "POST must not be retried on another node once sent")
+    }
+
+    @Test("client_max_body_size lets the server's own 413 through (at or above its bodyLimit)")
+    func bodyLimit() throws {
+        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1"]))
+        let size = try #require(lines.first { $0.hasPrefix("client_max_body_size ") }?.dropFirst("client_max_body_size ".count).dropLast())
+        let bytes: Int? =
+            if size.hasSuffix("k") { Int(size.dropLast()).map { $0 * 1024 } }
+            else if size.hasSuffix("m") { Int(size.dropLast()).map { $0 * 1024 * 1024 } }
+            else { Int(size) }
+        let limit = try #require(bytes, "client_max_body_size \(size)")
+        let binary = try #require(ServerBinary.locate())
+        let printed = try runCommand(binary, ["--print-config"])
+        let config = try #require(try JSONSerialization.jsonObject(with: Data(printed.stdout.utf8)) as? [String: Any], "\(printed)")
+        let serverLimit = try #require(config["bodyLimit"] as? Int)
+        #expect(limit >= serverLimit && limit <= 4 * serverLimit, "nginx \(limit) bytes, server \(serverLimit)")
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import HTTPTestSupport
+import Testing
+
+/// A real nginx (deploy/nginx/stateserver.conf.template) in front of real state-server
+/// processes: requests, event streams, the body limit and failover go through it.
+@Suite("Through nginx")
+struct NginxProxyTests {
+    @Test("a dispatch and its event arrive through nginx, unbuffered")
+    func dispatchAndStream() async throws {
+        try await withCluster { nginx, _ in
+            let session = try await nginx.api.createSession()
+            let (stream, snapshot) = try await session.subscribe()
+            defer { stream.close() }
+            #expect(snapshot.json?["features"]?["counter"]?["state"]?["count"]?.int == 0, "\(snapshot)")
+            let reply = try await session.dispatchOK("counter", ["type": "increment", "by": 3])
+            #expect(reply["version"]?.int == 1, "\(reply)")
+            // The event must arrive while the stream stays open: a buffering proxy would hold it.
+            let event = try await stream.nextEvent(timeout: .seconds(5))
+            #expect(event.event == "state", "\(event)")
+            #expect(event.json?["state"]?["count"]?.int == 3, "\(event)")
+            #expect(stream.header("Content-Type")?.hasPrefix("text/event-stream") == true, "\(stream.head)")
+        }
+    }
+
+    @Test("bodies just over the server's limit get the server's 413; far over, nginx's 413 in the same JSON shape")
+    func bodyLimit() async throws {
+        try await withCluster { nginx, _ in
+            let session = try await nginx.api.createSession()
+            let over = padded(["feature": "counter", "action": ["type": "increment"]], to: 65537)
+            expectError(try await session.request("POST", "/dispatch", body: over), 413, "payload_too_large", "from the server")
+            let farOver = padded(["feature": "counter", "action": ["type": "increment"]], to: 300_000)
+            let response = try await session.request("POST", "/dispatch", body: farOver)
+            expectError(response, 413, "payload_too_large", "from nginx")
+            #expect(response.header("Content-Type")?.hasPrefix("application/json") == true, "\(response)")
+        }
+    }
+
+    @Test("round robin over the nodes; a stopped node is skipped for GET and for a POST it never received")
+    func roundRobinAndFailover() async throws {
+        try await withCluster(nodes: 2) { nginx, servers in
+            // Memory storage: each session lives on the node that created it.
+            var sessions: [Session] = []
+            for _ in 0..<4 { sessions.append(try await nginx.api.createSession()) }
+            var perNode: [Int] = []
+            for server in servers {
+                var count = 0
+                for session in sessions {
+                    let direct = Session(api: server.api, id: session.id, token: session.token)
+                    if try await direct.request("GET", "/state/counter").status == 200 { count += 1 }
+                }
+                perNode.append(count)
+            }
+            #expect(perNode == [2, 2], "sessions per node: \(perNode)")
+
+            await servers[1].stop()
+            for _ in 0..<6 {
+                let health = try await nginx.api.request("GET", "/healthz")
+                #expect(health.status == 200, "\(health)")
+                // Connection refused: the POST was never sent, so nginx may and does try the next node.
+                let created = try await nginx.api.request("POST", "/v1/sessions")
+                #expect(created.status == 201, "\(created)")
+            }
+        }
+    }
+
+    @Test("a dispatch a node received and died on is not sent to another node; a GET is")
+    func noSecondDispatch() async throws {
+        let dead = try DeadNode()
+        defer { dead.stop() }
+        try await withServer(arguments: ["--storage", "memory"]) { server in
+            let nginx = try await NginxProcess.start(upstreams: [dead.port, server.port])
+            do {
+                try await Self.checkRetries(nginx: nginx, server: server, dead: dead)
+            } catch {
+                await nginx.stop()
+                throw error
+            }
+            await nginx.stop()
+        }
+    }
+
+    private static func checkRetries(nginx: NginxProcess, server: ServerProcess, dead: DeadNode) async throws {
+        // The session lives on the real node; through nginx, round robin alternates.
+        let session = try await server.api.createSession()
+        let proxied = Session(api: nginx.api, id: session.id, token: session.token)
+        var statuses: [Int] = []
+        for _ in 0..<2 {
+            statuses.append(try await proxied.dispatch("counter", ["type": "increment"]).status)
+        }
+        #expect(statuses.sorted() == [200, 502], "dispatch statuses: \(statuses)")
+        let posts = dead.requestLines.filter { $0.hasPrefix("POST ") }
+        #expect(posts.count == 1, "the dead node got \(dead.requestLines)")
+        // Only the dispatch the live node got ran: the one the dead node took was not re-sent.
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
+
+        for _ in 0..<2 {
+            let read = try await proxied.request("GET", "/state/counter")
+            #expect(read.status == 200, "GET through nginx: \(read)")
+        }
+        #expect(dead.requestLines.contains { $0.hasPrefix("GET ") }, "no GET was tried on the dead node: \(dead.requestLines)")
+    }
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Renders deploy/nginx/stateserver.conf.template to standard output.
+#
+#   deploy/nginx/render.sh [--listen ADDR] [--main] NODE...
+#
+#   NODE        host:port of a state-server node (one "server" line each, round robin)
+#   --listen    what nginx listens on (default 8080; e.g. 127.0.0.1:18080)
+#   --main      wrap it in a complete nginx.conf for a private nginx started as
+#                   nginx -p PREFIX -c FILE -g 'daemon off;'
+#               (pid, temporary files and the access log under PREFIX, errors to stderr;
+#               workers run as nobody when started as root). scripts/cluster.sh and the
+#               deployment tests use this form.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+listen=8080
+main=0
+nodes=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --listen) listen="${2:?--listen needs an address}"; shift 2 ;;
+        --main) main=1; shift ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -*) echo "render.sh: unknown option $1" >&2; exit 2 ;;
+        *) nodes+=("$1"); shift ;;
+    esac
+done
+if [ ${#nodes[@]} -eq 0 ]; then
+    echo "render.sh: give at least one node (host:port)" >&2
+    exit 2
+fi
+for node in "${nodes[@]}"; do
+    # host:port, or [v6]:port; nothing nginx would read as more than one token.
+    if ! [[ "$node" =~ ^([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+$ ]]; then
+        echo "render.sh: not a host:port: $node" >&2
+        exit 2
+    fi
+done
+if ! [[ "$listen" =~ ^([A-Za-z0-9.-]+:|\[[0-9A-Fa-f:.]+\]:)?[0-9]+$ ]]; then
+    echo "render.sh: not a listen address: $listen" >&2
+    exit 2
+fi
+
+body() {
+    local node line
+    while IFS= read -r line || [ -n "$line" ]; do
+        if [[ "$line" == *@NODE@* ]]; then
+            for node in "${nodes[@]}"; do printf '%s\n' "${line//@NODE@/$node}"; done
+        else
+            printf '%s\n' "${line//@LISTEN@/$listen}"
+        fi
+    done < "$here/stateserver.conf.template"
+}
+
+if [ "$main" = 1 ]; then
+    [ "$(id -u)" = 0 ] && echo "user nobody nogroup;"
+    cat <<'HEAD'
+worker_processes 1;
+pid nginx.pid;
+error_log stderr warn;
+events {
+    worker_connections 4096;
+}
+http {
+    default_type application/octet-stream;
+    access_log logs/access.log;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+HEAD
+    body | sed 's/^/    /; s/^ *$//'
+    echo "}"
+else
+    body
+fi
