@@ -153,7 +153,7 @@ let package = Package(
             name: "state-server",
             dependencies: [
                 "CTerminationSignals",
-                "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence",
+                "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),

@@ -34,6 +34,8 @@ public final class PostgresStorage: SessionStorage {
 
     /// `postgres://USER[:***]@HOST:PORT/DB`: never the password.
     public let name: String
+    /// Every node of a cluster writes the same database.
+    public var isShared: Bool { true }
     public let settings: Settings
     private let client: PostgresClient
     private let runner: Task<Void, Never>

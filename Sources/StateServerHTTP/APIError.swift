@@ -96,6 +96,11 @@ struct APIError: Error, Sendable {
         case .unknownFeature(let name): unknownFeature(name)
         case .sessionGone: sessionNotFound
         case .retired: internalError(failure)  // callers look the session up again first
+        case .contention:
+            APIError(
+                status: 503, code: "write_contention",
+                message: "other nodes kept changing this store at the same time; nothing was applied, try again",
+                headers: [("Retry-After", "1")])
         }
     }
 }

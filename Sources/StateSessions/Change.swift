@@ -78,6 +78,8 @@ public enum SessionFailure: Error, Sendable {
     case sessionGone
     /// The session left memory (idle eviction) after the caller looked it up; look it up again.
     case retired
+    /// Other nodes kept winning the race for the next version (shared storage); nothing applied.
+    case contention
 }
 
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.

@@ -164,6 +164,26 @@ public final class EventHub: Sendable {
         state.withLock { $0.seq = max($0.seq, seq) }
     }
 
+    /// Publishes a change another process journaled (its event data as stored), at its own
+    /// sequence number: kept for replay and queued on the subscribers of its feature.
+    public func publishRecorded(seq: Int, feature: String, data: [UInt8]) {
+        state.withLock { state in
+            guard !state.closed, seq > state.seq else { return }
+            state.seq = seq
+            let frame = Frame(seq: seq, feature: feature, content: .data(data))
+            keep(frame, in: &state)
+            var dropped: [UInt64] = []
+            let watched = state.subscribers.contains { $0.value.wants(feature) }
+            if watched {
+                let bytes = frame.bytes(encoder)
+                for (id, subscriber) in state.subscribers where subscriber.wants(feature) {
+                    if !subscriber.sink.send(bytes) { dropped.append(id) }
+                }
+            }
+            for id in dropped { state.subscribers[id] = nil }
+        }
+    }
+
     /// Records a store's state loaded from storage, for snapshots.
     public func seed(feature: String, version: Int, state stateJSON: [UInt8]) {
         state.withLock { $0.latest[feature] = (version, stateJSON) }

@@ -55,6 +55,8 @@ public final class Session: Sendable {
         enum Job {
             case change(ChangeRequest, @Sendable (ChangeOutcome) -> Void)
             case delete(@Sendable (Result<Void, SessionFailure>) -> Void)
+            /// Shared storage: apply what other nodes committed since this node last looked.
+            case refresh(@Sendable (Result<Void, SessionFailure>) -> Void)
         }
 
         var running = false
@@ -206,8 +208,12 @@ public final class Session: Sendable {
 
     private func report(_ failure: SessionFailure) {
         switch failure {
+        // Work cancelled by a later change (a reset, a logout) sends nothing on purpose.
+        case .store(let e) where e.kind == .workCancelled: break
         case .store(let e): notify(.followUpRejected(session: id, e))
         case .storage(let e): notify(.followUpNotStored(session: id, e))
+        case .contention:
+            notify(.followUpNotStored(session: id, StorageError(.conflict, "other nodes kept changing the store")))
         case .unknownFeature, .sessionGone, .retired: break
         }
     }
@@ -331,6 +337,7 @@ public final class Session: Sendable {
     private func markGone() {
         pipeline.withLock { $0.deleted = true }
         hub.close()
+        for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
     }
 
     /// The reply remembered for an idempotency key, from memory or (durable mode) storage.
@@ -368,6 +375,56 @@ public final class Session: Sendable {
         try result.get()
     }
 
+    /// Whether reads must first catch up with other nodes (shared storage).
+    public var readsCatchUp: Bool { storage?.isShared ?? false }
+
+    /// Shared storage: applies what other nodes committed to this session since this node last
+    /// looked, in the session's order (one storage read; nothing when it is up to date). After
+    /// it, reads see every change acknowledged by any node before the call.
+    public func refresh() async throws(SessionFailure) {
+        guard readsCatchUp else { return }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SessionFailure>, Never>) in
+            enqueue(.refresh { continuation.resume(returning: $0) })
+        }
+        try result.get()
+    }
+
+    /// Reads the journal after the hub's last sequence number and applies it: loaded stores
+    /// replay each change (side effects off: the node that made it runs its work), and every
+    /// change is published at its own sequence number. Runs inside the pipeline.
+    private func catchUp() async throws(StorageError) {
+        guard let storage else { return }
+        if try await storage.session(id: id) == nil {
+            markGone()
+            throw StorageError(.sessionGone, "the session was deleted")
+        }
+        let entries = try await storage.journal(session: id, afterSeq: hub.seq, limit: 1_000_000)
+        for entry in entries {
+            let store = stores.withLock { $0[entry.feature] }
+            guard let store else {
+                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
+                continue
+            }
+            let version = (try? store.currentJSON().version) ?? 0
+            if entry.version == version + 1 {
+                hub.advance(to: entry.seq - 1)
+                do throws(StoreError) {
+                    try store.replay(cause: entry.cause, payload: entry.payload)
+                    continue
+                } catch {
+                    // Falls through: the store is dropped and loads afresh on next use.
+                }
+            } else if entry.version <= version {
+                hub.advance(to: entry.seq)
+                continue
+            }
+            // A gap (or a change this node cannot replay): forget the store; it loads again
+            // from storage when next used.
+            stores.withLock { _ = $0.removeValue(forKey: entry.feature) }
+            hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
+        }
+    }
+
     private enum Admission {
         case refuse(SessionFailure)
         case queued
@@ -395,7 +452,7 @@ public final class Session: Sendable {
     private static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
         switch job {
         case .change(_, let done): done(.failed(failure))
-        case .delete(let done): done(.failure(failure))
+        case .delete(let done), .refresh(let done): done(.failure(failure))
         }
     }
 
@@ -434,6 +491,16 @@ public final class Session: Sendable {
 
     private func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
         switch job {
+        case .refresh(let done):
+            Task { [self] in
+                do throws(StorageError) {
+                    try await catchUp()
+                    done(.success(()))
+                } catch {
+                    done(.failure(error.kind == .sessionGone ? .sessionGone : .storage(error)))
+                }
+                completion()
+            }
         case .change(let request, let done):
             execute(request) { outcome in
                 done(outcome)
@@ -495,8 +562,12 @@ public final class Session: Sendable {
         }
     }
 
+    /// Times a change is computed again after losing a race with another node.
+    static let conflictRetries = 8
+
     private func apply(
-        _ request: ChangeRequest, _ store: any AnyStateStore, finish: @escaping @Sendable (ChangeOutcome) -> Void
+        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0,
+        finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
         let prepared: PreparedChange
         do throws(StoreError) {
@@ -514,6 +585,19 @@ public final class Session: Sendable {
                 prepared = recovery
             }
         } catch {
+            if error.kind == .versionConflict, readsCatchUp, attempt == 0 {
+                // The precondition is judged against the latest committed version, not this
+                // node's copy: catch up once and judge again.
+                Task { [self] in
+                    do throws(StorageError) {
+                        try await catchUp()
+                        apply(request, store, attempt: 1, finish: finish)
+                    } catch {
+                        finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
+                    }
+                }
+                return
+            }
             return finish(.failed(.store(error)))
         }
         let reply = StoredReply(
@@ -522,6 +606,22 @@ public final class Session: Sendable {
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let seq = hub.seq + 1
         journal.record({ writes(prepared, seq: seq, remembered: remembered) }) { [self] result in
+            if case .failure(let error) = result, error.kind == .conflict, readsCatchUp, attempt < Self.conflictRetries {
+                // Another node committed this version or sequence number first: catch up with
+                // it and compute the change again on the fresh state.
+                Task { [self] in
+                    do throws(StorageError) {
+                        try await catchUp()
+                        apply(request, store, attempt: attempt + 1, finish: finish)
+                    } catch {
+                        finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
+                    }
+                }
+                return
+            }
+            if case .failure(let error) = result, error.kind == .conflict, readsCatchUp {
+                return finish(.failed(.contention))
+            }
             if case .failure(let error) = result {
                 // Storage no longer has the session (deleted by another process or node, or
                 // by the TTL sweep): it is gone here too.

@@ -113,7 +113,7 @@ struct Setting<Value: SettingValue>: Sendable {
     /// Whether `value` is allowed; the message naming the key when it is not.
     func check(_ value: Value) throws(SettingsError) {
         guard allows(value) else {
-            throw SettingsError(.outOfRange(key: key, allowed: allowed ?? Value.expected, got: "\(value.content.printed)"))
+            throw SettingsError(.outOfRange(key: key, allowed: allowed ?? Value.expected, got: Settings.withoutPassword("\(value.content.printed)")))
         }
     }
 }
@@ -185,7 +185,7 @@ struct SettingsReader {
             }
             guard let found else { continue }
             guard let value = Value(content: found.content) else {
-                throw SettingsError(.wrongType(key: setting.key, expected: Value.expected, got: found.content.printed))
+                throw SettingsError(.wrongType(key: setting.key, expected: Value.expected, got: Settings.withoutPassword(found.content.printed)))
             }
             return value
         }
@@ -228,6 +228,17 @@ extension ConfigContent {
 
 /// Naming rules and the layered providers.
 enum Settings {
+    /// `text` with the password of a URL (`scheme://user:password@host`) replaced by `***`:
+    /// a refused value is quoted in errors, and a database URL may carry a password.
+    static func withoutPassword(_ text: String) -> String {
+        guard let scheme = text.range(of: "://") else { return text }
+        let rest = text[scheme.upperBound...]
+        guard let at = rest.lastIndex(of: "@") else { return text }
+        let userinfo = rest[..<at]
+        guard let colon = userinfo.firstIndex(of: ":") else { return text }
+        return String(text[..<colon]) + ":***" + String(rest[at...])
+    }
+
     /// `STATE_SERVER_` + the key in upper snake case (`streams.bufferLimit` ↔
     /// `STATE_SERVER_STREAMS_BUFFER_LIMIT`).
     static func environmentName(_ key: String) -> String {

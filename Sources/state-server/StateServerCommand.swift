@@ -56,7 +56,7 @@ struct StateServerCommand: AsyncParsableCommand {
         flags.set(HTTPSettings.heartbeat, heartbeat)
         if let storage {
             guard let kind = StorageKind(content: .string(storage)) else {
-                throw ValidationError("setting 'storage' must be \(StorageKind.expected); got '\(storage)'")
+                throw ValidationError("setting 'storage' must be \(StorageKind.expected); got '\(Settings.withoutPassword(storage))'")
             }
             flags.set(StorageSettings.kind, kind)
         }
@@ -129,7 +129,7 @@ struct Server {
         let registry = try Features.registry(loginCheckDelay: settings.features.loginCheckDelay)
         let storage: (any SessionStorage)?
         do {
-            storage = try settings.storage.open()
+            storage = try await settings.storage.open(logger: logger)
         } catch {
             logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage.kind)", "error": "\(error)"])
             StderrLogWriter.shared.flush()

@@ -2,6 +2,7 @@ import Configuration
 import Logging
 import ServiceLifecycle
 import StatePersistence
+import StatePostgres
 
 /// Where sessions live.
 enum StorageKind: SettingValue, CustomStringConvertible {
@@ -9,9 +10,11 @@ enum StorageKind: SettingValue, CustomStringConvertible {
     case memory
     /// A SQLite database at `path`.
     case sqlite(path: String)
+    /// A PostgreSQL database, shared by every node (`postgres://USER[:PASSWORD]@HOST:PORT/DB`).
+    case postgres(PostgresStorage.Settings)
 
     static var configType: ConfigType { .string }
-    static var expected: String { "'memory' or 'sqlite:PATH'" }
+    static var expected: String { "'memory', 'sqlite:PATH' or 'postgres://USER[:PASSWORD]@HOST:PORT/DB'" }
 
     init?(content: ConfigContent) {
         guard case .string(let text) = content else { return nil }
@@ -19,6 +22,8 @@ enum StorageKind: SettingValue, CustomStringConvertible {
             self = .memory
         } else if text.hasPrefix("sqlite:"), text.count > "sqlite:".count {
             self = .sqlite(path: String(text.dropFirst("sqlite:".count)))
+        } else if PostgresStorage.Settings.isPostgresURL(text), let settings = try? PostgresStorage.Settings(url: text) {
+            self = .postgres(settings)
         } else {
             return nil
         }
@@ -30,6 +35,8 @@ enum StorageKind: SettingValue, CustomStringConvertible {
         switch self {
         case .memory: "memory"
         case .sqlite(let path): "sqlite:\(path)"
+        // Never the password: this is what logs and --print-config show.
+        case .postgres(let settings): settings.redacted
         }
     }
 }
@@ -53,11 +60,11 @@ enum SyncMode: String, SettingChoice {
 ///
 /// | key | type | default |
 /// | --- | --- | --- |
-/// | `storage` | `memory` or `sqlite:PATH` | `memory` |
+/// | `storage` | `memory`, `sqlite:PATH` or `postgres://USER[:PASSWORD]@HOST:PORT/DB` | `memory` |
 /// | `persistence.maxBytes` | bytes the database may grow to, 0 = no limit | `0` |
 /// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
 struct StorageSettings: Sendable {
-    static let kind = Setting("storage", default: StorageKind.memory, "memory or sqlite:PATH")
+    static let kind = Setting("storage", default: StorageKind.memory, "memory, sqlite:PATH or postgres://URL")
     static let maxBytes = Setting("persistence.maxBytes", default: 0, in: 0...Int.max, "db size cap, 0 = none")
     static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
 
@@ -71,13 +78,15 @@ struct StorageSettings: Sendable {
         sync = try read(Self.sync)
     }
 
-    /// Opens the storage (`nil` for memory): the database is created or recovered now.
-    func open() throws(StorageError) -> (any SessionStorage)? {
+    /// Opens the storage (`nil` for memory): the database is created, migrated or recovered now.
+    func open(logger: Logger) async throws(StorageError) -> (any SessionStorage)? {
         switch kind {
         case .memory:
             return nil
         case .sqlite(let path):
             return try SQLiteStorage(path: path, maxBytes: maxBytes > 0 ? maxBytes : nil, durability: sync.durability)
+        case .postgres(let settings):
+            return try await PostgresStorage.open(settings: settings, logger: logger)
         }
     }
 }

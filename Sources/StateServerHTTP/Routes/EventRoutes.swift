@@ -13,6 +13,7 @@ extension StateServerResponder {
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
                         try await session.loadAll(requested.isEmpty ? nil : requested)
+                        try await session.refresh()
                     } catch {
                         throw .session(error)
                     }

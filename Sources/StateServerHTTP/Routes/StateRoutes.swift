@@ -12,6 +12,7 @@ extension StateServerResponder {
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
                         try await session.loadAll()
+                        try await session.refresh()
                     } catch {
                         throw .session(error)
                     }
@@ -41,7 +42,22 @@ extension StateServerResponder {
                     }
                 default:
                     return try responder.withStore(session, feature) { store throws(APIError) in
-                        .now(try readState(http, store, feature: feature, route: request.template))
+                        guard session.readsCatchUp else {
+                            return .now(try readState(http, store, feature: feature, route: request.template))
+                        }
+                        // Several nodes: read your writes made on any node (one storage read).
+                        return .later { () throws(APIError) in
+                            let fresh: (any AnyStateStore)?
+                            do throws(SessionFailure) {
+                                try await session.refresh()
+                                // A store that could not catch up is loaded afresh.
+                                fresh = try await session.store(feature)
+                            } catch {
+                                throw .session(error)
+                            }
+                            guard let fresh else { throw .unknownFeature(feature) }
+                            return try readState(http, fresh, feature: feature, route: request.template)
+                        }
                     }
                 }
             }
