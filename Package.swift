@@ -213,7 +213,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PostgresTests",
-            dependencies: ["StatePostgres", "StatePersistence", "StorageTestSupport"],
+            dependencies: ["StatePostgres", "StatePersistence", "StorageTestSupport", "state-server", "HTTPTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

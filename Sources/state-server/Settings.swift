@@ -171,7 +171,10 @@ struct SettingsReader {
     mutating func callAsFunction<Value>(_ setting: Setting<Value>) throws(SettingsError) -> Value {
         let value = try lookup(setting) ?? setting.defaultValue
         try setting.check(value)
-        entries.append((setting.key, setting.meaning, value.content))
+        // What --print-config shows: never a password.
+        var shown = value.content
+        if case .string(let text) = shown { shown = .string(Settings.withoutPassword(text)) }
+        entries.append((setting.key, setting.meaning, shown))
         return value
     }
 

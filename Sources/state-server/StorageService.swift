@@ -11,7 +11,7 @@ enum StorageKind: SettingValue, CustomStringConvertible {
     /// A SQLite database at `path`.
     case sqlite(path: String)
     /// A PostgreSQL database, shared by every node (`postgres://USER[:PASSWORD]@HOST:PORT/DB`).
-    case postgres(PostgresStorage.Settings)
+    case postgres(PostgresStorage.Settings, url: String)
 
     static var configType: ConfigType { .string }
     static var expected: String { "'memory', 'sqlite:PATH' or 'postgres://USER[:PASSWORD]@HOST:PORT/DB'" }
@@ -23,20 +23,25 @@ enum StorageKind: SettingValue, CustomStringConvertible {
         } else if text.hasPrefix("sqlite:"), text.count > "sqlite:".count {
             self = .sqlite(path: String(text.dropFirst("sqlite:".count)))
         } else if PostgresStorage.Settings.isPostgresURL(text), let settings = try? PostgresStorage.Settings(url: text) {
-            self = .postgres(settings)
+            self = .postgres(settings, url: text)
         } else {
             return nil
         }
     }
 
-    var content: ConfigContent { .string(description) }
+    /// The whole value, password included (it travels between configuration layers); what is
+    /// shown is ``description``.
+    var content: ConfigContent {
+        if case .postgres(_, let url) = self { return .string(url) }
+        return .string(description)
+    }
 
     var description: String {
         switch self {
         case .memory: "memory"
         case .sqlite(let path): "sqlite:\(path)"
         // Never the password: this is what logs and --print-config show.
-        case .postgres(let settings): settings.redacted
+        case .postgres(let settings, _): settings.redacted
         }
     }
 }
@@ -85,7 +90,7 @@ struct StorageSettings: Sendable {
             return nil
         case .sqlite(let path):
             return try SQLiteStorage(path: path, maxBytes: maxBytes > 0 ? maxBytes : nil, durability: sync.durability)
-        case .postgres(let settings):
+        case .postgres(let settings, _):
             return try await PostgresStorage.open(settings: settings, logger: logger)
         }
     }

@@ -235,12 +235,8 @@ struct DeploymentFilesTests {
         try await withServer(arguments: ["--storage", "memory"]) { server in
             let health = try await server.api.request("GET", "/healthz")
             #expect(health.status == 200, "/healthz: \(health)")
-            // /readyz comes with the PostgreSQL storage (issue 9); until then a 404 is known.
-            // Remove this wrapper once the route exists.
             let ready = try await server.api.request("GET", "/readyz")
-            withKnownIssue("/readyz is not in the binary yet (issue 9)", isIntermittent: true) {
-                #expect(ready.status == 200, "/readyz: \(ready)")
-            }
+            #expect(ready.status == 200, "/readyz: \(ready)")
         }
     }
 }

@@ -1,4 +1,5 @@
 import MicroHTTP
+import StatePersistence
 
 /// The page, its client, the OpenAPI description, health, metrics and the feature list.
 extension StateServerResponder {
@@ -8,6 +9,20 @@ extension StateServerResponder {
         },
         Route(["GET"], "/healthz") { _, _ in
             .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz"))
+        },
+        // Readiness for load balancers and Kubernetes: can this node reach its storage?
+        Route(["GET"], "/readyz") { responder, _ throws(APIError) in
+            guard let storage = responder.sessions.storage else {
+                return .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz"))
+            }
+            return .later { () throws(APIError) in
+                do throws(StorageError) {
+                    try await storage.ping()
+                } catch {
+                    throw .storage(error)
+                }
+                return Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz")
+            }
         },
         Route(["GET"], "/metrics") { responder, _ throws(APIError) in
             guard let metrics = responder.metrics else { throw .notFound }

@@ -1,0 +1,86 @@
+import Foundation
+import HTTPTestSupport
+import StatePersistence
+import StatePostgres
+import Testing
+
+/// Real server processes as nodes of one cluster on a real PostgreSQL (issue 9): no lost update
+/// across nodes, read your writes on any node, readiness and recovery when PostgreSQL stops.
+@Suite("Server nodes on PostgreSQL", .serialized)
+struct NodesOnPostgresTests {
+    /// Dispatches an increment, trying again on `503 write_contention` as a client would.
+    static func increment(_ session: HTTPTestSupport.Session) async throws -> Int {
+        for _ in 0..<50 {
+            let response = try await session.dispatch("counter", ["type": "increment"])
+            if response.status == 200 { return 200 }
+            guard response.status == 503 else { return response.status }
+        }
+        return 503
+    }
+
+    @Test("two nodes: concurrent increments are all applied once, versions 1...N; a read on either node sees the latest")
+    func twoNodes() async throws {
+        let server = try TestPostgres.start()
+        defer { server.destroy() }
+        let url = try server.makeDatabase() + "?sslmode=disable"
+        try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeA in
+        try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeB in
+        #expect(try await nodeA.api.request("GET", "/readyz").status == 200)
+        let onA = try await nodeA.api.createSession()
+        let onB = HTTPTestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
+        let perNode = 30
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for session in [onA, onB] {
+                for _ in 0..<perNode { group.addTask { try await Self.increment(session) } }
+            }
+            var all: [Int] = []
+            for try await status in group { all.append(status) }
+            return all
+        }
+        #expect(statuses.allSatisfy { $0 == 200 }, "\(statuses.filter { $0 != 200 })")
+        // Read your writes on both nodes.
+        #expect(try await onA.store("counter") == StoreState(version: 2 * perNode, state: ["count": .int(2 * perNode)]))
+        #expect(try await onB.store("counter") == StoreState(version: 2 * perNode, state: ["count": .int(2 * perNode)]))
+        try await onA.dispatchOK("counter", ["type": "increment"])
+        #expect(try await onB.store("counter").version == 2 * perNode + 1, "B sees A's change at once")
+        // If-Match on B names the version A just made.
+        let conditional = try await onB.dispatch("counter", ["type": "increment"], headers: [("If-Match", "\"\(2 * perNode + 1)\"")])
+        #expect(conditional.status == 200, "\(conditional)")
+
+        // The journal holds every version once, and the event sequence 1...N with no gap.
+        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+        let journal = try await storage.journal(session: onA.id, afterSeq: 0, limit: 10_000)
+        await storage.close()
+        #expect(journal.map(\.version) == Array(1...(2 * perNode + 2)))
+        #expect(journal.map(\.seq) == Array(1...(2 * perNode + 2)))
+        }
+        }
+    }
+
+    @Test("PostgreSQL stopped: /readyz and writes answer 503 with Retry-After; started again: full service, no restart")
+    func outage() async throws {
+        let server = try TestPostgres.start()
+        defer { server.destroy() }
+        let url = try server.makeDatabase() + "?sslmode=disable"
+        try await ServerProcess.start(arguments: ["--storage", url]).stopping { node in
+        let session = try await node.api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+
+        try server.stop()
+        let ready = try await node.api.request("GET", "/readyz")
+        #expect(ready.status == 503, "\(ready)")
+        let write = try await session.dispatch("counter", ["type": "increment"])
+        #expect(write.status == 503, "\(write)")
+        #expect(write.header("Retry-After") != nil)
+        #expect(try await node.api.request("GET", "/healthz").status == 200, "/healthz stays cheap")
+
+        try server.startAgain()
+        let back = try await eventually(timeout: .seconds(30)) {
+            (try? await node.api.request("GET", "/readyz").status) == 200
+        }
+        #expect(back, "the node did not recover by itself")
+        try await session.dispatchOK("counter", ["type": "increment"])
+        #expect(try await session.store("counter").version == 2, "nothing acknowledged was lost, nothing refused was applied")
+        }
+    }
+}
