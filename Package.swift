@@ -45,8 +45,14 @@ let package = Package(
     ],
     targets: [
         // MARK: Store core (library, no HTTP, no C)
+        // JSON: a strict parser, `JSONValue`, its Codable encoder/decoder, tagged objects.
+        .target(
+            name: "StateJSON",
+            swiftSettings: safeSettings
+        ),
         .target(
             name: "StateStore",
+            dependencies: ["StateJSON"],
             swiftSettings: safeSettings
         ),
         .target(
