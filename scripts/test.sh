@@ -31,12 +31,48 @@ step() { # step NAME COMMAND...
     names+=("$name")
 }
 
+# `swift test` with a watchdog for one thing only: on this Linux toolchain the test process
+# sometimes stays alive after printing its final "Test run with N tests ... passed/failed" line
+# (its main thread parked by libdispatch, nothing left running; seen about once in five runs,
+# with every test finished). Once that line is printed the process gets 60 s to exit; if it
+# has not, it is killed and the step's status is what the line says. Anything else — a test
+# that hangs before the summary — still fails the step through the step's own time limit.
+swift_test() {
+    local log
+    log=$(mktemp)
+    (set -o pipefail; "$SWIFT" test "$@" 2>&1 | tee "$log") &
+    local pipeline=$!
+    local deadline=$((SECONDS + 1800)) summary_at=0
+    while kill -0 "$pipeline" 2>/dev/null; do
+        if [ "$summary_at" -eq 0 ] && grep -qE "Test run with [0-9]+ tests? in [0-9]+ suites? (passed|failed)" "$log"; then
+            summary_at=$SECONDS
+        fi
+        if { [ "$summary_at" -gt 0 ] && [ $((SECONDS - summary_at)) -gt 60 ]; } || [ "$SECONDS" -gt "$deadline" ]; then
+            echo "swift test: the test process did not exit after its summary; stopping it"
+            pkill -f "StateServerPackageTests.xctest" || true
+            sleep 1
+            break
+        fi
+        sleep 1
+    done
+    local status=0
+    wait "$pipeline" || status=$?
+    if [ "$summary_at" -gt 0 ] && [ "$status" -ne 0 ] && ! grep -qE "Test run with [0-9]+ tests? in [0-9]+ suites? failed" "$log" \
+        && grep -qE "Test run with [0-9]+ tests? in [0-9]+ suites? passed" "$log"; then
+        status=0
+    fi
+    rm -f "$log"
+    return "$status"
+}
+
 step "build" "$SWIFT" build --build-tests
 if [ "$failed" -eq 0 ]; then
-    step "swift test" "$SWIFT" test --skip-build --skip PostgresTests
-    step "HTTP suite on SQLite" env STATE_SERVER_TEST_STORAGE=sqlite "$SWIFT" test --skip-build --filter StateServerIntegrationTests
+    step "swift test" swift_test --skip-build --skip PostgresTests
+    export STATE_SERVER_TEST_STORAGE=sqlite
+    step "HTTP suite on SQLite" swift_test --skip-build --filter StateServerIntegrationTests
+    unset STATE_SERVER_TEST_STORAGE
     # A throwaway PostgreSQL per suite (scripts/postgres-test-server.sh), in a step of its own.
-    step "PostgreSQL storage" "$SWIFT" test --skip-build --filter PostgresTests
+    step "PostgreSQL storage" swift_test --skip-build --filter PostgresTests
     step "schemathesis" bash scripts/schemathesis.sh
     step "OpenAPI client check" bash scripts/openapi-client-check.sh
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
