@@ -50,6 +50,16 @@ struct APIError: Error, Sendable {
 
     static let malformed = APIError(status: 400, code: "malformed_json", message: "the request body is not valid JSON")
 
+    /// The body parsed, or `400 malformed_json` saying what is wrong and where (byte offset,
+    /// line and column).
+    static func parse(_ body: [UInt8]) throws(APIError) -> JSONValue {
+        switch JSONCoding.parseOrFailure(body) {
+        case .success(let value): return value
+        case .failure(let failure):
+            throw APIError(status: 400, code: "malformed_json", message: "the request body is not valid JSON: \(failure)")
+        }
+    }
+
     static func invalidRequest(_ message: String) -> APIError {
         APIError(status: 400, code: "invalid_request", message: message)
     }

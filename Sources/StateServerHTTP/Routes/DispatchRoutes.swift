@@ -18,7 +18,7 @@ extension StateServerResponder {
     /// The body `{"feature": ..., "action": {...}}` with its `If-Match` and `Idempotency-Key`,
     /// checked in the contract's order (body, key, feature).
     func dispatchRequest(_ request: HTTPRequest) throws(APIError) -> ChangeRequest {
-        guard let json = JSONCoding.parse(request.body) else { throw .malformed }
+        let json = try APIError.parse(request.body)
         guard case .object(let fields) = json else {
             throw .invalidRequest(
                 "the body must be a JSON object like {\"feature\": \"counter\", \"action\": {\"type\": \"increment\"}}")

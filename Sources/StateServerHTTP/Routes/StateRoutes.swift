@@ -66,7 +66,7 @@ extension StateServerResponder {
 
     /// A PUT body: `{"state": ...}` (checked before the feature, like dispatch bodies).
     static func stateBody(_ request: HTTPRequest) throws(APIError) -> JSONValue {
-        guard let json = JSONCoding.parse(request.body) else { throw .malformed }
+        let json = try APIError.parse(request.body)
         guard case .object(let fields) = json else {
             throw .invalidRequest("the body must be a JSON object like {\"state\": {...}}")
         }
