@@ -111,7 +111,6 @@ extension StateServerResponder {
         let slot = OutcomeSlot()
         session.submit(change) { slot.fill($0) }
         let route = request.template
-        let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
         let sessions = self.sessions
         if let outcome = slot.takeIfReady(), !outcome.isRetired {
             do throws(APIError) {
@@ -123,6 +122,7 @@ extension StateServerResponder {
         return .later { () throws(APIError) in
             var outcome = await slot.value()
             if outcome.isRetired {
+                let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
                 let fresh = try await Self.load(sessions, id: session.id, token: token)
                 do throws(SessionFailure) {
                     _ = try await fresh.store(change.feature)
