@@ -489,34 +489,33 @@ public final class Session: Sendable {
         return next
     }
 
+    /// Runs one job. Its caller is answered after `completion` hands the pipeline on, so a
+    /// caller that resumes never finds the session still busy with its own request.
     private func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
         switch job {
         case .refresh(let done):
             Task { [self] in
+                let result: Result<Void, SessionFailure>
                 do throws(StorageError) {
                     try await catchUp()
-                    done(.success(()))
+                    result = .success(())
                 } catch {
-                    done(.failure(error.kind == .sessionGone ? .sessionGone : .storage(error)))
+                    result = .failure(error.kind == .sessionGone ? .sessionGone : .storage(error))
                 }
                 completion()
+                done(result)
             }
         case .change(let request, let done):
             execute(request) { outcome in
-                done(outcome)
                 completion()
+                done(outcome)
             }
         case .delete(let done):
             let id = self.id
             journal.record({ [.deleteSession(id: id)] }) { [self] result in
-                switch result {
-                case .success:
-                    markGone()
-                    done(.success(()))
-                case .failure(let error):
-                    done(.failure(.storage(error)))
-                }
+                if case .success = result { markGone() }
                 completion()
+                done(result.mapError { .storage($0) })
             }
         }
     }

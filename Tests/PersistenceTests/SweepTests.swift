@@ -112,10 +112,14 @@ struct SweepTests {
                 return (session.id, token)
             }
             let (id, token) = try await submit()
-            // Idle past the timeout while the check runs; the sweeper sees an unused session.
-            try await Task.sleep(for: .milliseconds(400))
-            let swept = await manager.sweep()
-            try await Task.sleep(for: .milliseconds(800))
+            // Idle past the timeout while the check runs (the sweep is told it is a second
+            // later); the sweeper sees an unused session.
+            let swept = await manager.sweep(now: WallClock.now + 1_000)
+            // Wait for the check's follow-up to be journaled (version 2 of login, seq 2).
+            let settled = try await eventually(timeout: .seconds(10)) {
+                try await fixture.storage.lastSeq(session: id) >= 2
+            }
+            #expect(settled, "the check's result was never stored")
             let reloaded = try #require(try await manager.load(id: id, token: token))
             let login = try await reloaded.current("login")
             #expect(
