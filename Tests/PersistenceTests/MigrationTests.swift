@@ -1,5 +1,6 @@
 import Foundation
 import StatePersistence
+import StorageTestSupport
 import StateServerHTTP
 import StateSessions
 import StateStore

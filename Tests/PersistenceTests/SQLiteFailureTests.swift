@@ -1,3 +1,4 @@
+import StorageTestSupport
 import Foundation
 @testable import StatePersistence
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import StatePersistence
+import StorageTestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 import ExampleFeatures
 import Foundation
 import StatePersistence
+import StorageTestSupport
 import StateSessions
 import StateStore
 import Testing

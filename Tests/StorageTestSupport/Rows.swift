@@ -1,13 +1,13 @@
 import StatePersistence
 
-/// Rows for the behaviour checks (PersistenceTests has its own twin for its other suites).
-enum Rows {
-    static func session(_ id: String, token: String = "token", createdAt: Int64 = 1_000, lastActive: Int64? = nil) -> StoredSession {
+/// Rows for storage tests: the behaviour checks, and PersistenceTests' other suites.
+package enum Rows {
+    package static func session(_ id: String, token: String = "token", createdAt: Int64 = 1_000, lastActive: Int64? = nil) -> StoredSession {
         StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: createdAt, lastActiveAt: lastActive ?? createdAt)
     }
 
     /// A counter increment journaled at `version` with session sequence `seq`.
-    static func entry(
+    package static func entry(
         _ session: String, seq: Int, feature: String = "counter", version: Int, cause: String = "dispatch",
         payload: String? = #"{"type":"increment"}"#, time: Int64 = 5_000
     ) -> JournalEntry {
@@ -17,7 +17,7 @@ enum Rows {
             event: Array(#"{"feature":"\#(feature)","version":\#(version)}"#.utf8), time: time)
     }
 
-    static func snapshot(_ session: String, feature: String = "counter", version: Int, state: String, stateVersion: Int = 1) -> StoreSnapshot {
+    package static func snapshot(_ session: String, feature: String = "counter", version: Int, state: String, stateVersion: Int = 1) -> StoreSnapshot {
         StoreSnapshot(session: session, feature: feature, version: version, stateVersion: stateVersion, state: Array(state.utf8), time: 7_000)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import StatePersistence
+
 import StateSessions
 import StateStore
 import Synchronization
@@ -90,29 +91,6 @@ func withStorage<T>(
     } catch {
         await fixture.tearDown()
         throw error
-    }
-}
-
-// MARK: - Building rows
-
-enum Rows {
-    static func session(_ id: String, token: String = "token", createdAt: Int64 = 1_000, lastActive: Int64? = nil) -> StoredSession {
-        StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: createdAt, lastActiveAt: lastActive ?? createdAt)
-    }
-
-    /// A counter increment journaled at `version` with session sequence `seq`.
-    static func entry(
-        _ session: String, seq: Int, feature: String = "counter", version: Int, cause: String = "dispatch",
-        payload: String? = #"{"type":"increment"}"#, time: Int64 = 5_000
-    ) -> JournalEntry {
-        JournalEntry(
-            session: session, seq: seq, feature: feature, version: version, cause: cause,
-            payload: payload.map { Array($0.utf8) },
-            event: Array(#"{"feature":"\#(feature)","version":\#(version)}"#.utf8), time: time)
-    }
-
-    static func snapshot(_ session: String, feature: String = "counter", version: Int, state: String, stateVersion: Int = 1) -> StoreSnapshot {
-        StoreSnapshot(session: session, feature: feature, version: version, stateVersion: stateVersion, state: Array(state.utf8), time: 7_000)
     }
 }
 
