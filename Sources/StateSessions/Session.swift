@@ -415,7 +415,9 @@ public final class Session: Sendable {
                     // Falls through: the store is dropped and loads afresh on next use.
                 }
             } else if entry.version <= version {
-                hub.advance(to: entry.seq)
+                // The store already has it (loaded from storage after this node's last look),
+                // but this node's subscribers and replay buffer do not: publish it as stored.
+                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
                 continue
             }
             // A gap (or a change this node cannot replay): forget the store; it loads again

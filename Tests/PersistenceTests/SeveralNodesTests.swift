@@ -93,6 +93,25 @@ struct SeveralNodesTests {
         #expect(events.map { $0.data?["feature"] } == [.string("counter"), .string("todos")])
     }
 
+    @Test("a change another node made is kept for Last-Event-ID even when this node's store already loaded it")
+    func catchUpKeepsLoadedChanges() async throws {
+        let storage = InMemoryStorage(shared: true)
+        let nodeA = try exampleManager(storage)
+        let nodeB = try exampleManager(storage)
+        let (a, token) = try await nodeA.create()
+        let b = try #require(try await nodeB.load(id: a.id, token: token))
+        _ = try await b.requireStore("todos")
+        try await a.dispatch("counter", #"{"type":"increment"}"#)  // seq 1
+        try await b.dispatch("todos", #"{"type":"add","title":"x"}"#)  // loses seq 1, catches up: seq 2
+        try await a.dispatch("counter", #"{"type":"increment"}"#)  // seq 3
+        // B loads its counter store from storage (at version 2, seq 3 included), then loses
+        // seq 3 and catches up: seq 3 must still be published, or a resume skips it.
+        try await b.dispatch("counter", #"{"type":"increment"}"#)  // seq 4
+        let sink = RecordingSink()
+        _ = b.hub.subscribe(features: nil, lastEventID: 1, sink: sink)
+        #expect(sink.events.map(\.seq) == [2, 3, 4], "\(sink.events)")
+    }
+
     @Test("a session deleted on one node is gone on the other")
     func deleteAcrossNodes() async throws {
         let (_, a, b) = try await Self.twoNodes()
