@@ -57,30 +57,80 @@ struct NodesOnPostgresTests {
         }
     }
 
-    @Test("PostgreSQL stopped: /readyz and writes answer 503 with Retry-After; started again: full service, no restart")
+    @Test("PostgreSQL stopped under light load on three nodes and nginx: 503 storage_unavailable with Retry-After; started again: full service, no restart, nothing acknowledged lost")
     func outage() async throws {
         let server = try TestPostgres.start()
         defer { server.destroy() }
-        let url = try server.makeDatabase() + "?sslmode=disable"
-        try await ServerProcess.start(arguments: ["--storage", url]).stopping { node in
-        let session = try await node.api.createSession()
-        try await session.dispatchOK("counter", ["type": "increment"])
+        try await withCluster(on: server) { cluster in
+        let nodes = cluster.nodes
+        let entries: [(name: String, api: API)] = [
+            ("A", nodes[0].api), ("B", nodes[1].api), ("C", nodes[2].api), ("nginx", cluster.nginx.api),
+        ]
+        #expect(try await nodes[0].api.request("GET", "/readyz").status == 200)
+        // One client per entry point, each on its own session, a change every 20 ms or so.
+        var created: [HTTPTestSupport.Session] = []
+        for entry in entries { created.append(try await entry.api.createSession()) }
+        let sessions = created
+        let load = Load()
+        let workers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for (entry, session) in zip(entries, sessions) {
+                    group.addTask { await load.worker([entry], sessions: [session], limit: 5_000, pause: .milliseconds(20)) }
+                }
+            }
+        }
+        defer { load.stop() }
+        func acknowledgedByEveryClient(after instant: ContinuousClock.Instant?) -> Bool {
+            let acknowledged = load.acknowledged(after: instant)
+            return entries.allSatisfy { entry in acknowledged.filter { $0.entry == entry.name }.count >= 3 }
+        }
+        try #require(try await eventually(timeout: .seconds(30)) { acknowledgedByEveryClient(after: nil) }, "\(load.all.suffix(4))")
 
+        let stoppedAt = ContinuousClock.now  // refusals may start while pg_ctl waits for the stop
         try server.stop()
-        let ready = try await node.api.request("GET", "/readyz")
-        #expect(ready.status == 503, "\(ready)")
-        let write = try await session.dispatch("counter", ["type": "increment"])
-        #expect(write.status == 503, "\(write)")
-        #expect(write.header("Retry-After") != nil)
-        #expect(try await node.api.request("GET", "/healthz").status == 200, "/healthz stays cheap")
+        let notReady = try await eventually(timeout: .seconds(30)) {
+            var statuses: [Int] = []
+            for node in nodes { statuses.append((try? await node.api.request("GET", "/readyz").status) ?? 0) }
+            return statuses.allSatisfy { $0 == 503 }
+        }
+        #expect(notReady, "/readyz of every node answers 503 while PostgreSQL is down")
+        let refusedEverywhere = try await eventually(timeout: .seconds(30)) {
+            let refused = load.all.filter { $0.at > stoppedAt && $0.code == "storage_unavailable" }
+            return entries.allSatisfy { entry in refused.contains { $0.entry == entry.name } }
+        }
+        #expect(refusedEverywhere, "\(load.all.suffix(8))")
+        for node in nodes {
+            #expect(try await node.api.request("GET", "/healthz").status == 200, "/healthz stays cheap")
+        }
 
         try server.startAgain()
-        let back = try await eventually(timeout: .seconds(30)) {
-            (try? await node.api.request("GET", "/readyz").status) == 200
+        let restartedAt = ContinuousClock.now
+        let back = try await eventually(timeout: .seconds(60), every: .milliseconds(200)) {
+            var ready = true
+            for node in nodes where (try? await node.api.request("GET", "/readyz").status) != 200 { ready = false }
+            return ready && acknowledgedByEveryClient(after: restartedAt)
         }
-        #expect(back, "the node did not recover by itself")
-        try await session.dispatchOK("counter", ["type": "increment"])
-        #expect(try await session.store("counter").version == 2, "nothing acknowledged was lost, nothing refused was applied")
+        #expect(back, "the nodes did not recover by themselves: \(load.all.suffix(8))")
+        load.stop()
+        await workers.value
+
+        // Every answer was a 200, or a 503 with Retry-After while PostgreSQL was down.
+        let refusals = load.all.filter { !$0.acknowledged }
+        for answer in refusals {
+            #expect(answer.status == 503 && answer.retryAfter != nil && answer.code == "storage_unavailable", "\(answer)")
+            #expect(answer.at > stoppedAt, "refused before PostgreSQL stopped: \(answer)")
+        }
+        // Nothing acknowledged was lost, nothing applied twice; every node reads the journal's last version.
+        for session in sessions {
+            let versions = try cluster.counterJournal(session.id).map(\.version)
+            #expect(versions == Array(1..<(versions.count + 1)), "journal of \(session.id): \(versions)")
+            let acknowledged = Set(load.acknowledged().filter { $0.session == session.id }.compactMap(\.version))
+            #expect(acknowledged.isSubset(of: Set(versions)), "lost: \(acknowledged.subtracting(versions).sorted())")
+            for node in nodes {
+                let store = try await HTTPTestSupport.Session(api: node.api, id: session.id, token: session.token).store("counter")
+                #expect(store == StoreState(version: versions.count, state: ["count": .int(versions.count)]))
+            }
+        }
         }
     }
 }

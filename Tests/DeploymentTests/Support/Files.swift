@@ -1,15 +1,11 @@
 import Foundation
+import HTTPTestSupport
 import Testing
 import Yams
 
-/// The repository's files, found from this source file's path
-/// (`Tests/DeploymentTests/Support/Files.swift` → the package root).
+/// The repository's files, under HTTPTestSupport's `packageRoot`.
 enum Repository {
-    static let root: URL = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent()  // Support
-        .deletingLastPathComponent()  // DeploymentTests
-        .deletingLastPathComponent()  // Tests
-        .deletingLastPathComponent()
+    static let root: URL = packageRoot
 
     static func url(_ path: String) -> URL { root.appendingPathComponent(path) }
 
@@ -32,42 +28,7 @@ enum Repository {
     }
 }
 
-/// A finished command.
-struct CommandOutput: CustomStringConvertible {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var description: String { "exit \(status)\nstdout: \(stdout.suffix(2000))\nstderr: \(stderr.suffix(2000))" }
-}
-
-/// Runs a short command to its end. Standard error goes to a temporary file, so reading
-/// standard output to its end cannot deadlock on a full stderr pipe.
-func runCommand(_ executable: String, _ arguments: [String], in directory: URL = Repository.root) throws -> CommandOutput {
-    let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("deploy-tests-\(UUID().uuidString).err")
-    guard FileManager.default.createFile(atPath: errorFile.path, contents: nil) else {
-        throw CocoaError(.fileWriteUnknown)
-    }
-    defer { try? FileManager.default.removeItem(at: errorFile) }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    process.currentDirectoryURL = directory
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-    let stdout = Pipe()
-    let stderr = try FileHandle(forWritingTo: errorFile)
-    defer { try? stderr.close() }
-    process.standardOutput = stdout
-    process.standardError = stderr
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let out = stdout.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let err = FileManager.default.contents(atPath: errorFile.path) ?? Data()
-    return CommandOutput(
-        status: process.terminationStatus,
-        stdout: String(decoding: out, as: UTF8.self),
-        stderr: String(decoding: err, as: UTF8.self))
-}
+// `runCommand` and `CommandOutput` come from HTTPTestSupport (run in the package root).
 
 /// Nested lookups in parsed YAML.
 extension Dictionary where Key == String, Value == Any {
