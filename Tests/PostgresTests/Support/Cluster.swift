@@ -23,14 +23,15 @@ final class Cluster: Sendable {
         self.nginx = nginx
     }
 
-    /// Starts `count` nodes on a new database of `postgres`, then nginx in front of them.
-    static func start(nodes count: Int = 3, on postgres: TestPostgres) async throws -> Cluster {
+    /// Starts `count` nodes on a new database of `postgres` (with `environment` added to
+    /// theirs), then nginx in front of them.
+    static func start(nodes count: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:]) async throws -> Cluster {
         let databaseURL = try postgres.makeDatabase()
         let storage = databaseURL + "?sslmode=disable"
         var nodes: [ServerProcess] = []
         do {
             for _ in 0..<count {
-                nodes.append(try await ServerProcess.start(arguments: ["--storage", storage]))
+                nodes.append(try await ServerProcess.start(arguments: ["--storage", storage], environment: environment))
             }
             let nginx = try await NginxProcess.start(upstreams: nodes.map(\.port))
             return Cluster(postgres: postgres, databaseURL: databaseURL, storage: storage, nodes: nodes, nginx: nginx)
@@ -89,13 +90,17 @@ struct MissingEvent: Error, CustomStringConvertible {
 
 /// Runs `body` on a three-node cluster on the suite's PostgreSQL (the `.postgres` trait), then
 /// stops it whatever happens.
-func withCluster<T>(nodes: Int = 3, _ body: (Cluster) async throws -> T) async throws -> T {
-    try await withCluster(nodes: nodes, on: try TestPostgres.shared(), body)
+func withCluster<T>(
+    nodes: Int = 3, environment: [String: String] = [:], _ body: (Cluster) async throws -> T
+) async throws -> T {
+    try await withCluster(nodes: nodes, on: try TestPostgres.shared(), environment: environment, body)
 }
 
 /// Runs `body` on a cluster on `postgres`, then stops it whatever happens.
-func withCluster<T>(nodes: Int = 3, on postgres: TestPostgres, _ body: (Cluster) async throws -> T) async throws -> T {
-    let cluster = try await Cluster.start(nodes: nodes, on: postgres)
+func withCluster<T>(
+    nodes: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:], _ body: (Cluster) async throws -> T
+) async throws -> T {
+    let cluster = try await Cluster.start(nodes: nodes, on: postgres, environment: environment)
     do {
         let result = try await body(cluster)
         await cluster.stop()
