@@ -230,7 +230,7 @@ def main():
                     "service p50 / p99", "generator lag p99", "non-2xx / errors"]
 
     # ---- SSE -----------------------------------------------------------------------------------
-    sse_names = sorted([n for n, r in by.items() if r["kind"] == "sse" and r.get("rounds")],
+    sse_names = sorted([n for n, r in by.items() if r["kind"] == "sse" and r.get("rounds") and not n.startswith("pg-")],
                        key=lambda n: (n.startswith("peer"), by[n]["sessions"] > 1, by[n]["streams"]))
     sse_rows = []
     for n in sse_names:
@@ -280,6 +280,79 @@ def main():
                          fmt_int(r.get("bytes_per_stream"))))
     sub_headers = ["subscribers on one session", "fan-out p50", "p99", "max", "server CPU per round",
                    "client CPU per round", "server bytes per stream"]
+
+    # ---- several nodes on PostgreSQL ------------------------------------------------------------
+    def agg_parts(scenario):
+        """wrk runs made of parts run at once (one per node): each round's parts added up."""
+        rs = runs(scenario)
+        if not rs:
+            return None
+        rounds = {}
+        for r in rs:
+            rounds.setdefault(r.get("round", 1), []).append(r)
+        per_round = [sum(r["rps"] for r in parts) for _, parts in sorted(rounds.items())]
+        return {"rps": mean(per_round), "runs": per_round, "p50_us": max(r["p50_us"] for r in rs),
+                "p99_us": max(r["p99_us"] for r in rs), "non2xx": sum(r.get("non2xx", 0) for r in rs),
+                "sock": sum(r.get(k, 0) for r in rs for k in SOCK), "phase": rs[0].get("phase"),
+                "parts": max(len(p) for p in rounds.values())}
+
+    durable_rps = rps("durable-dispatch-1000")
+    durable_ratio = ratio_of("durable-dispatch-1000")
+    pg_rows = []
+    for n in (1, 2, 3):
+        for label, scen in (("direct", f"pg-direct-{n}"), ("through nginx", f"pg-nginx-{n}")):
+            g = agg_parts(scen)
+            if not g:
+                continue
+            b = baseline(g["phase"])
+            q = g["rps"] / b if b else None
+            how = (f"{g['parts']} wrk at once, one per node" if label == "direct" and g["parts"] > 1
+                   else ("1 wrk, the node itself" if label == "direct" else "1 wrk, nginx round robin"))
+            cpu = [r for r in recs if r["kind"] == "cpu" and r.get("scenario") == scen]
+            done = sum(r.get("requests", 0) for r in runs(scen))
+            cpu_text = "–"
+            if cpu and done:
+                cpu_text = (f"{1000 * sum(r['nodes_cpu_s'] for r in cpu) / done:.2f} / "
+                            f"{1000 * sum(r['pg_cpu_s'] for r in cpu) / done:.2f} ms")
+            pg_rows.append((f"{n}", f"{label} ({how})", fmt_int(g["rps"]), fmt_ms_from_us(g["p50_us"]),
+                            fmt_ms_from_us(g["p99_us"]), cpu_text, fmt_ratio(q),
+                            fmt_ratio(q / durable_ratio) if q and durable_ratio else "–",
+                            runs_text(g["runs"]) + f" (nginx {fmt_int(b)})", f"{g['non2xx']} / {g['sock']}"))
+    pg_headers = ["nodes", "path", "dispatches/s (mean of runs)", "p50", "p99",
+                  "CPU per dispatch: nodes / PostgreSQL", "ratio to nginx",
+                  "vs SQLite durable (same ratio)", "each run (nginx of the same phase)", "non-2xx / socket errors"]
+
+    lat_rows = []
+    for label, name in (("same node: dispatch on node 1, stream on node 1", "pg-same-node"),
+                        ("across nodes: dispatch on node 1, stream on node 2", "pg-cross-node")):
+        r = by.get(name)
+        if not r:
+            continue
+        if r.get("p50_ms") is None:
+            lat_rows.append((label, f"0/{r.get('rounds', 100)}", "–", "–", "–",
+                             "; ".join(r.get("errors", []))[:200] or "no event arrived"))
+            continue
+        lat_rows.append((label, f"{r.get('rounds_done', 0)}/{r.get('rounds')}", fmt_ms(r.get("p50_ms")),
+                         fmt_ms(r.get("p99_ms")), fmt_ms(r.get("max_ms")),
+                         "; ".join(r.get("errors", []))[:200] or "none"))
+    lat_headers = ["path", "rounds (10 sessions each)", "p50", "p99", "max", "errors"]
+
+    cost = by.get("pgcost")
+    cost_rows = []
+    if cost:
+        what = {"dispatch": "POST dispatch, one node, 50 sessions in turn",
+                "dispatch-key": "POST dispatch with a new Idempotency-Key",
+                "state": "GET state/counter (catches up with the journal first)",
+                "alternate": "POST dispatch on one session, node 1 and node 2 in turn"}
+        for sc in cost["scenarios"]:
+            trips = sc.get("round_trips_per_request", sc["statements_per_request"])
+            cost_rows.append((what.get(sc["scenario"], sc["scenario"]), f"{trips:.2f}",
+                              f"{sc['statements_per_request']:.2f}",
+                              f"{sc['commits_per_request']:.2f}", f"{sc['rollbacks_per_request']:.2f}",
+                              f"{sc['ms_per_request']:.2f} ms",
+                              "; ".join(f"{q} × {per:g}" for q, per in sc["statements"] if per >= 0.005)))
+    cost_headers = ["request", "round trips per request", "statements counted", "commits", "rollbacks",
+                    "time each, one at a time", "statements, per request"]
 
     # ---- goals ---------------------------------------------------------------------------------
     def goal(label, target, value, ok, shown):
@@ -354,6 +427,15 @@ def main():
     if scale_rows:
         print()
         print(plain_table(scale_headers, scale_rows))
+    if pg_rows:
+        print()
+        print(plain_table(pg_headers, pg_rows))
+    if lat_rows:
+        print()
+        print(plain_table(lat_headers, lat_rows))
+    if cost_rows:
+        print()
+        print(plain_table(cost_headers[:6], [r[:6] for r in cost_rows]))
     print()
     print("server health: " + ("; ".join(health) if health else
                                f"no crash, no non-2xx, no socket errors ({len(stopped)} server runs)"))
@@ -432,6 +514,36 @@ def main():
                "Sizing: memory ≈ RSS of a fresh server + sessions × bytes per session + changes kept for "
                "replay (up to `replayBuffer` per session) × bytes per change + open streams × bytes per "
                "stream. RSS is what the process holds, so freed memory the allocator keeps counts too.", ""]
+    if pg_rows or lat_rows or cost_rows:
+        md += ["## Several nodes on PostgreSQL (issue 9)", "",
+               "One throwaway PostgreSQL on this machine (`scripts/postgres-test-server.sh`, with `fsync` on like "
+               "the SQLite run's `sync: full`; pool of 10 connections per node), 1,000 sessions. Nodes are "
+               "started one after another on the same database; after each, wrk dispatches round robin over "
+               "the sessions *directly* (one wrk per node at the same time, the 64 connections split between "
+               "them, requests/s added up) and *through nginx* (deploy/nginx's template, rendered for the "
+               "running nodes, one worker). Every process — PostgreSQL, the nodes, nginx and wrk — shares the "
+               "same 2 cores, so more nodes cannot mean more throughput here: the table shows what coordination "
+               "through PostgreSQL costs, not how the cluster scales (see the hand-written notes below). "
+               "*CPU per dispatch* = CPU time of the nodes and of PostgreSQL (postmaster and backends) during "
+               "the runs ÷ dispatches answered (nginx and wrk not counted).", "",
+               table(pg_headers, pg_rows), ""]
+        if durable_rps:
+            md += [f"SQLite durable dispatch in the same run: {fmt_int(durable_rps)} requests/s "
+                   f"({fmt_ratio(durable_ratio)} of its phase's nginx).", ""]
+        if lat_rows:
+            md += ["Event latency across nodes (`bench/tools/sse.py --dispatch-url`): one dispatch per session per "
+                   "round on node 1, latency = the moment the stream has read the `state` event − the moment the "
+                   "dispatch was written; 10 sessions with one stream each, 100 rounds 20 ms apart.", "",
+                   table(lat_headers, lat_rows), ""]
+        if cost_rows:
+            md += ["What one request costs PostgreSQL, counted by `pg_stat_statements` (`bench/tools/pgcost.py`: "
+                   f"{cost['scenarios'][0]['requests']} requests one after another, statistics reset before each "
+                   "scenario, sessions loaded on the nodes beforehand). postgres-nio sends each statement as one "
+                   "Parse/Bind/Execute/Sync flight, so a statement is one round trip between node and PostgreSQL. "
+                   "pg_stat_statements counts only statements that succeed: the INSERT that loses a race to another "
+                   "node fails and its transaction is rolled back, so *round trips* = statements counted + one per "
+                   "ROLLBACK.", "",
+                   table(cost_headers, cost_rows), ""]
     md += ["## Server health during the run", ""]
     if health:
         md += [f"- {h}" for h in health]

@@ -10,8 +10,9 @@
 # Knobs (environment): BENCH_DURATION (wrk seconds, default 8), BENCH_ROUNDS (wrk runs of each
 # main scenario, interleaved with nginx, default 2), BENCH_RATE_DURATION (seconds of each
 # constant-rate run after 1 s of warm-up, default 5), BENCH_RATE (constant-rate
-# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 570),
-# BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it).
+# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 900),
+# BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_PHASES (which groups to
+# run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs).
 
 set -uo pipefail
 exec 3>&1 4>&2  # the terminal, for messages from traps (which may run inside a redirected step)
@@ -23,8 +24,10 @@ DURATION=${BENCH_DURATION:-8}
 ROUNDS=${BENCH_ROUNDS:-2}
 RATE=${BENCH_RATE:-1000}
 RATE_DURATION=${BENCH_RATE_DURATION:-5}
-BUDGET=${BENCH_BUDGET:-570}
+BUDGET=${BENCH_BUDGET:-900}
 DOC=${BENCH_DOC-docs/PERFORMANCE.md}
+PHASES=${BENCH_PHASES:-http sse idle scale durable postgres peer}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 WRK_ARGS=(-t2 -c64 "-d${DURATION}s" --latency)
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 
@@ -86,6 +89,7 @@ mkdir -p "$RAW" "$TMP/bin"
 PIDS=()
 WATCHDOG=""
 CHILD=""
+PG_DIR=""
 
 stop_pid() {  # stop_pid PID [seconds]: TERM, wait, then KILL
     local pid=$1 wait_s=${2:-10} i
@@ -103,6 +107,7 @@ cleanup() {
     trap - EXIT INT TERM
     [ -n "$CHILD" ] && stop_pid "$CHILD" 5
     for pid in "${PIDS[@]}"; do stop_pid "$pid" 5; done
+    [ -n "$PG_DIR" ] && [ -d "$PG_DIR" ] && bash scripts/postgres-test-server.sh destroy "$PG_DIR" >/dev/null 2>&1
     [ -n "$WATCHDOG" ] && kill "$WATCHDOG" 2>/dev/null
     wait 2>/dev/null
     echo "bench: raw outputs in $TMP" >&3
@@ -144,7 +149,7 @@ bg() {
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # A command line as docs/PERFORMANCE.md shows it: temp paths as $TMP, ports and pids by name.
-NGINX_PORT=""; PEER_PORT=""; PEER_PID=""
+NGINX_PORT=""; PEER_PORT=""; PEER_PID=""; NODE_PORTS=(); CLUSTER_URL=""
 shown() {
     local sub="s#$TMP#\$TMP#g; s#$ROOT/##g; s#timeout [0-9]* ##; s# --results [^ ]*##; s#$PY #python3 #"
     [ -n "${SERVER_PORT:-}" ] && sub="$sub; s#:$SERVER_PORT\b#:\$SERVER_PORT#g"
@@ -152,6 +157,9 @@ shown() {
     [ -n "$NGINX_PORT" ] && sub="$sub; s#:$NGINX_PORT\b#:\$NGINX_PORT#g"
     [ -n "$PEER_PORT" ] && sub="$sub; s#:$PEER_PORT\b#:\$PEER_PORT#g; s#--port $PEER_PORT\b#--port \$PEER_PORT#g"
     [ -n "$PEER_PID" ] && sub="$sub; s#--pid $PEER_PID\b#--pid \$PEER_PID#g"
+    local i
+    for i in "${!NODE_PORTS[@]}"; do sub="$sub; s#:${NODE_PORTS[$i]}\b#:\$NODE$((i + 1))_PORT#g"; done
+    [ -n "${CLUSTER_URL:-}" ] && sub="$sub; s#${CLUSTER_URL}\b#http://127.0.0.1:\$CLUSTER_NGINX_PORT#g"
     echo "$*" | sed "$sub"
 }
 
@@ -301,6 +309,7 @@ curl -sf -m 2 "http://127.0.0.1:$NGINX_PORT/state.json" >/dev/null || { echo "be
 NGINX_URL=http://127.0.0.1:$NGINX_PORT/state.json
 
 # ---------------------------------------------------------------------------------------------
+if want http; then
 log "HTTP throughput: nginx, /healthz, GET state, dispatch (wrk ${WRK_ARGS[*]})"
 start_server http || exit 1
 URL=http://127.0.0.1:$SERVER_PORT
@@ -326,8 +335,10 @@ rate_run rate-nginx nginx "$NGINX_URL" --mode path --path /state.json
 rate_run rate-state server "$URL" --mode state --sessions "$S1K"
 rate_run rate-dispatch server "$URL" --mode dispatch --sessions "$S1K"
 stop_server
+fi  # http
 
 # ---------------------------------------------------------------------------------------------
+if want sse; then
 log "SSE fan-out (one fresh server; each test on its own sessions)"
 start_server sse || exit 1
 URL=http://127.0.0.1:$SERVER_PORT
@@ -349,8 +360,10 @@ mksessions "$URL" 1 "$TMP/sessions-big.txt" sse-big
 sse_run "fanout-1x$BIG_FANOUT" "$URL" "$TMP/sessions-big.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
     --rounds 20 --pid "$SERVER_PID" --rss
 stop_server
+fi  # sse
 
 # ---------------------------------------------------------------------------------------------
+if want idle; then
 log "$IDLE_STREAMS idle event streams (1,000 sessions x $((IDLE_STREAMS / 1000)))"
 start_server idle || exit 1
 URL=http://127.0.0.1:$SERVER_PORT
@@ -358,8 +371,10 @@ mksessions "$URL" 1000 "$TMP/sessions-idle.txt" idle-1000
 sse_run "idle-$IDLE_STREAMS" "$URL" "$TMP/sessions-idle.txt" --n-sessions 1000 \
     --subs $((IDLE_STREAMS / 1000)) --hold 5 --pid "$SERVER_PID" --rss
 stop_server
+fi  # idle
 
 # ---------------------------------------------------------------------------------------------
+if want scale; then
 log "cost as work grows: sessions 100 -> 100,000 (a fresh server each; RSS, then wrk dispatch)"
 PHASE=scale
 wrk_run nginx nginx "$NGINX_URL"
@@ -372,8 +387,10 @@ for N in 100 1000 10000 100000; do
         wrk_run "scale-dispatch-$N" server "$URL" -- dispatch "$TMP/sessions-scale-$N.txt"
     stop_server
 done
+fi  # scale
 
 # ---------------------------------------------------------------------------------------------
+if want durable; then
 log "durable dispatch (--storage sqlite:\$TMP/bench.db)"
 start_server durable --storage "sqlite:$TMP/bench.db" || true
 if [ -n "$SERVER_PORT" ]; then
@@ -390,8 +407,165 @@ if [ -n "$SERVER_PORT" ]; then
     stop_server
     ls -l "$TMP"/bench.db* > "$RAW/durable-files.txt" 2>&1
 fi
+fi  # durable
 
 # ---------------------------------------------------------------------------------------------
+if want postgres; then
+# Several nodes on one PostgreSQL (issue 9): a throwaway PostgreSQL (scripts/postgres-test-
+# server.sh) with fsync ON, like the SQLite run's `sync: full`, and pg_stat_statements loaded.
+# Nodes 1, 2, 3 are started one at a time on the same database and sessions; after each start,
+# dispatch throughput directly (one wrk per node, in parallel, the 64 connections split between
+# them) and through nginx (deploy/nginx's template rendered for the running nodes), interleaved
+# with the static nginx baseline. Then the cross-node event latency, and the statements one
+# request costs PostgreSQL (bench/tools/pgcost.py).
+log "several nodes on PostgreSQL (1, 2, 3 nodes; direct and through nginx)"
+NODE_PIDS=()
+NODE_PORTS=()
+CLUSTER_NGINX_PID=""
+SERVER_PORT=""; SERVER_PID=""
+PG_URL=""
+if [ -z "$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null)" ]; then
+    echo "installing: postgresql"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql \
+        || warn "cannot install postgresql: the PostgreSQL phase is skipped"
+fi
+# Not under $TMP: as root, PostgreSQL runs as an unprivileged user, who cannot enter $TMP (0700).
+PG_DIR=$(mktemp -u /tmp/sbench-pg.XXXXXX)
+echo "POSTGRES_SERVER_OPTIONS='-c fsync=on -c shared_preload_libraries=pg_stat_statements -c max_connections=300' bash scripts/postgres-test-server.sh start \$PG_DIR   # -> \$PG_URL" >> "$TMP/commands.txt"
+PG_URL=$(POSTGRES_SERVER_OPTIONS="-c fsync=on -c shared_preload_libraries=pg_stat_statements -c max_connections=300" \
+    timeout 120 bash scripts/postgres-test-server.sh start "$PG_DIR" --watch $$ 2> "$RAW/pg-start.err") \
+    || { warn "PostgreSQL did not start: $(tail -3 "$RAW/pg-start.err")"; PG_URL=""; }
+PG_DB=${PG_URL##*/}
+
+start_node() {  # start_node I: node I of the cluster on $PG_URL
+    local i=$1 out=$RAW/node$1.out err=$RAW/node$1.err port="" pid k
+    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i" \
+        >> "$TMP/commands.txt"
+    env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+    pid=$!
+    PIDS+=("$pid")
+    for ((k = 0; k < 100; k++)); do
+        port=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$out" 2>/dev/null | head -1)
+        [ -n "$port" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { warn "node $i did not start: $(tail -3 "$err")"; return 1; }
+    NODE_PIDS+=("$pid")
+    NODE_PORTS+=("$port")
+    echo "node $i pid $pid on port $port"
+}
+
+start_cluster_nginx() {  # nginx (deploy/nginx's template) in front of every running node
+    [ -n "$CLUSTER_NGINX_PID" ] && stop_pid "$CLUSTER_NGINX_PID" 5
+    local port dir=$TMP/cluster-nginx k upstreams=()
+    for k in "${NODE_PORTS[@]}"; do upstreams+=("127.0.0.1:$k"); done
+    port=$(free_port)
+    mkdir -p "$dir/logs" "$dir/tmp"
+    bash deploy/nginx/render.sh --main --listen "127.0.0.1:$port" "${upstreams[@]}" > "$dir/nginx.conf"
+    echo "bash deploy/nginx/render.sh --main --listen 127.0.0.1:\$CLUSTER_NGINX_PORT <nodes> > \$TMP/cluster-nginx/nginx.conf; nginx -p \$TMP/cluster-nginx -c \$TMP/cluster-nginx/nginx.conf -g 'daemon off;'" >> "$TMP/commands.txt"
+    "$NGINX" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' 2> "$RAW/cluster-nginx.err" &
+    CLUSTER_NGINX_PID=$!
+    PIDS+=("$CLUSTER_NGINX_PID")
+    CLUSTER_URL=http://127.0.0.1:$port
+    for ((k = 0; k < 50; k++)); do
+        curl -sf -m 2 "$CLUSTER_URL/healthz" >/dev/null && return 0
+        sleep 0.1
+    done
+    warn "the cluster's nginx did not start: $(tail -3 "$RAW/cluster-nginx.err")"
+    return 1
+}
+
+# CPU time (clock ticks) of processes, and of PostgreSQL (postmaster and its children).
+ticks() { local t=0 p v; for p in "$@"; do v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) && t=$((t + v)); done; echo "$t"; }
+pg_ticks() { local pm; pm=$(head -1 "$PG_DIR/data/postmaster.pid" 2>/dev/null) || { echo 0; return; }; ticks "$pm" $(pgrep -P "$pm"); }
+CPU0_NODES=0; CPU0_PG=0
+cpu_start() { CPU0_NODES=$(ticks "${NODE_PIDS[@]}"); CPU0_PG=$(pg_ticks); }
+cpu_record() {  # cpu_record SCENARIO: the nodes' and PostgreSQL's CPU seconds since cpu_start
+    local hz; hz=$(getconf CLK_TCK)
+    $PY - "$RES" "$1" "$PHASE" "$ROUND" "$(( $(ticks "${NODE_PIDS[@]}") - CPU0_NODES ))" "$(( $(pg_ticks) - CPU0_PG ))" "$hz" <<'PYEOF'
+import json, sys
+res, scenario, phase, rnd, nodes, pg, hz = sys.argv[1:]
+rec = {"kind": "cpu", "name": f"{phase}-{scenario}-r{rnd}-cpu", "scenario": scenario, "phase": phase,
+       "round": int(rnd), "nodes_cpu_s": int(nodes) / int(hz), "pg_cpu_s": int(pg) / int(hz)}
+open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
+print("   %-22s CPU: nodes %.2f s, PostgreSQL %.2f s" % (rec["name"], rec["nodes_cpu_s"], rec["pg_cpu_s"]))
+PYEOF
+}
+
+# wrk_parallel SCENARIO: one wrk per node at once (the connections split between them); one
+# record per node with --part, which report.py adds up.
+wrk_parallel() {
+    local scenario=$1 n=${#NODE_PORTS[@]} i pids=() conns threads
+    conns=$(( 64 / n )); threads=$(( n == 1 ? 2 : 1 ))
+    cpu_start
+    for ((i = 0; i < n; i++)); do
+        local name=$PHASE-$scenario-r$ROUND-n$((i + 1)) out
+        out=$RAW/wrk-$name.txt
+        local cmd=(wrk "-t$threads" "-c$conns" "-d${DURATION}s" --latency -s bench/wrk/sessions.lua
+                   "http://127.0.0.1:${NODE_PORTS[$i]}" -- dispatch "$TMP/sessions-pg.txt")
+        echo "\$ ${cmd[*]}" > "$out"
+        shown "${cmd[*]}   # node $((i + 1)) of $n, all at once" >> "$TMP/commands.txt"
+        timeout $((DURATION + 30)) "${cmd[@]}" >> "$out" 2>&1 &
+        pids+=($!)
+    done
+    CHILD="${pids[0]}"
+    for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "wrk exited with status $?" >> "$RAW/wrk-$PHASE-$scenario-r$ROUND-n$((i + 1)).txt"; done
+    CHILD=""
+    cpu_record "$scenario"
+    for ((i = 0; i < n; i++)); do
+        local name=$PHASE-$scenario-r$ROUND-n$((i + 1))
+        $PY bench/tools/wrkrecord.py --name "$name" --scenario "$scenario" --phase "$PHASE" --round "$ROUND" \
+            --target postgres --raw "$RAW/wrk-$name.txt" --results "$RES" --part $((i + 1)) --pid "${NODE_PIDS[$i]}" \
+            | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-22s %10s req/s  p99 %8s us  non2xx %s" % (r["name"], r.get("rps"), r.get("p99_us"), r.get("non2xx")))'
+    done
+}
+
+if [ -n "$PG_URL" ]; then
+    for N in 1 2 3; do
+        start_node "$N" || break
+        if [ "$N" = 1 ]; then
+            mksessions "http://127.0.0.1:${NODE_PORTS[0]}" 1000 "$TMP/sessions-pg.txt" pg-1000 \
+                || { warn "no sessions on PostgreSQL: the phase is cut short"; break; }
+        fi
+        start_cluster_nginx || break
+        PHASE=pg-$N
+        for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+            wrk_run nginx nginx "$NGINX_URL"
+            wrk_parallel "pg-direct-$N"
+            cpu_start
+            WRK_SCRIPT=bench/wrk/sessions.lua \
+                wrk_run "pg-nginx-$N" postgres "$CLUSTER_URL" -- dispatch "$TMP/sessions-pg.txt"
+            cpu_record "pg-nginx-$N"
+        done
+        ROUND=1
+    done
+    if [ ${#NODE_PORTS[@]} -ge 2 ]; then
+        A=http://127.0.0.1:${NODE_PORTS[0]}
+        B=http://127.0.0.1:${NODE_PORTS[1]}
+        sed -n 1,10p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-10.txt"
+        sed -n 11,20p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-10b.txt"
+        # Dispatch on node 1; 10 sessions, one stream each, on node 1 (same node) or node 2.
+        sse_run pg-same-node "$A" "$TMP/sessions-pg-10.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
+        sse_run pg-cross-node "$B" "$TMP/sessions-pg-10b.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
+        sed -n 21,70p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-cost.txt"
+        run timeout 200 $PY bench/tools/pgcost.py --url "$A" --other-url "$B" --sessions "$TMP/sessions-pg-cost.txt" \
+            --pg-dir "$PG_DIR" --db "$PG_DB" --count 300 --name pgcost --results "$RES" > "$RAW/pgcost.txt" 2>&1 \
+            || warn "pgcost.py reported errors: $(tail -c 400 "$RAW/pgcost.txt")"
+        grep '^   ' "$RAW/pgcost.txt"
+    fi
+    [ -n "$CLUSTER_NGINX_PID" ] && stop_pid "$CLUSTER_NGINX_PID" 5
+    for i in "${!NODE_PIDS[@]}"; do
+        kill -0 "${NODE_PIDS[$i]}" 2>/dev/null || warn "node $((i + 1)) exited on its own during the PostgreSQL phase: $(tail -3 "$RAW/node$((i + 1)).err" | tr '\n' ' ')"
+        stop_pid "${NODE_PIDS[$i]}" 10
+    done
+    bash scripts/postgres-test-server.sh destroy "$PG_DIR" >/dev/null 2>&1 || true
+fi
+fi  # postgres
+
+# ---------------------------------------------------------------------------------------------
+if want peer; then
 log "the Python peer (FastAPI + uvicorn[standard], 1 worker, bench/peer/app.py)"
 PEER_PORT=$(free_port)
 PEER_CMD=($PY -m uvicorn app:app --app-dir bench/peer --host 127.0.0.1 --port "$PEER_PORT"
@@ -426,6 +600,7 @@ else
     warn "the peer did not start: $(tail -5 "$RAW/peer.err")"
 fi
 stop_pid "$PEER_PID" 10
+fi  # peer
 
 # ---------------------------------------------------------------------------------------------
 log "report"

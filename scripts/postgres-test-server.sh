@@ -13,7 +13,9 @@
 #
 # PostgreSQL refuses to run as root: as root, the server runs as the system user
 # `stateserver-test` (created if missing). Binaries: $PG_BIN, else the newest
-# /usr/lib/postgresql/*/bin (Debian's `postgresql` package).
+# /usr/lib/postgresql/*/bin (Debian's `postgresql` package). The server runs with fsync off
+# (throwaway data); $POSTGRES_SERVER_OPTIONS adds server options after the defaults, which they
+# override (bench/run.sh: "-c fsync=on -c shared_preload_libraries=pg_stat_statements").
 set -euo pipefail
 
 # Close every inherited descriptor but stdin/out/err: the server and the watcher outlive this
@@ -68,9 +70,10 @@ start() {
     local port
     if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); echo "$port" > "$dir/port"; fi
     [ "$(id -u)" = 0 ] && chown -R "$RUN_AS" "$dir"
-    # -k: the Unix socket in DIR, not /var/run/postgresql. fsync off: a throwaway server.
+    # -k: the Unix socket in DIR, not /var/run/postgresql. fsync off: a throwaway server (a
+    # later -c in POSTGRES_SERVER_OPTIONS wins).
     as_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -s \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=200" start ||
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=200 ${POSTGRES_SERVER_OPTIONS:-}" start ||
         die "pg_ctl start failed: $(tail -n 5 "$dir/server.log" 2>/dev/null)"
     # Wait until it accepts connections, with a deadline.
     local deadline=$((SECONDS + 30))

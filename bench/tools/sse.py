@@ -3,6 +3,7 @@
 
     sse.py --url http://127.0.0.1:PORT --sessions FILE --n-sessions S --subs K
            [--rounds R] [--hold SECONDS] [--pid SERVER_PID] [--name N --results F]
+           [--dispatch-url http://127.0.0.1:OTHER_PORT]
 
 Opens K event streams (GET /v1/sessions/{id}/events?feature=counter) on each of S sessions and
 waits for every stream's snapshot. Then:
@@ -15,6 +16,8 @@ waits for every stream's snapshot. Then:
     Reported: p50/p99/max of that over all rounds and sessions, and of the first subscriber.
 The time includes this client reading S*K sockets one after another in Python (a few
 microseconds each), so it is an upper bound of the server's own fan-out time.
+With --dispatch-url the dispatches go to another server (another node of a cluster on shared
+storage) than the streams: the latency is then from a change on one node to its event on another.
 """
 
 import argparse
@@ -59,9 +62,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--name")
     ap.add_argument("--results")
+    ap.add_argument("--dispatch-url", help="send the dispatches here (default: --url)")
     a = ap.parse_args()
 
     host, port = rawhttp.split_url(a.url)
+    dispatch_host, dispatch_port = rawhttp.split_url(a.dispatch_url or a.url)
     sessions = rawhttp.read_sessions(a.sessions, a.n_sessions)
     if len(sessions) < a.n_sessions:
         raise SystemExit(f"need {a.n_sessions} sessions in {a.sessions}, found {len(sessions)}")
@@ -171,7 +176,7 @@ def main():
     failed_rounds = 0
     if a.rounds and ready == len(plan) and not errors:
         for j, (sid, tok) in enumerate(sessions):
-            sock = rawhttp.connect(host, port)
+            sock = rawhttp.connect(dispatch_host, dispatch_port)
             sock.setblocking(False)
             ctl[sock.fileno()] = {"sock": sock, "parser": rawhttp.ResponseParser(), "j": j,
                                   "req": rawhttp.dispatch_request(sid, tok)}

@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--pid", type=int)
     ap.add_argument("--sessions", type=int)
+    ap.add_argument("--part", type=int, help="one of several wrk run at once (report.py adds them up)")
     a = ap.parse_args()
     text = open(a.raw, errors="replace").read()
     rec = {"kind": "wrk", "name": a.name, "scenario": a.scenario or a.name, "phase": a.phase,
@@ -37,6 +38,8 @@ def main():
     if "rps" not in rec:
         rec["failed"] = True
         rec["tail"] = text[-500:]
+    if a.part is not None:
+        rec["part"] = a.part
     if a.sessions is not None:
         rec["sessions"] = a.sessions
     if a.pid:

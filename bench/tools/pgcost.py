@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""What one request costs PostgreSQL: statements (= round trips) per request, counted by
+pg_stat_statements on a cluster's database.
+
+    pgcost.py --url http://127.0.0.1:NODE_A [--other-url http://127.0.0.1:NODE_B]
+              --sessions FILE --pg-dir DIR --db NAME [--count 300]
+              [--name N --results results.jsonl]
+
+DIR is a scripts/postgres-test-server.sh folder whose server preloads pg_stat_statements
+(bench/run.sh starts it so); the tool creates the extension in DB if needed. For each scenario
+it first warms the sessions up (every node involved has loaded them), then resets the
+statistics, sends COUNT requests one after another on keep-alive connections, and reads every
+statement's calls from pg_stat_statements:
+
+  dispatch            POST dispatch on node A, round robin over the sessions
+  dispatch-key        the same with a fresh Idempotency-Key each
+  state               GET state/counter on node A (reads catch up with the journal first)
+  alternate           POST dispatch on one session, A and B in turn (--other-url): each node's
+                      copy is one change behind when its turn comes
+
+postgres-nio sends every statement as one Parse/Bind/Execute/Sync flight, so a statement is
+one round trip between node and PostgreSQL. pg_stat_statements counts only statements that
+succeed: the INSERT that loses a race to another node fails, and its transaction is rolled back,
+so round trips = statements counted + one per ROLLBACK.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+import rawhttp  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "postgres-test-server.sh")
+
+
+def sql(a, statement):
+    out = subprocess.run(["bash", SCRIPT, "sql", a.pg_dir, a.db, statement],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise SystemExit(f"psql failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def stats(a):
+    """Statement calls by normalised text since the last reset."""
+    rows = sql(a, "SELECT calls, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+                  "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                  "AND query NOT LIKE '%pg_stat%'")
+    calls = {}
+    for line in rows.splitlines():
+        count, _, query = line.partition("|")
+        if count.strip().isdigit():
+            calls[query.strip()] = calls.get(query.strip(), 0) + int(count)
+    return calls
+
+
+def reset(a):
+    sql(a, "SELECT pg_stat_statements_reset()")
+
+
+def short(query):
+    """A statement as the report shows it: its first words, parameters as $n."""
+    q = re.sub(r"\s+", " ", query).strip()
+    if q.upper().startswith("WITH J AS ( INSERT INTO STATE_JOURNAL"):
+        return "INSERT INTO state_journal + state_replies (one statement)"
+    for prefix in ("INSERT INTO state_journal", "INSERT INTO state_snapshots", "INSERT INTO state_replies",
+                   "INSERT INTO state_sessions", "SELECT pg_notify", "DELETE FROM state_journal"):
+        if q.startswith(prefix):
+            return prefix
+    return q[:90]
+
+
+class Node:
+    def __init__(self, url):
+        host, port = rawhttp.split_url(url)
+        self.sock = rawhttp.connect(host, port)
+        self.parser = rawhttp.ResponseParser()
+
+    def send(self, req):
+        return rawhttp.roundtrip(self.sock, self.parser, req)
+
+
+def dispatch(sid, tok, key=None):
+    headers = {"Authorization": f"Bearer {tok}"}
+    if key:
+        headers["Idempotency-Key"] = key
+    return rawhttp.request("POST", f"/v1/sessions/{sid}/dispatch", headers,
+                           '{"feature":"counter","action":{"type":"increment"}}')
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--other-url")
+    ap.add_argument("--sessions", required=True)
+    ap.add_argument("--pg-dir", required=True)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--count", type=int, default=300)
+    ap.add_argument("--name", default="pgcost")
+    ap.add_argument("--results")
+    a = ap.parse_args()
+
+    sessions = rawhttp.read_sessions(a.sessions, 50)
+    sql(a, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    node_a = Node(a.url)
+    node_b = Node(a.other_url) if a.other_url else None
+    errors = []
+
+    def check(status, body, what):
+        if status != 200 and len(errors) < 5:
+            errors.append(f"{what} -> {status} {body[:160]!r}")
+
+    scenarios = []
+
+    def measure(label, warm, run):
+        for step in warm:
+            step()
+        reset(a)
+        t0 = time.monotonic()
+        for i in range(a.count):
+            run(i)
+        seconds = time.monotonic() - t0
+        calls = stats(a)
+        total = sum(calls.values())
+        commits = sum(c for q, c in calls.items() if q.upper() == "COMMIT")
+        rollbacks = sum(c for q, c in calls.items() if q.upper() == "ROLLBACK")
+        rows = sorted(((short(q), c / a.count) for q, c in calls.items()), key=lambda r: -r[1])
+        merged = {}
+        for q, per in rows:
+            merged[q] = merged.get(q, 0) + per
+        scenarios.append({
+            "scenario": label, "requests": a.count, "statements_per_request": round(total / a.count, 2),
+            "round_trips_per_request": round((total + rollbacks) / a.count, 2),
+            "commits_per_request": round(commits / a.count, 2), "rollbacks_per_request": round(rollbacks / a.count, 2),
+            "ms_per_request": round(1000 * seconds / a.count, 3),
+            "statements": [[q, round(per, 3)] for q, per in sorted(merged.items(), key=lambda r: -r[1])],
+        })
+        print(f"   {label:14s} {(total + rollbacks) / a.count:5.2f} round trips per request "
+              f"({total / a.count:5.2f} statements counted), "
+              f"{commits / a.count:4.2f} commits, {rollbacks / a.count:4.2f} rollbacks, "
+              f"{1000 * seconds / a.count:6.2f} ms each (sequential)")
+
+    def warm_all():
+        for sid, tok in sessions:
+            check(*node_a.send(dispatch(sid, tok)), "warm-up dispatch")
+
+    measure("dispatch", [warm_all],
+            lambda i: check(*node_a.send(dispatch(*sessions[i % len(sessions)])), "dispatch"))
+    measure("dispatch-key", [],
+            lambda i: check(*node_a.send(dispatch(*sessions[i % len(sessions)], key=uuid.uuid4().hex)), "dispatch with key"))
+    measure("state", [],
+            lambda i: check(*node_a.send(rawhttp.state_request(*sessions[i % len(sessions)])), "state"))
+    if node_b:
+        sid, tok = sessions[0]
+
+        def warm_b():
+            check(*node_b.send(dispatch(sid, tok)), "warm-up on B")
+            check(*node_a.send(dispatch(sid, tok)), "warm-up on A")
+
+        measure("alternate", [warm_b],
+                lambda i: check(*(node_a if i % 2 == 0 else node_b).send(dispatch(sid, tok)), "alternate dispatch"))
+
+    rawhttp.emit(a.results, {"kind": "pgcost", "name": a.name, "scenarios": scenarios,
+                             "errors": errors, "error_count": len(errors)})
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()
