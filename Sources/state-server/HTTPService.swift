@@ -70,10 +70,13 @@ struct HTTPService: Service, CustomStringConvertible {
     /// Logged with the `listening on` line.
     let metadata: Logger.Metadata
     var grace: Duration = .seconds(2)
+    /// Awaited before the port opens (several nodes: until this node hears the others).
+    var before: @Sendable () async -> Void = {}
 
     var description: String { "HTTPService" }
 
     func run() async throws {
+        await before()
         let port: Int
         do {
             port = try server.start()

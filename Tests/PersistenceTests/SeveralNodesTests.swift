@@ -104,4 +104,134 @@ struct SeveralNodesTests {
         #expect({ if case .sessionGone? = failure { true } else { false } }(), "\(String(describing: failure))")
         #expect(sink.isClosed, "the other node's streams end")
     }
+
+    // MARK: Following other nodes (notices)
+
+    /// Two nodes that follow each other's commits through the storage's notices.
+    static func followingNodes() async throws -> (
+        storage: InMemoryStorage, nodeA: SessionManager, nodeB: SessionManager, a: Session, b: Session
+    ) {
+        let storage = InMemoryStorage(shared: true)
+        let nodeA = try exampleManager(storage)
+        let nodeB = try exampleManager(storage)
+        for node in [nodeA, nodeB] {
+            #expect(!node.isFollowing, "a node on shared storage does not follow before it hears the notices")
+            Task { await node.followOtherNodes() }
+            await node.untilFollowing(atMost: .seconds(10))
+            #expect(node.isFollowing)
+        }
+        let (session, token) = try await nodeA.create()
+        let onB = try #require(try await nodeB.load(id: session.id, token: token))
+        return (storage, nodeA, nodeB, session, onB)
+    }
+
+    @Test("a subscriber on node B gets every change made on A and B live, in order, once, with the same ids; no refresh")
+    func liveAcrossNodes() async throws {
+        let (storage, _, _, a, b) = try await Self.followingNodes()
+        defer { Task { await storage.close() } }
+        let onB = RecordingSink()
+        let onA = RecordingSink()
+        _ = b.hub.subscribe(features: nil, lastEventID: 0, sink: onB)
+        _ = a.hub.subscribe(features: nil, lastEventID: 0, sink: onA)
+        b.pullIfBehind()
+        let count = 30
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for node in [a, b] {
+                group.addTask {
+                    for _ in 0..<count {
+                        while true {
+                            do throws(SessionFailure) {
+                                _ = try await node.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
+                                break
+                            } catch {
+                                guard case .contention = error else { throw error }
+                            }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        for sink in [onA, onB] {
+            let all = await eventually { sink.events.filter { $0.event == "state" }.count >= 2 * count }
+            #expect(all, "\(sink.events.count) events")
+            let events = sink.events.filter { $0.event == "state" }
+            #expect(events.map(\.seq) == Array(1...(2 * count)).map { Optional($0) }, "each change once, in order")
+            #expect(events.map { $0.data?["version"] } == (1...(2 * count)).map { Optional(JSONValue.int(Int64($0))) })
+        }
+    }
+
+    @Test("a commit heard before the first subscriber is fetched when it subscribes")
+    func heardBeforeSubscribing() async throws {
+        let (storage, _, _, a, b) = try await Self.followingNodes()
+        defer { Task { await storage.close() } }
+        try await a.dispatch("counter", #"{"type":"increment"}"#)
+        // B heard seq 1 with nobody watching: nothing was fetched.
+        let sink = RecordingSink()
+        _ = b.hub.subscribe(features: nil, lastEventID: 0, sink: sink)
+        #expect(sink.events.filter { $0.event == "state" }.isEmpty)
+        let heard = await eventually {
+            b.pullIfBehind()
+            return sink.events.contains { $0.seq == 1 }
+        }
+        #expect(heard, "\(sink.events)")
+    }
+
+    @Test("a delete on one node ends the other node's streams and drops the session from its memory")
+    func deleteHeardAcrossNodes() async throws {
+        let (storage, nodeA, nodeB, a, b) = try await Self.followingNodes()
+        defer { Task { await storage.close() } }
+        let sink = RecordingSink()
+        _ = b.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
+        try await nodeA.delete(a)
+        #expect(await eventually { sink.isClosed }, "B's stream ends without any request on B")
+        #expect(!nodeB.isLoaded(id: b.id))
+        #expect(b.isGone)
+    }
+
+    @Test("a lost notice channel ends every stream and refuses new ones until it is back")
+    func lostChannel() async throws {
+        let (storage, _, nodeB, _, b) = try await Self.followingNodes()
+        defer { Task { await storage.close() } }
+        let sink = RecordingSink()
+        _ = b.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
+        storage.loseNotices()
+        #expect(await eventually { sink.isClosed }, "the stream ends rather than miss changes silently")
+        #expect(!nodeB.isFollowing)
+        storage.resumeNotices()
+        #expect(await eventually { nodeB.isFollowing })
+        let again = RecordingSink()
+        guard case .subscribed = b.hub.subscribe(features: nil, lastEventID: nil, sink: again) else {
+            Issue.record("a new stream is welcome once the channel is back")
+            return
+        }
+    }
+
+    @Test("untilFollowing returns after its time limit when the node never hears the notices")
+    func untilFollowingTimesOut() async throws {
+        let node = try exampleManager(InMemoryStorage(shared: true))
+        await node.untilFollowing(atMost: .milliseconds(50))
+        #expect(!node.isFollowing)
+        #expect(try exampleManager(InMemoryStorage()).isFollowing, "storage of one process: always following")
+    }
+
+    @Test("one sweeper at a time over the shared storage; each node still evicts its own idle sessions")
+    func oneSweeperAtATime() async throws {
+        let storage = InMemoryStorage(shared: true)
+        let inside = try await storage.exclusively("sweep") { () async -> Bool? in
+            try? await storage.exclusively("sweep") { true }
+        }
+        #expect(inside == .some(.some(nil)), "the second turn is refused while the first runs")
+        #expect(try await storage.exclusively("sweep") { 1 } == 1, "the turn is free again")
+        // Two nodes sweeping together: the expired session is deleted once, by one of them.
+        let nodeA = try exampleManager(storage, settings: testSettings(ttl: .seconds(1)))
+        let nodeB = try exampleManager(storage, settings: testSettings(ttl: .seconds(1)))
+        let (session, _) = try await nodeA.create()
+        let later = WallClock.now + 10_000
+        async let first = nodeA.sweep(now: later)
+        async let second = nodeB.sweep(now: later)
+        let (ra, rb) = await (first, second)
+        #expect(ra.purged + rb.purged >= 1)
+        #expect(try await storage.session(id: session.id) == nil)
+    }
 }
