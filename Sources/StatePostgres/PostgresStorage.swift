@@ -203,6 +203,9 @@ public final class PostgresStorage: SessionStorage {
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
+        if batch.count == 1, case .append(let entry, let idempotency) = batch[0] {
+            return try await commitAppend(entry, idempotency)
+        }
         try await perform("commit") { connection, logger in
             try await Self.transaction(connection, logger) {
                 // Writes for a session that does not exist (deleted, perhaps by another node)
@@ -242,6 +245,52 @@ public final class PostgresStorage: SessionStorage {
                     try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
                 }
             }
+        }
+    }
+
+    /// The common batch (one journal entry, perhaps with its idempotency reply) in one statement,
+    /// so one round trip: PostgreSQL runs a lone statement as its own transaction. The session
+    /// row is share-locked as in the general path; a session that is gone inserts nothing
+    /// (`.sessionGone`); a taken version, seq or key fails the statement (`.conflict`); the
+    /// NOTIFY is delivered at its commit.
+    private func commitAppend(_ e: JournalEntry, _ idempotency: (key: String, reply: StoredReply)?) async throws(StorageError) {
+        try await perform("commit") { db, logger in
+            let payload = e.payload.map { ByteBuffer(bytes: $0) }
+            let notice = "\(e.seq) \(e.session)"
+            let rows: PostgresRowSequence
+            if let (key, reply) = idempotency {
+                rows = try await db.query(
+                    """
+                    WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
+                    j AS (
+                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                        SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
+                        FROM live RETURNING seq
+                    ),
+                    r AS (
+                        INSERT INTO state_replies (session, key, status, body, version, time)
+                        SELECT id, \(key), \(Int32(clamping: reply.status)), \(ByteBuffer(bytes: reply.body)), \(reply.version), \(e.time)
+                        FROM live
+                    ),
+                    n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+                    SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
+                    """, logger: logger)
+            } else {
+                rows = try await db.query(
+                    """
+                    WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
+                    j AS (
+                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                        SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
+                        FROM live RETURNING seq
+                    ),
+                    n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+                    SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
+                    """, logger: logger)
+            }
+            var inserted = 0
+            for try await (count, _) in rows.decode((Int, Int).self) { inserted = count }
+            guard inserted == 1 else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }
         }
     }
 
