@@ -257,37 +257,26 @@ public final class PostgresStorage: SessionStorage {
         try await perform("commit") { db, logger in
             let payload = e.payload.map { ByteBuffer(bytes: $0) }
             let notice = "\(e.seq) \(e.session)"
-            let rows: PostgresRowSequence
-            if let (key, reply) = idempotency {
-                rows = try await db.query(
-                    """
-                    WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
-                    j AS (
-                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
-                        SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
-                        FROM live RETURNING seq
-                    ),
-                    r AS (
-                        INSERT INTO state_replies (session, key, status, body, version, time)
-                        SELECT id, \(key), \(Int32(clamping: reply.status)), \(ByteBuffer(bytes: reply.body)), \(reply.version), \(e.time)
-                        FROM live
-                    ),
-                    n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
-                    SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
-                    """, logger: logger)
-            } else {
-                rows = try await db.query(
-                    """
-                    WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
-                    j AS (
-                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
-                        SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
-                        FROM live RETURNING seq
-                    ),
-                    n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
-                    SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
-                    """, logger: logger)
-            }
+            // Without a key the reply's values are NULL and its INSERT selects no row.
+            let key = idempotency?.key
+            let reply = idempotency?.reply
+            let rows = try await db.query(
+                """
+                WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
+                j AS (
+                    INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                    SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
+                    FROM live RETURNING seq
+                ),
+                r AS (
+                    INSERT INTO state_replies (session, key, status, body, version, time)
+                    SELECT id, \(key), \(reply.map { Int32(clamping: $0.status) }), \(reply.map { ByteBuffer(bytes: $0.body) }),
+                        \(reply?.version), \(e.time)
+                    FROM live WHERE \(key)::text IS NOT NULL
+                ),
+                n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+                SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
+                """, logger: logger)
             var inserted = 0
             for try await (count, _) in rows.decode((Int, Int).self) { inserted = count }
             guard inserted == 1 else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }

@@ -22,6 +22,18 @@ struct SeveralNodesTests {
         return (storage, session, onB)
     }
 
+    /// One increment, tried again on `.contention` as a client does on 503 write_contention.
+    static func increment(_ node: Session) async throws {
+        while true {
+            do throws(SessionFailure) {
+                _ = try await node.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
+                return
+            } catch {
+                guard case .contention = error else { throw error }
+            }
+        }
+    }
+
     @Test("concurrent increments through two nodes: exact count, versions and seqs 1...N once each")
     func noLostUpdate() async throws {
         let (storage, a, b) = try await Self.twoNodes()
@@ -29,17 +41,7 @@ struct SeveralNodesTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for node in [a, b] {
                 for _ in 0..<perNode {
-                    group.addTask {
-                        // As a client does on 503 write_contention: try again.
-                        while true {
-                            do throws(SessionFailure) {
-                                _ = try await node.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
-                                return
-                            } catch {
-                                guard case .contention = error else { throw error }
-                            }
-                        }
-                    }
+                    group.addTask { try await Self.increment(node) }
                 }
             }
             try await group.waitForAll()
@@ -138,16 +140,7 @@ struct SeveralNodesTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for node in [a, b] {
                 group.addTask {
-                    for _ in 0..<count {
-                        while true {
-                            do throws(SessionFailure) {
-                                _ = try await node.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
-                                break
-                            } catch {
-                                guard case .contention = error else { throw error }
-                            }
-                        }
-                    }
+                    for _ in 0..<count { try await Self.increment(node) }
                 }
             }
             try await group.waitForAll()
