@@ -16,6 +16,11 @@ public enum SessionNotice: Sendable {
     /// Shared storage: this node started (`true`) or stopped (`false`) hearing other nodes'
     /// commits; when it stops, its event streams end.
     case following(Bool)
+    /// Shared storage: a store found waiting for asynchronous work was checked again after
+    /// `recoveryDelay`: `settled` when it was still waiting at the same version (the work's
+    /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
+    /// change) came first.
+    case waitingWorkChecked(session: String, feature: String, settled: Bool)
 }
 
 /// One client session: a store per registered feature (created or loaded on first use), an
@@ -187,13 +192,36 @@ public final class Session: Sendable {
         }
         stores.withLock { $0[feature] = store }
         // Work that was running in a previous process never comes back: settle its state now,
-        // through the change path like any change.
+        // through the change path like any change. With several nodes the work may still run
+        // on another node: give it `recoveryDelay`, then settle only if nothing changed.
         if (try? store.prepareRecovery()) != nil {
-            if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
+            if readsCatchUp, let version = try? store.currentJSON().version {
+                settleLater(feature, ifStillAt: version)
+            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
                 report(failure)
             }
         }
         return store
+    }
+
+    /// Shared storage: after `recoveryDelay`, settles the store's waiting state if it is still at
+    /// `version` (the latest committed: a stale copy catches up and is judged again).
+    private func settleLater(_ feature: String, ifStillAt version: Int) {
+        let delay = settings.recoveryDelay
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            guard let self else { return }
+            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version)))
+            let settled: Bool
+            switch outcome {
+            case .applied, .replayed: settled = true
+            case .failed(.store), .failed(.sessionGone), .failed(.retired): settled = false
+            case .failed(let failure):
+                report(failure)
+                settled = false
+            }
+            notify(.waitingWorkChecked(session: id, feature: feature, settled: settled))
+        }
     }
 
     /// Loads every store (so snapshots and full-state reads show stored versions).
@@ -632,8 +660,11 @@ public final class Session: Sendable {
             case .reset: prepared = try store.prepareReset(ifVersion: version)
             case .followUp(let prepare): prepared = try prepare(version)
             case .recovery:
+                let (_, current) = try store.currentJSON()
+                if let version, version != current {
+                    throw StoreError(.versionConflict, "the store moved on from version \(version)", currentVersion: current)
+                }
                 guard let recovery = try store.prepareRecovery() else {
-                    let (_, current) = try store.currentJSON()
                     throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
                 }
                 prepared = recovery

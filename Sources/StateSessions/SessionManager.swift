@@ -25,6 +25,11 @@ public struct SessionSettings: Sendable {
     public var idleTimeout: Duration = .seconds(300)
     /// Sessions inactive this long are deleted (memory and storage).
     public var ttl: Duration = .seconds(30 * 86_400)
+    /// Shared storage (several nodes): how long a store found waiting for asynchronous work is
+    /// given before this node settles it (``Feature/recoveryAction(for:)``) — the work may still
+    /// run on the node that started it, whose follow-up then wins. Storage of one process
+    /// settles at once (the work died with the previous process).
+    public var recoveryDelay: Duration = .seconds(30)
 
     public init() {}
 }

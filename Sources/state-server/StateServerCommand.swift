@@ -146,6 +146,12 @@ struct Server {
             case .storeRecovered(let session, let feature, let how, let reason):
                 logger.warning(
                     "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])
+            case .waitingWorkChecked(let session, let feature, true):
+                logger.info(
+                    "settled a store left waiting by work of a node that is gone",
+                    metadata: ["session.id": "\(session)", "feature": "\(feature)"])
+            case .waitingWorkChecked:
+                break
             case .following(true):
                 logger.info("hearing other nodes' changes", metadata: ["storage": "\(settings.storage.kind)"])
             case .following(false):

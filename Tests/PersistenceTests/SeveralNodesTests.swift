@@ -227,4 +227,56 @@ struct SeveralNodesTests {
         #expect(ra.purged + rb.purged >= 1)
         #expect(try await storage.session(id: session.id) == nil)
     }
+
+    // MARK: Work that waits on another node
+
+    /// The `settled` of the first `.waitingWorkChecked` notice, once there is one (10 s at most).
+    static func waitingWorkChecked(_ notices: NoticeLog) async -> Bool? {
+        let found = await eventually(timeout: .seconds(10)) {
+            notices.all.contains { if case .waitingWorkChecked = $0 { true } else { false } }
+        }
+        guard found else { return nil }
+        for case .waitingWorkChecked(_, _, let settled) in notices.all { return settled }
+        return nil
+    }
+
+    @Test("a store waiting for work that still runs on node A is not settled by node B loading it: A's result wins")
+    func workStaysWithItsNode() async throws {
+        let storage = InMemoryStorage(shared: true)
+        let nodeA = try exampleManager(storage, loginCheckDelay: .milliseconds(100))
+        var settings = testSettings()
+        settings.recoveryDelay = .milliseconds(400)
+        let notices = NoticeLog()
+        let nodeB = try exampleManager(storage, settings: settings, notices: notices)
+        let (a, token) = try await nodeA.create()
+        try await a.dispatch("login", #"{"type":"submit","username":"ada","password":"short"}"#)
+        let b = try #require(try await nodeB.load(id: a.id, token: token))
+        #expect(try await b.current("login").version == 1, "B loads the waiting state")
+        #expect(await Self.waitingWorkChecked(notices) == false, "B found the store moved on: \(notices)")
+        try await b.refresh()
+        let login = try await b.current("login")
+        #expect(login.version == 2, "the submit and A's result, nothing of B's: \(login)")
+        #expect(login.state["error"] == .string("The password must have at least 8 characters."), "\(login)")
+    }
+
+    @Test("a store left waiting by a node that is gone is settled by the node that loads it, after recoveryDelay")
+    func workOfAGoneNodeIsSettled() async throws {
+        let storage = InMemoryStorage(shared: true)
+        // Node A's check would take an hour: A is as good as gone.
+        let nodeA = try exampleManager(storage, loginCheckDelay: .seconds(3600))
+        var settings = testSettings()
+        settings.recoveryDelay = .milliseconds(50)
+        let notices = NoticeLog()
+        let nodeB = try exampleManager(storage, settings: settings, notices: notices)
+        let (a, token) = try await nodeA.create()
+        try await a.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
+        let b = try #require(try await nodeB.load(id: a.id, token: token))
+        #expect(try await b.current("login").state["isLoading"] == .bool(true))
+        #expect(await Self.waitingWorkChecked(notices) == true, "\(notices)")
+        let login = try await b.current("login")
+        #expect(login.version == 2, "\(login)")
+        #expect(login.state["isLoading"] == .bool(false))
+        #expect(login.state["error"] == .string("The server restarted during the check; please try again."), "\(login)")
+        try await nodeA.delete(a)  // ends A's hour-long work
+    }
 }
