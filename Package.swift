@@ -229,7 +229,7 @@ let package = Package(
         ),
         .testTarget(
             name: "StateClientTests",
-            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server", "HTTPTestSupport"],
+            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server", "HTTPTestSupport", "MicroHTTP"],
             swiftSettings: strictSettings
         ),
         .testTarget(

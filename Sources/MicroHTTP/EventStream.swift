@@ -84,6 +84,25 @@ public final class EventStream: Sendable {
         }
     }
 
+    /// Queues `farewell` after the bytes already queued, then ends the stream: nothing sent
+    /// afterwards is accepted. The farewell is queued even past `bufferLimit` (it is one small
+    /// message, once); a stream already closing or finished gets nothing. Returns whether it
+    /// was queued.
+    @discardableResult
+    public func close(after farewell: [UInt8]) -> Bool {
+        state.withLock { state in
+            guard !state.closing, !state.finished else { return false }
+            if !farewell.isEmpty {
+                state.queue.append(farewell)
+                state.queuedBytes += farewell.count
+                state.active = true
+            }
+            state.closing = true
+            Self.wake(&state)
+            return true
+        }
+    }
+
     /// Whether the stream still accepts bytes.
     public var isOpen: Bool {
         state.withLock { !$0.closing && !$0.finished }

@@ -31,6 +31,10 @@ public final class HTTPServer: Sendable {
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
+        /// Bytes queued on every open event stream at a graceful ``HTTPServer/stop(grace:)``,
+        /// before the stream ends and before the server stops listening (`nil`: the streams
+        /// just end). Telling a client why lets it reconnect at once rather than guess.
+        public var shutdownBytes: [UInt8]?
 
         public init() {}
     }
@@ -111,8 +115,9 @@ public final class HTTPServer: Sendable {
     /// Number of open event streams.
     public var openStreams: Int { shared.withLock { $0.streams.count } }
 
-    /// Graceful stop: stop accepting, end every event stream, wait (up to `grace`) for streams
-    /// and suspended requests to finish, then stop the daemon. Safe to call more than once.
+    /// Graceful stop: refuse new streams, end every event stream (after `shutdownBytes`, when
+    /// set), stop accepting, wait (up to `grace`) for streams and suspended requests to finish,
+    /// then stop the daemon. Safe to call more than once.
     public func stop(grace: Duration = .seconds(2)) async {
         guard let daemon = shared.withLock({ s -> CHandle? in
             guard !s.stopping else { return nil }
@@ -120,6 +125,12 @@ public final class HTTPServer: Sendable {
             return s.daemon
         })?.pointer else { return }
         heartbeatTask.withLock { $0?.cancel() }
+        // Every stream is in the table now: `register` refuses new ones once `stopping` is set.
+        // Each gets its farewell behind what is already queued, and no byte after it.
+        let farewell = configuration.shutdownBytes ?? []
+        for stream in shared.withLock({ Array($0.streams.values) }) {
+            stream.close(after: farewell)
+        }
         hangups?.stop()
         let listenSocket = MHD_quiesce_daemon(daemon)
         let deadline = ContinuousClock.now + grace

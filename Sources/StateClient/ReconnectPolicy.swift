@@ -7,7 +7,9 @@ import Foundation
 /// The n-th consecutive attempt waits `initialDelay × multiplier^(n-1)`, at most
 /// `maximumDelay`, varied by ±`jitter` so that many clients do not come back at once; a
 /// `Retry-After` from the server (429, 503) is honoured when longer. The count starts again
-/// once a connection is accepted.
+/// once a connection is accepted. A server that shuts down gracefully ends its streams with a
+/// `shutdown` event and a `retry` delay: that delay (at most `maximumDelay`, lengthened by up to
+/// `jitter`) replaces the backoff for the next attempt, which does not count as a failure.
 public struct ReconnectPolicy: Sendable, Hashable {
     /// The wait before the first reconnection.
     public var initialDelay: Duration
@@ -58,6 +60,16 @@ public struct ReconnectPolicy: Sendable, Hashable {
         let spread = min(max(jitter, 0), 1)
         guard spread > 0, base > 0 else { return .seconds(base) }
         return .seconds(base * Double.random(in: (1 - spread)...(1 + spread)))
+    }
+
+    /// A delay the server asked for (a `shutdown` event's `retry`), at most ``maximumDelay``,
+    /// lengthened at random by up to ``jitter``: never sooner than asked, and clients leaving one
+    /// server together do not all arrive at the next at once.
+    func jitteredDelay(after hint: Duration) -> Duration {
+        let base = min(max(Self.seconds(hint), 0), max(Self.seconds(maximumDelay), 0))
+        let spread = min(max(jitter, 0), 1)
+        guard spread > 0, base > 0 else { return .seconds(base) }
+        return .seconds(base * Double.random(in: 1...(1 + spread)))
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -63,7 +63,10 @@ extension RemoteStore {
     /// sequence reconnects with exponential backoff and sends `Last-Event-ID`, so the server
     /// replays the changes missed meanwhile; changes already delivered are never delivered again,
     /// so every effect is delivered exactly once. When the server no longer holds the missed
-    /// changes it sends a fresh snapshot instead.
+    /// changes it sends a fresh snapshot instead. A server shutting down gracefully says so with
+    /// a last `shutdown` event: the sequence then reconnects after the delay the server asks for
+    /// (its `retry`, varied upwards by up to `reconnect.jitter`) instead of the backoff, and
+    /// delivers nothing for it — it is not a change, and not an error.
     ///
     /// The sequence fails with ``StateClientError`` on errors that retrying cannot fix (the session
     /// was deleted: `session_not_found`; a state that does not decode as `F.State`), or when
@@ -102,7 +105,17 @@ extension RemoteStore {
             var lastError: (any Error)?
             var retryAfter: Duration?
             do {
-                try await connectOnce(&progress, policy: policy, continuation: continuation)
+                let ending = try await connectOnce(&progress, policy: policy, continuation: continuation)
+                if case .shutdown(let hint) = ending {
+                    // Not a failure: the connection worked and the server said when to come back.
+                    guard policy.maximumAttempts != 0 else { break }
+                    do {
+                        try await Task.sleep(for: policy.jitteredDelay(after: hint))
+                    } catch {
+                        break
+                    }
+                    continue
+                }
             } catch let error as StateClientError {
                 guard !Task.isCancelled else { break }
                 guard error.isTransient else {
@@ -133,11 +146,20 @@ extension RemoteStore {
         continuation.finish()
     }
 
-    /// One connection: returns when the server ends the stream, throws when it fails.
+    /// How a connection that did not fail came to its end.
+    private enum Ending {
+        /// The server ended the stream without a word (a slow reader dropped, a proxy).
+        case ended
+        /// The server is shutting down and asked for a reconnection after this delay.
+        case shutdown(retry: Duration)
+    }
+
+    /// One connection: returns when the server ends the stream or announces its shutdown,
+    /// throws when it fails.
     private func connectOnce(
         _ progress: inout StreamProgress, policy: ReconnectPolicy,
         continuation: AsyncThrowingStream<Event, any Error>.Continuation
-    ) async throws {
+    ) async throws -> Ending {
         var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
         if let lastEventID = progress.decoder.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
         let request = client.request(
@@ -174,6 +196,11 @@ extension RemoteStore {
                     throw StateClientError(kind: .invalidResponse, message: "the event stream has a line longer than 16 MiB")
                 }
                 for event in events {
+                    // Nothing follows it; its hint wins over the backoff. It has no id, so the
+                    // next connection resumes after the last change delivered.
+                    if let hint = ChangeDecoder<F>.shutdownDelay(event, default: policy.initialDelay) {
+                        return .shutdown(retry: hint)
+                    }
                     guard let delivered = try progress.decoder.decode(event) else { continue }
                     remember(version: delivered.version, state: delivered.state)
                     if case .terminated = continuation.yield(delivered) { throw CancellationError() }
@@ -188,7 +215,8 @@ extension RemoteStore {
             throw StateServerClient.error(
                 status: head.status, body: errorBody, currentVersion: nil, retryAfter: head.retryAfter)
         }
-        // The server ended the stream (shutdown, a slow reader dropped): the caller reconnects.
+        // The server ended the stream (a slow reader dropped): the caller reconnects.
+        return .ended
     }
 }
 
@@ -245,6 +273,19 @@ struct ChangeDecoder<F: Feature>: Sendable {
         default:
             return nil
         }
+    }
+
+    /// For a `shutdown` event, the delay before reconnecting: its `retry` field, else the
+    /// `retryAfterMs` of its data, else `default`; `nil` for any other event.
+    static func shutdownDelay(_ event: ServerSentEvent, default defaultDelay: Duration) -> Duration? {
+        guard event.type == "shutdown" else { return nil }
+        if let retry = event.retry { return .milliseconds(retry) }
+        if let body = try? WireCoding.decodeBody(ShutdownEventBody.self, from: Data(event.data.utf8), what: "shutdown event"),
+            let milliseconds = body.retryAfterMs, milliseconds >= 0
+        {
+            return .milliseconds(milliseconds)
+        }
+        return defaultDelay
     }
 
     private static func eventID(of event: ServerSentEvent) throws(StateClientError) -> Int {

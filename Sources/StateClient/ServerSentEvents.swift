@@ -8,11 +8,15 @@ package struct ServerSentEvent: Sendable, Equatable {
     package var data: String
     /// The `id` field of this event, if it had one.
     package var id: String?
+    /// The `retry` field given with this event (milliseconds, digits only), if any: the
+    /// server's reconnection delay. (A `retry` in a block without `data` is not dispatched.)
+    package var retry: Int?
 
-    package init(type: String, data: String, id: String?) {
+    package init(type: String, data: String, id: String?, retry: Int? = nil) {
         self.type = type
         self.data = data
         self.id = id
+        self.retry = retry
     }
 }
 
@@ -29,7 +33,8 @@ package enum ServerSentEventItem: Sendable, Equatable {
 /// or of a UTF-8 character); it returns the events completed by each chunk. Lines end with LF,
 /// CRLF or CR; a blank line ends an event; lines starting with `:` are comments (the server's
 /// `: ping` heartbeats) and are skipped by ``feed(_:)`` (``feedItems(_:)`` returns them too);
-/// unknown fields are ignored; an event with no `data`
+/// a `retry` field of ASCII digits is given with its event; unknown fields are ignored; an
+/// event with no `data`
 /// line is not dispatched, as in browsers.
 ///
 /// Not thread-safe: a value type, owned by the one task that reads a connection.
@@ -42,6 +47,7 @@ package struct ServerSentEventParser: Sendable {
     private var data: [UInt8] = []
     private var hasData = false
     private var id: String?
+    private var retry: Int?
     /// Lines (comments included) received so far; tells a live connection from a silent one.
     package private(set) var linesReceived = 0
     /// The longest line accepted; a longer line is an error (a broken or hostile server).
@@ -92,6 +98,7 @@ package struct ServerSentEventParser: Sendable {
         data = []
         hasData = false
         id = nil
+        retry = nil
     }
 
     private mutating func endLine(into events: inout [ServerSentEventItem]) {
@@ -101,12 +108,14 @@ package struct ServerSentEventParser: Sendable {
             // A blank line dispatches the event.
             if hasData {
                 events.append(.event(ServerSentEvent(
-                    type: type.isEmpty ? "message" : type, data: String(decoding: data, as: UTF8.self), id: id)))
+                    type: type.isEmpty ? "message" : type, data: String(decoding: data, as: UTF8.self), id: id,
+                    retry: retry)))
             }
             type = ""
             data = []
             hasData = false
             id = nil
+            retry = nil
             return
         }
         if line.first == UInt8(ascii: ":") {
@@ -134,8 +143,15 @@ package struct ServerSentEventParser: Sendable {
             hasData = true
         case "id":
             if !value.contains(0) { id = String(decoding: value, as: UTF8.self) }
+        case "retry":
+            // Digits only, else ignored (WHATWG); one too large to hold is ignored too.
+            if !value.isEmpty, value.allSatisfy({ (0x30...0x39).contains($0) }),
+                let milliseconds = Int(String(decoding: value, as: UTF8.self))
+            {
+                retry = milliseconds
+            }
         default:
-            break  // `retry` and unknown fields: the reconnection policy is the client's own
+            break  // unknown fields
         }
     }
 }

@@ -110,6 +110,11 @@ struct SnapshotEventBody: Decodable {
     var features: [String: JSONValue]
 }
 
+/// The data of a `shutdown` event: `{"reason": "shutdown", "retryAfterMs": 1000}`.
+struct ShutdownEventBody: Decodable {
+    var retryAfterMs: Int?
+}
+
 /// The contract's error body: `{"error": {"code", "message"}}`.
 struct ErrorBody: Decodable {
     struct Detail: Decodable {

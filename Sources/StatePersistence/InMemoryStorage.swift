@@ -20,6 +20,7 @@ public final class InMemoryStorage: SessionStorage {
     /// database (tests of several nodes).
     public let isShared: Bool
     private let listeners = Mutex<[AsyncStream<StorageNotice>.Continuation]>([])
+    private let running = Mutex<Set<String>>([])
 
     /// - Parameter shared: whether several session managers use it as nodes (they then hear
     ///   each other's commits through ``notices()``).
@@ -29,6 +30,11 @@ public final class InMemoryStorage: SessionStorage {
 
     public func notices() -> AsyncStream<StorageNotice> {
         let (stream, continuation) = AsyncStream<StorageNotice>.makeStream()
+        guard isShared else {
+            continuation.finish()
+            return stream
+        }
+        continuation.yield(.listening)
         listeners.withLock { $0.append(continuation) }
         return stream
     }
@@ -54,6 +60,11 @@ public final class InMemoryStorage: SessionStorage {
     /// would).
     public func loseNotices() {
         for listener in listeners.withLock({ $0 }) { listener.yield(.lost) }
+    }
+
+    /// Tells every listener that notices flow again (after ``loseNotices()``).
+    public func resumeNotices() {
+        for listener in listeners.withLock({ $0 }) { listener.yield(.listening) }
     }
 
     /// Makes the next `count` commits fail as if the disk were full.
@@ -152,5 +163,16 @@ public final class InMemoryStorage: SessionStorage {
         tables.withLock { $0.sessions.count }
     }
 
-    public func close() async {}
+    /// Ends every notice stream.
+    public func close() async {
+        for listener in listeners.withLock({ l in defer { l = [] }; return l }) { listener.finish() }
+    }
+
+    /// Shared: one job of a name at a time, over every manager using this storage.
+    public func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
+        guard isShared else { return await body() }
+        guard running.withLock({ $0.insert(job).inserted }) else { return nil }
+        defer { running.withLock { _ = $0.remove(job) } }
+        return await body()
+    }
 }

@@ -164,9 +164,17 @@ public protocol SessionStorage: Sendable {
     /// conflicting commit. `false` for storage owned by one process (SQLite, memory).
     var isShared: Bool { get }
 
-    /// Commits and deletes made by any process, as they happen (shared storage). A `.lost`
-    /// notice means some may have been missed (the channel to the storage broke).
+    /// Commits and deletes made by any process, as they happen (shared storage). `.listening`
+    /// comes first once notices flow; a `.lost` notice means some may have been missed (the
+    /// channel to the storage broke), and `.listening` follows when it is back. The stream ends
+    /// when the storage closes. Storage owned by one process has nothing to tell: the stream
+    /// ends at once.
     func notices() -> AsyncStream<StorageNotice>
+
+    /// Runs `body` unless another process runs a job of the same name now (shared storage: an
+    /// advisory lock), and returns its result; `nil` when another process had the turn. For
+    /// housekeeping that one node at a time is enough for (the TTL sweep).
+    func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T?
 
     /// Answers when the storage can be reached (for readiness checks); cheap.
     func ping() async throws(StorageError)
@@ -174,6 +182,8 @@ public protocol SessionStorage: Sendable {
 
 /// What a shared storage tells every process about changes made by any of them.
 public enum StorageNotice: Sendable, Equatable {
+    /// Notices flow: from now on every commit and delete is told.
+    case listening
     /// The session's journal reached `seq`.
     case committed(session: String, seq: Int)
     case deleted(session: String)
@@ -191,5 +201,10 @@ extension SessionStorage {
 
     public func ping() async throws(StorageError) {
         _ = try await lastSeq(session: "")
+    }
+
+    /// One process: always its turn.
+    public func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
+        await body()
     }
 }

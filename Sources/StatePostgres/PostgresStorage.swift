@@ -39,6 +39,8 @@ public final class PostgresStorage: SessionStorage {
     public let settings: Settings
     private let client: PostgresClient
     private let runner: Task<Void, Never>
+    /// The tasks that hold LISTEN connections (``notices()``).
+    private let listeners = Mutex<[Task<Void, Never>]>([])
     private let logger: Logger
 
     /// Connects, creates or migrates the schema, and returns a storage ready to serve.
@@ -81,21 +83,26 @@ public final class PostgresStorage: SessionStorage {
     /// nothing answers (`.unavailable`).
     private static func probe(_ settings: Settings, logger: Logger) async throws(StorageError) {
         do {
-            let tls: PostgresConnection.Configuration.TLS
-            switch settings.tls {
-            case .disable: tls = .disable
-            case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-            case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
-            }
-            var configuration = PostgresConnection.Configuration(
-                host: settings.host, port: settings.port, username: settings.user, password: settings.password,
-                database: settings.database, tls: tls)
-            configuration.options.connectTimeout = .init(settings.connectionWait)
-            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            let connection = try await connect(settings, logger: logger, id: 0)
             try? await connection.close()
         } catch {
             throw storageError(error, what: "connect", name: settings.redacted, wait: settings.connectionWait)
         }
+    }
+
+    /// One connection outside the pool (the start-up probe, the LISTEN connection).
+    private static func connect(_ settings: Settings, logger: Logger, id: Int) async throws -> PostgresConnection {
+        let tls: PostgresConnection.Configuration.TLS
+        switch settings.tls {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: settings.host, port: settings.port, username: settings.user, password: settings.password,
+            database: settings.database, tls: tls)
+        configuration.options.connectTimeout = .init(settings.connectionWait)
+        return try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)
     }
 
     private static func tls(_ mode: Settings.TLSMode) -> PostgresClient.Configuration.TLS {
@@ -196,6 +203,9 @@ public final class PostgresStorage: SessionStorage {
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
+        if batch.count == 1, case .append(let entry, let idempotency) = batch[0] {
+            return try await commitAppend(entry, idempotency)
+        }
         try await perform("commit") { connection, logger in
             try await Self.transaction(connection, logger) {
                 // Writes for a session that does not exist (deleted, perhaps by another node)
@@ -219,14 +229,57 @@ public final class PostgresStorage: SessionStorage {
                     guard exists else { throw StorageError(.sessionGone, "session \(session) does not exist") }
                 }
                 for write in batch { try await Self.apply(write, on: connection, logger) }
-                // One notice per batch with an append: delivered at COMMIT, never for a rollback.
+                // Notices ("SEQ SESSION" for the last entry of a session, "D SESSION" for a
+                // delete): delivered at COMMIT, never for a rollback.
                 var last: [String: Int] = [:]
-                for case .append(let entry, _) in batch { last[entry.session] = max(last[entry.session] ?? 0, entry.seq) }
-                for (session, seq) in last.sorted(by: { $0.key < $1.key }) {
-                    let payload = "\(seq) \(session)"
+                var payloads: [String] = []
+                for write in batch {
+                    switch write {
+                    case .append(let entry, _): last[entry.session] = max(last[entry.session] ?? 0, entry.seq)
+                    case .deleteSession(let id): payloads.append("D \(id)")
+                    default: break
+                    }
+                }
+                payloads += last.sorted(by: { $0.key < $1.key }).map { "\($0.value) \($0.key)" }
+                for payload in payloads {
                     try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
                 }
             }
+        }
+    }
+
+    /// The common batch (one journal entry, perhaps with its idempotency reply) in one statement,
+    /// so one round trip: PostgreSQL runs a lone statement as its own transaction. The session
+    /// row is share-locked as in the general path; a session that is gone inserts nothing
+    /// (`.sessionGone`); a taken version, seq or key fails the statement (`.conflict`); the
+    /// NOTIFY is delivered at its commit.
+    private func commitAppend(_ e: JournalEntry, _ idempotency: (key: String, reply: StoredReply)?) async throws(StorageError) {
+        try await perform("commit") { db, logger in
+            let payload = e.payload.map { ByteBuffer(bytes: $0) }
+            let notice = "\(e.seq) \(e.session)"
+            // Without a key the reply's values are NULL and its INSERT selects no row.
+            let key = idempotency?.key
+            let reply = idempotency?.reply
+            let rows = try await db.query(
+                """
+                WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
+                j AS (
+                    INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
+                    SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
+                    FROM live RETURNING seq
+                ),
+                r AS (
+                    INSERT INTO state_replies (session, key, status, body, version, time)
+                    SELECT id, \(key), \(reply.map { Int32(clamping: $0.status) }), \(reply.map { ByteBuffer(bytes: $0.body) }),
+                        \(reply?.version), \(e.time)
+                    FROM live WHERE \(key)::text IS NOT NULL
+                ),
+                n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+                SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
+                """, logger: logger)
+            var inserted = 0
+            for try await (count, _) in rows.decode((Int, Int).self) { inserted = count }
+            guard inserted == 1 else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }
         }
     }
 
@@ -409,10 +462,100 @@ public final class PostgresStorage: SessionStorage {
         }
     }
 
-    /// Closes the pool: running operations finish or fail, later ones fail `.unavailable`.
+    /// Closes the pool and ends the notice streams: running operations finish or fail, later
+    /// ones fail `.unavailable`.
     public func close() async {
+        let listeners = listeners.withLock { tasks in
+            defer { tasks = [] }
+            return tasks
+        }
+        for task in listeners { task.cancel() }
+        for task in listeners { await task.value }
         runner.cancel()
         await runner.value
+    }
+
+    // MARK: - Notices and turns
+
+    /// Every commit and delete of every node, heard on a connection of its own that LISTENs on
+    /// ``channel``. A broken connection is `.lost`; it reconnects by itself (after 0.1 s, then
+    /// doubling up to 5 s) and says `.listening` again. Idle, it costs nothing: PostgreSQL
+    /// pushes, nothing polls.
+    public func notices() -> AsyncStream<StorageNotice> {
+        let (stream, continuation) = AsyncStream<StorageNotice>.makeStream()
+        let settings = settings
+        let logger = logger
+        let task = Task {
+            var delay = Duration.milliseconds(100)
+            var listening = false
+            while !Task.isCancelled {
+                var connection: PostgresConnection?
+                do {
+                    let opened = try await Self.connect(settings, logger: logger, id: 1)
+                    connection = opened
+                    try await opened.listen(on: Self.channel) { notifications in
+                        listening = true
+                        delay = .milliseconds(100)
+                        continuation.yield(.listening)
+                        for try await notification in notifications {
+                            if let notice = Self.notice(notification.payload) { continuation.yield(notice) }
+                        }
+                    }
+                } catch {
+                    logger.debug("LISTEN connection failed", metadata: ["error": "\(String(reflecting: error))"])
+                }
+                try? await connection?.close()
+                if Task.isCancelled { break }
+                if listening {
+                    listening = false
+                    continuation.yield(.lost)
+                }
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        listeners.withLock { $0.append(task) }
+        return stream
+    }
+
+    /// A notice from its payload (`SEQ SESSION` or `D SESSION`); `nil` for anything else.
+    static func notice(_ payload: String) -> StorageNotice? {
+        guard let space = payload.firstIndex(of: " ") else { return nil }
+        let head = payload[..<space]
+        let session = String(payload[payload.index(after: space)...])
+        guard !session.isEmpty else { return nil }
+        if head == "D" { return .deleted(session: session) }
+        guard let seq = Int(head), seq > 0 else { return nil }
+        return .committed(session: session, seq: seq)
+    }
+
+    /// Runs `body` while holding a session-level advisory lock named after `job`, taken with
+    /// `pg_try_advisory_lock` on a leased connection: `nil` at once when another node holds it.
+    /// The connection stays leased while `body` runs (so `body`'s own queries need a pool of at
+    /// least 2); if it breaks, PostgreSQL releases the lock.
+    public func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
+        let key = Self.lockKey("state-server:" + job)
+        return try await perform("take the \(job) turn") { connection, logger -> T? in
+            let rows = try await connection.query("SELECT pg_try_advisory_lock(\(key))", logger: logger)
+            var taken = false
+            for try await value in rows.decode(Bool.self) { taken = value }
+            guard taken else { return nil }
+            let result = await body()
+            _ = try? await connection.query("SELECT pg_advisory_unlock(\(key))", logger: logger)
+            return result
+        }
+    }
+
+    /// A stable 64-bit key for an advisory lock (FNV-1a of the name).
+    static func lockKey(_ name: String) -> Int64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in name.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return Int64(bitPattern: hash)
     }
 
     // MARK: - Running an operation

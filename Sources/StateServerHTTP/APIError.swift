@@ -84,6 +84,13 @@ struct APIError: Error, Sendable {
             headers: [("Retry-After", "1")], cause: "\(error)")
     }
 
+    /// Several nodes: this node does not hear the others' changes now (its LISTEN connection to
+    /// PostgreSQL is down), so it opens no event stream.
+    static let notFollowing = APIError(
+        status: 503, code: "storage_unavailable",
+        message: "this node cannot follow changes made on other nodes right now; try again or another node",
+        headers: [("Retry-After", "1")], cause: "not hearing other nodes' changes")
+
     static func internalError(_ error: any Error) -> APIError {
         APIError(status: 500, code: "internal_error", message: "the server failed to answer this request", cause: "\(error)")
     }

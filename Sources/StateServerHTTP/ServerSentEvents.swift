@@ -2,6 +2,8 @@ import StateSessions
 
 /// Server-sent events framing (the `text/event-stream` format): `id:`, `event:` and one
 /// `data:` line (event data is single-line JSON), then a blank line.
+///
+/// The one message not from a session is ``shutdown(retryAfterMilliseconds:)``.
 public struct ServerSentEvents: EventEncoder {
     public init() {}
 
@@ -16,5 +18,22 @@ public struct ServerSentEvents: EventEncoder {
         out.append(contentsOf: data)
         out.append(contentsOf: [10, 10])
         return out
+    }
+
+    /// The last message of every stream when the server shuts down gracefully:
+    ///
+    /// ```
+    /// retry: 1000
+    /// event: shutdown
+    /// data: {"reason":"shutdown","retryAfterMs":1000}
+    /// ```
+    ///
+    /// `retry:` sets the reconnection delay of an `EventSource` (which then reconnects with
+    /// `Last-Event-ID` by itself); the data repeats it for clients that read the JSON. It has no
+    /// `id:`, so it does not move the client's `Last-Event-ID`: the next connection resumes
+    /// after the last change delivered, with no gap.
+    public static func shutdown(retryAfterMilliseconds: Int) -> [UInt8] {
+        let milliseconds = String(max(0, retryAfterMilliseconds))
+        return Array("retry: \(milliseconds)\nevent: shutdown\ndata: {\"reason\":\"shutdown\",\"retryAfterMs\":\(milliseconds)}\n\n".utf8)
     }
 }

@@ -299,6 +299,16 @@ public final class EventHub: Sendable {
         for sink in sinks { sink.close() }
     }
 
+    /// Ends every subscriber's stream; later subscribers are welcome (the node lost its view of
+    /// other nodes' changes: clients reconnect and resume from the journal).
+    public func endStreams() {
+        let sinks = state.withLock { state -> [any EventSink] in
+            defer { state.subscribers = [:] }
+            return state.subscribers.values.map(\.sink)
+        }
+        for sink in sinks { sink.close() }
+    }
+
     public var subscriberCount: Int { state.withLock { $0.subscribers.count } }
 
     /// The last sequence number used.

@@ -13,6 +13,14 @@ public enum SessionNotice: Sendable {
     case followUpNotStored(session: String, StorageError)
     /// A store could not be restored as saved and was rebuilt from its journal or reset.
     case storeRecovered(session: String, feature: String, how: String, reason: String)
+    /// Shared storage: this node started (`true`) or stopped (`false`) hearing other nodes'
+    /// commits; when it stops, its event streams end.
+    case following(Bool)
+    /// Shared storage: a store found waiting for asynchronous work was checked again after
+    /// `recoveryDelay`: `settled` when it was still waiting at the same version (the work's
+    /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
+    /// change) came first.
+    case waitingWorkChecked(session: String, feature: String, settled: Bool)
 }
 
 /// One client session: a store per registered feature (created or loaded on first use), an
@@ -49,6 +57,10 @@ public final class Session: Sendable {
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
     private let lastUsed: Atomic<Int64>
     private let lastStoredActivity: Atomic<Int64>
+    /// Shared storage: the highest sequence number heard of (any node's commit), and whether a
+    /// pull is queued.
+    private let heardSeq = Atomic<Int>(0)
+    private let pullQueued = Atomic<Bool>(false)
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -57,6 +69,8 @@ public final class Session: Sendable {
             case delete(@Sendable (Result<Void, SessionFailure>) -> Void)
             /// Shared storage: apply what other nodes committed since this node last looked.
             case refresh(@Sendable (Result<Void, SessionFailure>) -> Void)
+            /// Shared storage: another node's commit was heard; catch up if still behind it.
+            case pull(@Sendable (Result<Void, SessionFailure>) -> Void)
         }
 
         var running = false
@@ -178,13 +192,36 @@ public final class Session: Sendable {
         }
         stores.withLock { $0[feature] = store }
         // Work that was running in a previous process never comes back: settle its state now,
-        // through the change path like any change.
+        // through the change path like any change. With several nodes the work may still run
+        // on another node: give it `recoveryDelay`, then settle only if nothing changed.
         if (try? store.prepareRecovery()) != nil {
-            if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
+            if readsCatchUp, let version = try? store.currentJSON().version {
+                settleLater(feature, ifStillAt: version)
+            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
                 report(failure)
             }
         }
         return store
+    }
+
+    /// Shared storage: after `recoveryDelay`, settles the store's waiting state if it is still at
+    /// `version` (the latest committed: a stale copy catches up and is judged again).
+    private func settleLater(_ feature: String, ifStillAt version: Int) {
+        let delay = settings.recoveryDelay
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            guard let self else { return }
+            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version)))
+            let settled: Bool
+            switch outcome {
+            case .applied, .replayed: settled = true
+            case .failed(.store), .failed(.sessionGone), .failed(.retired): settled = false
+            case .failed(let failure):
+                report(failure)
+                settled = false
+            }
+            notify(.waitingWorkChecked(session: id, feature: feature, settled: settled))
+        }
     }
 
     /// Loads every store (so snapshots and full-state reads show stored versions).
@@ -389,12 +426,43 @@ public final class Session: Sendable {
         try result.get()
     }
 
+    /// Shared storage: a commit up to `seq` was heard (perhaps another node's). If the session
+    /// has event streams and is behind, it catches up in its pipeline and publishes the changes
+    /// in order at their own sequence numbers.
+    public func heard(seq: Int) {
+        heardSeq.max(seq, ordering: .sequentiallyConsistent)
+        pullIfBehind()
+    }
+
+    /// Queues one pull when the session is behind what was heard and someone watches. Called
+    /// after a commit is heard and after a stream subscribes (so a commit heard just before the
+    /// first subscriber is not missed). A failed pull ends the streams: the clients reconnect
+    /// and resume from the journal, never with a silent gap.
+    public func pullIfBehind() {
+        guard heardSeq.load(ordering: .sequentiallyConsistent) > hub.seq, hub.subscriberCount > 0,
+            pullQueued.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged
+        else { return }
+        enqueue(.pull { [self] result in
+            pullQueued.store(false, ordering: .sequentiallyConsistent)
+            switch result {
+            case .success: pullIfBehind()
+            case .failure(.storage): hub.endStreams()
+            case .failure: break  // deleted (streams ended) or retired (no streams)
+            }
+        })
+    }
+
+    /// Deleted by another node: refuses every later request and ends the streams.
+    func deletedElsewhere() {
+        markGone()
+    }
+
     /// Reads the journal after the hub's last sequence number and applies it: loaded stores
     /// replay each change (side effects off: the node that made it runs its work), and every
     /// change is published at its own sequence number. Runs inside the pipeline.
-    private func catchUp() async throws(StorageError) {
+    private func catchUp(checkingExistence: Bool = true) async throws(StorageError) {
         guard let storage else { return }
-        if try await storage.session(id: id) == nil {
+        if checkingExistence, try await storage.session(id: id) == nil {
             markGone()
             throw StorageError(.sessionGone, "the session was deleted")
         }
@@ -454,7 +522,7 @@ public final class Session: Sendable {
     private static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
         switch job {
         case .change(_, let done): done(.failed(failure))
-        case .delete(let done), .refresh(let done): done(.failure(failure))
+        case .delete(let done), .refresh(let done), .pull(let done): done(.failure(failure))
         }
     }
 
@@ -496,17 +564,15 @@ public final class Session: Sendable {
     private func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
         switch job {
         case .refresh(let done):
-            Task { [self] in
-                let result: Result<Void, SessionFailure>
-                do throws(StorageError) {
-                    try await catchUp()
-                    result = .success(())
-                } catch {
-                    result = .failure(error.kind == .sessionGone ? .sessionGone : .storage(error))
-                }
+            catchUpThen(checkingExistence: true, completion: completion, done: done)
+        case .pull(let done):
+            // Caught up meanwhile (by this node's own commit or a read): nothing to fetch.
+            guard heardSeq.load(ordering: .sequentiallyConsistent) > hub.seq else {
                 completion()
-                done(result)
+                return done(.success(()))
             }
+            // A delete is heard as a notice of its own: one read, not two.
+            catchUpThen(checkingExistence: false, completion: completion, done: done)
         case .change(let request, let done):
             execute(request) { outcome in
                 completion()
@@ -519,6 +585,23 @@ public final class Session: Sendable {
                 completion()
                 done(result.mapError { .storage($0) })
             }
+        }
+    }
+
+    private func catchUpThen(
+        checkingExistence: Bool, completion: @escaping @Sendable () -> Void,
+        done: @escaping @Sendable (Result<Void, SessionFailure>) -> Void
+    ) {
+        Task { [self] in
+            let result: Result<Void, SessionFailure>
+            do throws(StorageError) {
+                try await catchUp(checkingExistence: checkingExistence)
+                result = .success(())
+            } catch {
+                result = .failure(error.kind == .sessionGone ? .sessionGone : .storage(error))
+            }
+            completion()
+            done(result)
         }
     }
 
@@ -579,8 +662,11 @@ public final class Session: Sendable {
             case .reset: prepared = try store.prepareReset(ifVersion: version)
             case .followUp(let prepare): prepared = try prepare(version)
             case .recovery:
+                let (_, current) = try store.currentJSON()
+                if let version, version != current {
+                    throw StoreError(.versionConflict, "the store moved on from version \(version)", currentVersion: current)
+                }
                 guard let recovery = try store.prepareRecovery() else {
-                    let (_, current) = try store.currentJSON()
                     throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
                 }
                 prepared = recovery

@@ -25,6 +25,11 @@ public struct SessionSettings: Sendable {
     public var idleTimeout: Duration = .seconds(300)
     /// Sessions inactive this long are deleted (memory and storage).
     public var ttl: Duration = .seconds(30 * 86_400)
+    /// Shared storage (several nodes): how long a store found waiting for asynchronous work is
+    /// given before this node settles it (``Feature/recoveryAction(for:)``) — the work may still
+    /// run on the node that started it, whose follow-up then wins. Storage of one process
+    /// settles at once (the work died with the previous process).
+    public var recoveryDelay: Duration = .seconds(30)
 
     public init() {}
 }
@@ -43,6 +48,17 @@ public final class SessionManager: Sendable {
     private let metrics = HubMetrics()
     private let replayBudget: ReplayBudget
     private let encoder: any EventEncoder
+    /// Shared storage: whether this node hears other nodes' commits now (``followOtherNodes()``).
+    private let hearing = Atomic<Bool>(false)
+    /// Callers of ``untilFollowing(atMost:)`` waiting for the first `.listening`.
+    private let followWaiters = Mutex<Waiters>(Waiters())
+    private let nextWaiter = Atomic<UInt64>(0)
+
+    struct Waiters {
+        var waiting: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Waiters whose time ran out before they started waiting.
+        var expired: Set<UInt64> = []
+    }
 
     struct Table {
         var byID: [String: Session] = [:]
@@ -189,6 +205,79 @@ public final class SessionManager: Sendable {
         sessions.withLock { $0.deletes &+= 1 }
     }
 
+    // MARK: Other nodes
+
+    /// Whether this node sees every change of a session as it happens: always with storage of
+    /// its own (or none); with shared storage only while ``followOtherNodes()`` hears the
+    /// storage's notices. Event streams are refused while it is `false` (they would miss other
+    /// nodes' changes).
+    public var isFollowing: Bool {
+        storage?.isShared != true || hearing.load(ordering: .sequentiallyConsistent)
+    }
+
+    /// Shared storage: listens to the storage's notices until they end (the storage closes) or
+    /// the task is cancelled. A commit of a loaded session is delivered to its streams (the
+    /// session catches up from the journal); a delete ends its streams and drops it from memory;
+    /// a lost channel ends every stream of this node, since changes may be missed until it is
+    /// back. Returns at once for storage of one process.
+    public func followOtherNodes() async {
+        guard let storage, storage.isShared else { return }
+        for await notice in storage.notices() {
+            switch notice {
+            case .listening:
+                hearing.store(true, ordering: .sequentiallyConsistent)
+                notify(.following(true))
+                wakeFollowWaiters()
+            case .lost:
+                hearing.store(false, ordering: .sequentiallyConsistent)
+                notify(.following(false))
+                for session in sessions.withLock({ Array($0.byID.values) }) { session.hub.endStreams() }
+            case .committed(let id, let seq):
+                sessions.withLock { $0.byID[id] }?.heard(seq: seq)
+            case .deleted(let id):
+                let session = sessions.withLock { table -> Session? in
+                    table.deletes &+= 1
+                    return table.byID.removeValue(forKey: id)
+                }
+                session?.deletedElsewhere()
+            }
+        }
+        hearing.store(false, ordering: .sequentiallyConsistent)
+        wakeFollowWaiters()
+    }
+
+    /// Returns once ``isFollowing`` is true, the following has ended, or `limit` has passed.
+    public func untilFollowing(atMost limit: Duration) async {
+        guard !isFollowing else { return }
+        let id = nextWaiter.add(1, ordering: .relaxed).newValue
+        let timer = Task { [self] in
+            try? await Task.sleep(for: limit)
+            followWaiters.withLock { w in
+                let waiter = w.waiting.removeValue(forKey: id)
+                if waiter == nil { w.expired.insert(id) }
+                return waiter
+            }?.resume()
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = followWaiters.withLock { w -> Bool in
+                if isFollowing || w.expired.remove(id) != nil { return true }
+                w.waiting[id] = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        timer.cancel()
+        followWaiters.withLock { _ = $0.expired.remove(id) }
+    }
+
+    private func wakeFollowWaiters() {
+        let waiters = followWaiters.withLock { w in
+            defer { w.waiting = [:] }
+            return Array(w.waiting.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
     /// Sessions in memory.
     public var count: Int { sessions.withLock { $0.byID.count } }
 
@@ -221,13 +310,24 @@ public final class SessionManager: Sendable {
                 evicted += 1
             }
         }
-        if let storage, let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) {
+        var purged = await purge(purgedIDs)
+        if let storage {
+            // The stored sessions past their TTL: one node at a time looks (shared storage).
             // Stored activity is written at most once a minute; a session in memory is judged
             // by its exact last use above, not by the stored time.
-            purgedIDs += stale.filter { !isLoaded(id: $0) }
+            let fromStorage = try? await storage.exclusively("sweep") { [self] () async -> Int in
+                guard let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) else { return 0 }
+                return await purge(stale.filter { !isLoaded(id: $0) })
+            }
+            purged += (fromStorage ?? nil) ?? 0
         }
+        return (evicted, purged)
+    }
+
+    /// Deletes each session; returns how many were deleted.
+    private func purge(_ ids: [String]) async -> Int {
         var purged = 0
-        for id in Set(purgedIDs) {
+        for id in Set(ids) {
             do {
                 try await delete(id: id)
                 purged += 1
@@ -235,7 +335,7 @@ public final class SessionManager: Sendable {
                 continue
             }
         }
-        return (evicted, purged)
+        return purged
     }
 
     static func milliseconds(_ duration: Duration) -> Int64 {

@@ -15,6 +15,7 @@ import StateServerHTTP
 /// | `streams.perSession` | event streams | `32` |
 /// | `streams.total` | event streams | `10000` |
 /// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
+/// | `streams.shutdownRetry` | seconds a client waits before reconnecting after a shutdown | `1` |
 /// | `http.threads` | event threads, 0 = one per core | `0` |
 /// | `http.connectionLimit` | connections | `20000` |
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
@@ -29,6 +30,8 @@ struct HTTPSettings: Sendable {
     static let streamsTotal = Setting("streams.total", default: 10_000, in: 1...1_000_000, "streams in all")
     static let streamBufferLimit = Setting(
         "streams.bufferLimit", default: 1_048_576, in: 1024...(1 << 30), "bytes per slow subscriber")
+    static let shutdownRetry = Setting(
+        "streams.shutdownRetry", default: 1.0, in: 0...3600, "shutdown retry hint, seconds")
     static let threads = Setting("http.threads", default: 0, in: 0...256, "threads, 0 = cores")
     static let connectionLimit = Setting("http.connectionLimit", default: 20_000, in: 16...1_000_000, "max connections")
     static let connectionTimeout = Setting("http.connectionTimeout", default: 60, in: 0...86_400, "idle connection seconds")
@@ -50,6 +53,8 @@ struct HTTPSettings: Sendable {
         routes.maxStreamsPerSession = try read(Self.streamsPerSession)
         routes.maxStreams = try read(Self.streamsTotal)
         routes.streamBufferLimit = try read(Self.streamBufferLimit)
+        let shutdownRetry = try read(Self.shutdownRetry)
+        server.shutdownBytes = ServerSentEvents.shutdown(retryAfterMilliseconds: Int((shutdownRetry * 1000).rounded()))
         server.threads = try read(Self.threads)
         server.connectionLimit = try read(Self.connectionLimit)
         server.connectionTimeout = try read(Self.connectionTimeout)
@@ -62,7 +67,8 @@ struct HTTPSettings: Sendable {
 }
 
 /// Serves HTTP from `run()` until graceful shutdown: binds, prints the port line, then on
-/// shutdown stops accepting, ends the event streams and waits up to `grace` for them.
+/// shutdown ends the event streams with a `shutdown` event (`streams.shutdownRetry`), stops
+/// accepting and waits up to `grace` for them.
 struct HTTPService: Service, CustomStringConvertible {
     let server: HTTPServer
     let settings: HTTPSettings
@@ -70,10 +76,13 @@ struct HTTPService: Service, CustomStringConvertible {
     /// Logged with the `listening on` line.
     let metadata: Logger.Metadata
     var grace: Duration = .seconds(2)
+    /// Awaited before the port opens (several nodes: until this node hears the others).
+    var before: @Sendable () async -> Void = {}
 
     var description: String { "HTTPService" }
 
     func run() async throws {
+        await before()
         let port: Int
         do {
             port = try server.start()

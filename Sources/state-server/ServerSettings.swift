@@ -72,6 +72,7 @@ struct ServerSettings: Sendable {
 /// | `idempotency.bytes` | reply bytes remembered per session in memory | `4194304` |
 /// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
 /// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
+/// | `sessions.recoveryDelay` | seconds before another node's waiting work is settled | `30` |
 struct SessionsSettings: Sendable {
     static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
     static let max = Setting("sessions.max", default: 100_000, in: 1...100_000_000, "sessions (memory storage)")
@@ -82,6 +83,7 @@ struct SessionsSettings: Sendable {
     static let idempotencyBytes = Setting("idempotency.bytes", default: 4 << 20, in: 0...(1 << 34), "reply bytes per session")
     static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
     static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
+    static let recoveryDelay = Setting("sessions.recoveryDelay", default: 30.0, in: 0...86_400, "seconds before settling")
 
     /// What `SessionManager` takes.
     var manager = SessionSettings()
@@ -96,6 +98,7 @@ struct SessionsSettings: Sendable {
         manager.idempotencyBytes = try read(Self.idempotencyBytes)
         manager.replayBytes = try read(Self.replayBytes)
         manager.serverReplayBytes = try read(Self.serverReplayBytes)
+        manager.recoveryDelay = .milliseconds(Int(try read(Self.recoveryDelay) * 1000))
     }
 }
 

@@ -146,17 +146,31 @@ struct Server {
             case .storeRecovered(let session, let feature, let how, let reason):
                 logger.warning(
                     "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])
+            case .waitingWorkChecked(let session, let feature, true):
+                logger.info(
+                    "settled a store left waiting by work of a node that is gone",
+                    metadata: ["session.id": "\(session)", "feature": "\(feature)"])
+            case .waitingWorkChecked:
+                break
+            case .following(true):
+                logger.info("hearing other nodes' changes", metadata: ["storage": "\(settings.storage.kind)"])
+            case .following(false):
+                logger.warning("stopped hearing other nodes' changes; event streams ended until it is back",
+                    metadata: ["storage": "\(settings.storage.kind)"])
             }
         }
         let server = makeHTTPServer(sessions: sessions, prometheus: prometheus, logger: logger)
 
         // Started in this order, stopped in reverse: HTTP first (no new requests, streams
-        // ended), then the sweeper, then the storage (pending commits written, then closed).
+        // ended), then the follower of other nodes, the sweeper, then the storage (pending commits written, then closed).
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let storage {
             services.append(.init(service: StorageService(storage: storage, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         services.append(.init(service: SweeperService(sessions: sessions, settings: settings.sweeper, logger: logger)))
+        if storage?.isShared == true {
+            services.append(.init(service: FollowerService(sessions: sessions)))
+        }
         services.append(
             .init(
                 service: HTTPService(
@@ -164,7 +178,10 @@ struct Server {
                     metadata: [
                         "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
                         "storage": "\(settings.storage.kind)",
-                    ]),
+                    ],
+                    // Several nodes: serve once other nodes' changes are heard (or after a few
+                    // seconds; /readyz and event streams answer 503 until then).
+                    before: { await sessions.untilFollowing(atMost: .seconds(5)) }),
                 successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         // No signals of its own: ServiceGroup would install them (through Dispatch) only once it
         // runs, after the storage is open, and replace the handlers `Termination` installed

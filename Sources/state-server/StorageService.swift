@@ -3,6 +3,7 @@ import Logging
 import ServiceLifecycle
 import StatePersistence
 import StatePostgres
+import StateSessions
 
 /// Where sessions live.
 enum StorageKind: SettingValue, CustomStringConvertible {
@@ -108,5 +109,17 @@ struct StorageService: Service, CustomStringConvertible {
         try? await gracefulShutdown()
         await storage.close()
         logger.debug("storage closed", metadata: ["storage": "\(storage.name)"])
+    }
+}
+
+/// Shared storage: hears other nodes' commits and deletes (``SessionManager/followOtherNodes()``)
+/// until graceful shutdown.
+struct FollowerService: Service, CustomStringConvertible {
+    let sessions: SessionManager
+
+    var description: String { "FollowerService" }
+
+    func run() async {
+        await cancelWhenGracefulShutdown { [sessions] in await sessions.followOtherNodes() }
     }
 }

@@ -7,23 +7,28 @@ package struct SSEEvent: Sendable, CustomStringConvertible {
     package var id: String?
     package var event: String
     package var data: String
+    /// The `retry` field sent with the event (milliseconds), if any.
+    package var retry: Int?
 
-    package init(id: String?, event: String, data: String) {
+    package init(id: String?, event: String, data: String, retry: Int? = nil) {
         self.id = id
         self.event = event
         self.data = data
+        self.retry = retry
     }
 
     /// An event as the client library's parser gives it.
     package init(_ event: ServerSentEvent) {
-        self.init(id: event.id, event: event.type, data: event.data)
+        self.init(id: event.id, event: event.type, data: event.data, retry: event.retry)
     }
 
     /// `id` as the session's sequence number.
     package var seq: Int? { id.flatMap { Int($0) } }
     package var json: JSON? { try? JSON.parse(data) }
 
-    package var description: String { "id: \(id ?? "-") event: \(event) data: \(data.prefix(300))" }
+    package var description: String {
+        "\(retry.map { "retry: \($0) " } ?? "")id: \(id ?? "-") event: \(event) data: \(data.prefix(300))"
+    }
 }
 
 /// What a stream yields next.

@@ -75,6 +75,23 @@ struct EventStreamTests {
         stream.onFinish { calls.increment() }
         #expect(calls.value == 2, "once per callback, also when added after the end")
     }
+
+    @Test func aFarewellComesAfterTheQueueEvenPastTheLimitAndNothingAfterIt() {
+        let stream = EventStream(bufferLimit: 10)
+        #expect(stream.send(Array("0123456789".utf8)))
+        #expect(stream.close(after: Array("bye".utf8)), "a full queue still takes the farewell")
+        #expect(!stream.send([1]))
+        #expect(!stream.close(after: Array("again".utf8)), "one farewell")
+        #expect(drain(stream) == Array("0123456789bye".utf8))
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: 8)
+        defer { buffer.deallocate() }
+        #expect(stream.read(into: buffer, max: 8) == -1, "end of stream")
+
+        let closed = EventStream(bufferLimit: 10)
+        closed.close()
+        #expect(!closed.close(after: Array("bye".utf8)), "a stream already ending gets no farewell")
+        #expect(drain(closed).isEmpty)
+    }
 }
 
 private final class Counter: @unchecked Sendable {

@@ -133,4 +133,52 @@ struct NodesOnPostgresTests {
         }
         }
     }
+
+    @Test("a stream on node B gets A's changes live with A's ids; a delete on A ends it; B losing PostgreSQL ends its streams and refuses new ones until back")
+    func streamsFollowOtherNodes() async throws {
+        let server = try TestPostgres.start()
+        defer { server.destroy() }
+        let url = try server.makeDatabase() + "?sslmode=disable"
+        try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeA in
+        try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeB in
+        let onA = try await nodeA.api.createSession()
+        let onB = HTTPTestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
+        let stream = try await onB.events(query: "?feature=counter")
+        #expect(stream.status == 200)
+        let snapshot = try await stream.nextEvent()
+        #expect(snapshot.event == "snapshot", "\(snapshot)")
+        for expected in 1...3 {
+            try await onA.dispatchOK("counter", ["type": "increment"])
+            let event = try await stream.nextEvent(timeout: .seconds(10))
+            #expect(event.event == "state" && event.id == "\(expected)", "\(event)")
+            #expect(event.data.contains(#""version":\#(expected)"#), "\(event)")
+        }
+        // Deleted on A: B's stream ends although nobody asked B anything.
+        let second = try await onA.api.createSession()
+        let watched = try await HTTPTestSupport.Session(api: nodeB.api, id: second.id, token: second.token).events()
+        #expect(watched.status == 200)
+        _ = try await watched.nextEvent()
+        #expect(try await nodeA.api.request("DELETE", "/v1/sessions/\(second.id)", headers: [("Authorization", "Bearer \(second.token)")]).status == 204)
+        #expect(try await watched.waitForEnd(timeout: .seconds(10)), "a delete on A ends B's stream")
+
+        // PostgreSQL goes away: B ends its stream (no silent gap) and refuses new ones.
+        try server.stop()
+        #expect(try await stream.waitForEnd(timeout: .seconds(20)), "losing PostgreSQL ends B's streams")
+        let refused = try await onB.events()
+        #expect(refused.status == 503, "\(refused.status)")
+        try server.startAgain()
+        let back = try await eventually(timeout: .seconds(30)) {
+            (try? await nodeB.api.request("GET", "/readyz").status) == 200
+        }
+        #expect(back, "B hears the others again by itself")
+        let resumed = try await onB.events(headers: [("Last-Event-ID", "3")])
+        #expect(resumed.status == 200)
+        #expect(try await eventually(timeout: .seconds(30)) {
+            (try? await onA.dispatch("counter", ["type": "increment"]).status) == 200
+        })
+        let fourth = try await resumed.nextEvent(timeout: .seconds(10))
+        #expect(fourth.id == "4" && fourth.event == "state", "resumed with no gap: \(fourth)")
+        }
+        }
+    }
 }

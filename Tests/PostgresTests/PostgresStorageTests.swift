@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import StatePersistence
 import StatePostgres
@@ -49,6 +50,45 @@ struct PostgresStorageTests {
             let stored = try await nodeB.journal(session: "s", feature: "counter", afterVersion: 0)
             #expect(stored.map(\.version) == Array(1...20))
             #expect(try await nodeA.lastSeq(session: "s") == 20)
+            await nodeB.close()
+        }
+    }
+
+    @Test("every node hears each commit (the session's last seq) and each delete, after it commits; never a rollback")
+    func notices() async throws {
+        try await withPostgresStorage { nodeA, url in
+            let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            let heard = NoticeCollector(nodeB.notices())
+            #expect(await heard.until { $0.contains(.listening) }, "\(heard.all)")
+            try await nodeA.commit([.createSession(session("n"))])
+            try await nodeA.commit([
+                .append(entry("n", seq: 1, version: 1), idempotency: nil), .append(entry("n", seq: 2, version: 2), idempotency: nil),
+            ])
+            // A conflict rolls back: no notice for it.
+            _ = await caught { () async throws(StorageError) in
+                try await nodeB.commit([.append(entry("n", seq: 2, version: 2), idempotency: nil)])
+            }
+            try await nodeB.commit([.append(entry("n", seq: 3, version: 3), idempotency: nil)])
+            try await nodeA.commit([.deleteSession(id: "n")])
+            #expect(await heard.until { $0.contains(.deleted(session: "n")) }, "\(heard.all)")
+            #expect(heard.all == [.listening, .committed(session: "n", seq: 2), .committed(session: "n", seq: 3), .deleted(session: "n")])
+            await nodeB.close()
+            #expect(await heard.until { _ in heard.finished }, "closing the storage ends its notices")
+        }
+    }
+
+    @Test("one node at a time gets a named turn (advisory lock); the turn is free again after it")
+    func exclusiveTurns() async throws {
+        try await withPostgresStorage { nodeA, url in
+            let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+            let nested = try await nodeA.exclusively("sweep") { () async -> [String] in
+                var ran: [String] = []
+                if case .some(.some) = try? await nodeB.exclusively("sweep", { "B swept" }) { ran.append("B swept") }
+                if case .some(.some) = try? await nodeB.exclusively("other job", { "B ran another job" }) { ran.append("B ran another job") }
+                return ran
+            }
+            #expect(nested == ["B ran another job"], "B's sweep is refused while A sweeps; another job is not")
+            #expect(try await nodeB.exclusively("sweep") { "B ran" } == "B ran")
             await nodeB.close()
         }
     }
@@ -147,6 +187,32 @@ struct PostgresOutageTests {
         await storage.close()
     }
 
+    @Test("PostgreSQL stopped: the notices say .lost; started again: .listening, and commits are heard again")
+    func noticesAcrossAnOutage() async throws {
+        let server = try TestPostgres.start()
+        defer { server.destroy() }
+        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(server.url))
+        let heard = NoticeCollector(storage.notices())
+        #expect(await heard.until { $0 == [.listening] }, "\(heard.all)")
+        try server.stop()
+        #expect(await heard.until { $0.contains(.lost) }, "\(heard.all)")
+        try server.startAgain()
+        #expect(await heard.until { $0.filter { $0 == .listening }.count == 2 }, "\(heard.all)")
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            do throws(StorageError) {
+                try await storage.commit([.createSession(session("back"))])
+                break
+            } catch {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        try await storage.commit([.append(entry("back", seq: 1, version: 1), idempotency: nil)])
+        #expect(await heard.until { $0.contains(.committed(session: "back", seq: 1)) }, "\(heard.all)")
+        #expect(heard.all.prefix(3) == [.listening, .lost, .listening], "one .lost per outage, however many reconnect attempts")
+        await storage.close()
+    }
+
     @Test("no PostgreSQL at the address: opening fails as unavailable, quickly")
     func nothingListening() async throws {
         // Port 1: nothing listens there.
@@ -209,5 +275,31 @@ struct PostgresURLTests {
             #expect(error.kind == .unusable)
             #expect(!error.message.contains("hunter2"), "\(error.message)")
         }
+    }
+}
+
+/// Collects a notice stream in the background.
+final class NoticeCollector: Sendable {
+    private let notices = Mutex<[StorageNotice]>([])
+    private let ended = Atomic<Bool>(false)
+
+    init(_ stream: AsyncStream<StorageNotice>) {
+        Task { [self] in
+            for await notice in stream { notices.withLock { $0.append(notice) } }
+            ended.store(true, ordering: .sequentiallyConsistent)
+        }
+    }
+
+    var all: [StorageNotice] { notices.withLock { $0 } }
+    var finished: Bool { ended.load(ordering: .sequentiallyConsistent) }
+
+    /// Waits (at most 30 s) until `condition` holds for what was heard.
+    func until(_ condition: ([StorageNotice]) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if condition(all) { return true }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return condition(all)
     }
 }

@@ -59,6 +59,15 @@ struct ServerSentEventParserTests {
         ])
     }
 
+    @Test("a retry field of digits is given with its event; anything else in it is ignored")
+    func retry() throws {
+        var parser = ServerSentEventParser()
+        let text = "retry: 1500\nevent: shutdown\ndata: {}\n\nretry: 1.5\ndata: a\n\nretry: -1\nretry:\ndata: b\n\ndata: c\n\n"
+        let events = try parser.feed(Array(text.utf8))
+        #expect(events.map(\.retry) == [1500, nil, nil, nil])
+        #expect(events.first == ServerSentEvent(type: "shutdown", data: "{}", id: nil, retry: 1500))
+    }
+
     @Test("a line over the limit is an error")
     func lineLimit() {
         var parser = ServerSentEventParser(maximumLineLength: 8)
@@ -160,6 +169,24 @@ struct WireAndBackoffTests {
             let base = policy.delay(beforeAttempt: attempt)
             #expect(delay >= base * 0.8 - .milliseconds(1) && delay <= base * 1.2 + .milliseconds(1))
         }
+    }
+
+    @Test("a shutdown event's delay: retry, else retryAfterMs, else the default; capped, lengthened by up to jitter, never shortened")
+    func shutdownDelay() {
+        typealias Decoder = ChangeDecoder<CounterFeature>
+        let data = #"{"reason":"shutdown","retryAfterMs":700}"#
+        #expect(Decoder.shutdownDelay(ServerSentEvent(type: "shutdown", data: data, id: nil, retry: 300), default: .seconds(9)) == .milliseconds(300))
+        #expect(Decoder.shutdownDelay(ServerSentEvent(type: "shutdown", data: data, id: nil), default: .seconds(9)) == .milliseconds(700))
+        #expect(Decoder.shutdownDelay(ServerSentEvent(type: "shutdown", data: "{}", id: nil), default: .seconds(9)) == .seconds(9))
+        #expect(Decoder.shutdownDelay(ServerSentEvent(type: "state", data: data, id: "1", retry: 300), default: .seconds(9)) == nil)
+        let policy = ReconnectPolicy(jitter: 0.2)
+        for _ in 0..<50 {
+            let delay = policy.jitteredDelay(after: .seconds(1))
+            #expect(delay >= .seconds(1) && delay <= .milliseconds(1200) + .milliseconds(1))
+        }
+        #expect(ReconnectPolicy(jitter: 0).jitteredDelay(after: .milliseconds(250)) == .milliseconds(250))
+        #expect(policy.jitteredDelay(after: .zero) == .zero)
+        #expect(ReconnectPolicy(maximumDelay: .seconds(30), jitter: 0).jitteredDelay(after: .seconds(3600)) == .seconds(30))
     }
 
     @Test("transient errors are the ones worth retrying")

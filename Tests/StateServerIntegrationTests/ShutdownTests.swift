@@ -37,6 +37,66 @@ struct ShutdownTests {
         }
     }
 
+    /// Issue 10 §7: a stream told why it ends reconnects at once (to another node, or to this
+    /// one restarted) instead of guessing from a closed socket.
+    @Test("SIGTERM: each open stream ends with `retry:` and `event: shutdown`, no id, after its changes; exit 0", arguments: [SIGTERM, SIGINT])
+    func shutdownEvent(_ signal: Int32) async throws {
+        let server = try await ServerProcess.start(environment: ["STATE_SERVER_STREAMS_SHUTDOWN_RETRY": "0.25"])
+        do {
+            let session = try await server.api.createSession()
+            let (all, _) = try await session.subscribe()
+            let (filtered, _) = try await session.subscribe(query: "feature=todos")
+            defer { all.close(); filtered.close() }
+            // A stream that ends for another reason (its session deleted) gets no shutdown event.
+            let gone = try await server.api.createSession()
+            let (goneStream, _) = try await gone.subscribe()
+            defer { goneStream.close() }
+            #expect(try await gone.delete().status == 204)
+            let goneItems = try await Self.itemsUntilEnd(goneStream)
+            #expect(goneItems.allSatisfy { $0.event != "shutdown" }, "\(goneItems)")
+
+            for _ in 0..<3 { try await session.dispatchOK("counter", ["type": "increment"]) }
+            kill(server.pid, signal)
+
+            // Every change published before the signal arrives first, then the farewell, then
+            // the end: nothing follows it.
+            let events = try await Self.itemsUntilEnd(all)
+            let changes = events.dropLast()
+            #expect(changes.map(\.event) == ["state", "state", "state"], "\(events)")
+            #expect(changes.map(\.seq) == [1, 2, 3], "\(events)")
+            for (stream, events) in [("all", events), ("filtered", try await Self.itemsUntilEnd(filtered))] {
+                let last = try #require(events.last, "\(stream): no event before the end")
+                #expect(last.event == "shutdown", "\(stream): \(events)")
+                #expect(last.id == nil, "\(stream): the shutdown event must not move Last-Event-ID: \(last)")
+                #expect(last.retry == 250, "\(stream): \(last)")
+                #expect(last.json == ["reason": "shutdown", "retryAfterMs": 250], "\(stream): \(last)")
+            }
+
+            let exit = await server.stop(signal: signal, timeout: .seconds(5))
+            #expect(exit.exitedByItself, "still running 5 s after the signal: \(exit); stderr: \(server.output.stderrText.suffix(2000))")
+            #expect(!exit.bySignal && exit.status == 0, "\(exit)")
+        } catch {
+            await server.stop(signal: SIGKILL)
+            throw error
+        }
+    }
+
+    /// The events of `stream` until it ends (comments skipped); fails if it has not ended
+    /// within `timeout`.
+    static func itemsUntilEnd(_ stream: HTTPTestSupport.EventStream, timeout: Duration = .seconds(5)) async throws -> [SSEEvent] {
+        let deadline = ContinuousClock.now + timeout
+        var events: [SSEEvent] = []
+        while true {
+            let remaining = ContinuousClock.now.duration(to: deadline)
+            guard remaining > .zero else { throw ClientError.timedOut("the end of the stream after \(events)") }
+            switch try await stream.next(timeout: remaining) {
+            case .event(let event): events.append(event)
+            case .comment: continue
+            case .end: return events
+            }
+        }
+    }
+
     @Test("an idle server exits 0 on SIGTERM")
     func idle() async throws {
         let server = try await ServerProcess.start()

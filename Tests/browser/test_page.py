@@ -33,46 +33,65 @@ LOGIN_CHECK_DELAY = "1"  # seconds, so the loading state is visible
 # ---- fixtures -------------------------------------------------------------------------------
 
 
+class ServerProcess:
+    """The server binary, started with `arguments`; `base` is its URL once it printed its port."""
+
+    def __init__(self, arguments: list[str], log_name: str, env: dict[str, str] | None = None):
+        binary = Path(os.environ.get("STATE_SERVER_BIN") or REPO / ".build/debug/state-server")
+        if not binary.is_absolute():
+            binary = REPO / binary
+        assert binary.exists(), f"build the server first: {binary} is missing"
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.log_path = ARTIFACTS / log_name
+        self.log = open(self.log_path, "wb")
+        environment = dict(os.environ, STATE_SERVER_LOGIN_CHECK_DELAY=LOGIN_CHECK_DELAY, **(env or {}))
+        self.process = subprocess.Popen(
+            [str(binary), *arguments], stdout=subprocess.PIPE, stderr=self.log, env=environment, cwd=REPO
+        )
+        first_line: list[bytes] = []
+        ready = threading.Event()
+
+        def read_stdout():
+            for index, line in enumerate(iter(self.process.stdout.readline, b"")):
+                if index == 0:
+                    first_line.append(line)
+                    ready.set()
+                self.log.write(line)  # keep draining so the server never blocks on a full pipe
+            ready.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        try:
+            assert ready.wait(WAIT), "the server printed nothing within 10 s"
+            assert first_line, f"the server exited with status {self.process.poll()}; see {self.log_path}"
+            line = first_line[0].decode().strip()
+            assert line.startswith("listening on http://"), line
+        except BaseException:
+            self.stop()
+            raise
+        self.base = line.removeprefix("listening on ").rstrip("/")
+        self.port = int(self.base.rsplit(":", 1)[1])
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            status = self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            status = self.process.wait()
+        self.log.close()
+        return status
+
+
 @pytest.fixture(scope="module")
 def server():
     """The server binary on port 0; yields (base URL, path of its stderr log)."""
-    binary = Path(os.environ.get("STATE_SERVER_BIN") or REPO / ".build/debug/state-server")
-    if not binary.is_absolute():
-        binary = REPO / binary
-    assert binary.exists(), f"build the server first: {binary} is missing"
-    ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "browser-test-server.log"
-    log = open(log_path, "wb")
-    env = dict(os.environ, STATE_SERVER_LOGIN_CHECK_DELAY=LOGIN_CHECK_DELAY)
-    process = subprocess.Popen(
-        [str(binary), "--port", "0"], stdout=subprocess.PIPE, stderr=log, env=env, cwd=REPO
-    )
-    first_line: list[bytes] = []
-    ready = threading.Event()
-
-    def read_stdout():
-        for index, line in enumerate(iter(process.stdout.readline, b"")):
-            if index == 0:
-                first_line.append(line)
-                ready.set()
-            log.write(line)  # keep draining so the server never blocks on a full pipe
-        ready.set()
-
-    threading.Thread(target=read_stdout, daemon=True).start()
+    process = ServerProcess(["--port", "0"], "browser-test-server.log")
     try:
-        assert ready.wait(WAIT), "the server printed nothing within 10 s"
-        assert first_line, f"the server exited with status {process.poll()}; see {log_path}"
-        line = first_line[0].decode().strip()
-        assert line.startswith("listening on http://"), line
-        yield line.removeprefix("listening on ").rstrip("/"), log_path
+        yield process.base, process.log_path
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        process.stop()
 
 
 @pytest.fixture
@@ -464,6 +483,55 @@ def test_client_fetch_transport_resumes_with_last_event_id(server, browser):
     assert result["count"] == 9
 
 
+def test_client_fetch_transport_acts_on_the_shutdown_event(server, browser):
+    """The fetch transport closes a stream as soon as it reads `event: shutdown` (even one the
+    server has not ended yet) and reconnects with Last-Event-ID of the last change: the event has
+    no id. It is neither a change nor an error. (`fetch` is scripted for the events URL.)"""
+    base, _ = server
+    page = browser(800, 600)
+    page.get(base + "/")
+    wait_loaded(page)
+    result = run_client_script(
+        page,
+        """
+        const snapshot = 'id: 4\\nevent: snapshot\\ndata: {"features":{"counter":{"version":3,"state":{"count":3}}}}\\n\\n';
+        const change = (seq, version) => `id: ${seq}\\nevent: state\\ndata: {"feature":"counter","version":${version},`
+          + `"cause":"dispatch","action":{"type":"increment"},"state":{"count":${version}},"effect":null}\\n\\n`;
+        const farewell = 'retry: 50\\nevent: shutdown\\ndata: {"reason":"shutdown","retryAfterMs":50}\\n\\n';
+        const requests = [];
+        const realFetch = window.fetch;
+        window.fetch = async (url, init) => {
+          if (!String(url).includes('/events')) return realFetch(url, init);
+          requests.push(init.headers['Last-Event-ID'] ?? null);
+          const text = requests.length === 1 ? snapshot + change(5, 4) + farewell : change(6, 5);
+          // Neither stream ends: the client must act on the event itself.
+          const body = new ReadableStream({start(c) { c.enqueue(new TextEncoder().encode(text)); }});
+          return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
+        };
+        try {
+          const seen = {snapshots: 0, seqs: [], statuses: [], errors: []};
+          const sub = new StateClient({sessionId: 's', token: 't'}).subscribe({
+            transport: 'fetch',
+            onSnapshot(features, seq) { seen.snapshots++; seen.seqs.push(seq); },
+            onChange(change) { seen.seqs.push(change.seq); },
+            onStatus(status) { seen.statuses.push(status); },
+            onError(error) { seen.errors.push(error.code); },
+          });
+          await until(() => seen.seqs.length === 3);
+          sub.close();
+          return Object.assign(seen, {requests, lastEventId: sub.lastEventId});
+        } finally {
+          window.fetch = realFetch;
+        }
+        """,
+    )
+    assert result["requests"] == [None, "5"], result
+    assert result["snapshots"] == 1 and result["seqs"] == [4, 5, 6], result
+    assert result["errors"] == [], result
+    assert result["statuses"] == ["open", "reconnecting", "open", "closed"], result
+    assert result["lastEventId"] == 6
+
+
 def test_client_reports_a_deleted_session_as_fatal(server, browser):
     base, _ = server
     page = browser(800, 600)
@@ -596,3 +664,79 @@ def test_default_look(server, browser, size):
     assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     page.execute_script("window.scrollTo(0, 0)")
     screenshot(page, f"browser-default-{size}.png")
+
+
+def test_streams_resume_after_the_server_restarts(browser, tmp_path):
+    """SIGTERM ends every stream with `event: shutdown` and a `retry:` delay; the page (its
+    EventSource) and both transports of the client reconnect after it, to the server started
+    again on the same port and database, and resume with Last-Event-ID: no new snapshot, no
+    change missed or repeated, no error."""
+    arguments = ["--storage", f"sqlite:{tmp_path}/state.db"]
+    env = {"STATE_SERVER_STREAMS_SHUTDOWN_RETRY": "0.3"}
+    first = ServerProcess(["--port", "0", *arguments], "browser-test-restart-1.log", env)
+    servers = [first]
+    try:
+        page = browser(800, 700)
+        page.get(first.base + "/")
+        wait_loaded(page)
+        page.find_element(By.ID, "increment").click()
+        wait(page, lambda d: "session=" in urlsplit(d.current_url).fragment, "the first action created no session")
+        wait_ready(page)
+        wait(page, lambda d: text(d, "count") == "1", "the counter never showed 1")
+        # Two more subscriptions of the same session, one per transport, record what they see.
+        run_client_script(
+            page,
+            """
+            const fragment = new URLSearchParams(window.location.hash.slice(1));
+            const c = new StateClient({sessionId: fragment.get('session'), token: fragment.get('token')});
+            window.seen = {};
+            for (const transport of ['eventsource', 'fetch']) {
+              const seen = window.seen[transport] = {snapshots: 0, seqs: [], statuses: [], errors: []};
+              c.subscribe({
+                transport, features: ['counter'],
+                onSnapshot(features, seq) { seen.snapshots++; seen.seqs.push(seq); },
+                onChange(change) { seen.seqs.push(change.seq); },
+                onStatus(status) { seen.statuses.push(status); },
+                onError(error) { seen.errors.push(error.code); },
+              });
+            }
+            await until(() => Object.values(window.seen).every((s) => s.statuses.at(-1) === 'open'));
+            await c.dispatch('counter', {type: 'increment'});
+            await until(() => Object.values(window.seen).every((s) => s.seqs.length === 2));
+            return true;
+            """,
+        )
+        wait(page, lambda d: text(d, "count") == "2", "the page never showed 2")
+
+        assert first.stop() == 0, f"the server did not exit cleanly; see {first.log_path}"
+        second = None
+        deadline = time.monotonic() + WAIT
+        while second is None:  # the port may take a moment to be free again
+            try:
+                second = ServerProcess(["--port", str(first.port), *arguments], "browser-test-restart-2.log", env)
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        servers.append(second)
+
+        # A change made on the new server reaches every subscription once, after the reconnection.
+        wait(page, lambda d: text(d, "status") == "Live", "the page never reconnected")
+        page.find_element(By.ID, "increment").click()
+        wait(page, lambda d: text(d, "count") == "3", "the page never showed the change made after the restart")
+        seen = WebDriverWait(page, WAIT, poll_frequency=0.05).until(
+            lambda d: d.execute_script(
+                "return Object.values(window.seen).every((s) => s.seqs.length === 3) ? window.seen : null"
+            ),
+            "a subscription never got the change made after the restart",
+        )
+        for transport, record in seen.items():
+            assert record["snapshots"] == 1, (transport, record)
+            first_seq = record["seqs"][0]
+            assert record["seqs"] == [first_seq, first_seq + 1, first_seq + 2], (transport, record)
+            assert record["errors"] == [], (transport, record)
+            assert "reconnecting" in record["statuses"] and record["statuses"][-1] == "open", (transport, record)
+        assert not page.find_element(By.ID, "error").is_displayed()
+    finally:
+        for process in servers:
+            process.stop()

@@ -47,6 +47,13 @@
  * `lastEventId` may be given. It treats a stream silent for `staleAfterMs` (no event and no
  * `: ping` heartbeat) as dead and reconnects.
  *
+ * A server that shuts down gracefully ends every stream with an `event: shutdown` (no id) and a
+ * `retry:` delay. Neither transport reports it as a change or an error: EventSource reconnects
+ * after that delay by itself, with `Last-Event-ID`; the fetch transport closes the connection and
+ * reconnects after the delay (lengthened at random by up to 25 %, so clients leaving one server
+ * do not all arrive at the next at once) instead of the backoff, with `Last-Event-ID`. Either way
+ * nothing is missed or repeated.
+ *
  * Both transports report their state through `onStatus`: "connecting", "open",
  * "reconnecting", "closed".
  */
@@ -87,6 +94,16 @@
     const buffer = new Uint8Array(bytes);
     global.crypto.getRandomValues(buffer);
     return Array.from(buffer, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  /**
+   * The wait a `shutdown` event asks for (ms): its `retry:` field, else its `retryAfterMs`, else
+   * 1 s; at most 30 s (the longest backoff).
+   */
+  function shutdownDelay(retry, payload) {
+    const ms = payload && payload.retryAfterMs;
+    if (Number.isInteger(retry) && retry >= 0) return Math.min(retry, 30000);
+    return Number.isInteger(ms) && ms >= 0 ? Math.min(ms, 30000) : 1000;
   }
 
   /** Delay before reconnect attempt `attempt` (0-based): 0.5 s doubling to 30 s, ±25 % jitter. */
@@ -356,11 +373,14 @@
       else this._connectEventSource();
     }
 
-    /** Waits (exponential backoff) then connects again, after checking the session exists. */
-    _scheduleReconnect(checkSession) {
+    /**
+     * Waits (exponential backoff, or `delayMs` when the server asked for it) then connects
+     * again, after checking the session exists when `checkSession`.
+     */
+    _scheduleReconnect(checkSession, delayMs) {
       if (this._closed || this._timer) return;
       this._setStatus("reconnecting");
-      const delay = backoffDelay(this._attempt++);
+      const delay = delayMs === undefined ? backoffDelay(this._attempt++) : delayMs;
       this._timer = setTimeout(async () => {
         this._timer = null;
         if (this._closed) return;
@@ -393,8 +413,11 @@
 
     // MARK: events
 
-    /** Handles one parsed server-sent event. */
-    _handle(type, data, id) {
+    /**
+     * Handles one parsed server-sent event. Returns the wait (ms) before reconnecting for a
+     * `shutdown` event, else undefined.
+     */
+    _handle(type, data, id, retry) {
       const seq = id === "" || id === undefined || id === null ? NaN : Number(id);
       let payload;
       try {
@@ -404,6 +427,11 @@
         return;
       }
       this._attempt = 0; // a working stream resets the backoff
+      if (type === "shutdown") {
+        // The server is going away. Not a change: no id, so lastEventId stays where it is.
+        this._setStatus("reconnecting");
+        return shutdownDelay(retry, payload);
+      }
       if (type === "snapshot") {
         this.features = Object.assign({}, payload.features);
         if (Number.isFinite(seq)) this.lastEventId = seq;
@@ -432,6 +460,8 @@
       };
       source.addEventListener("snapshot", listener("snapshot"));
       source.addEventListener("state", listener("state"));
+      // EventSource itself waits the event's `retry:` and reconnects with Last-Event-ID.
+      source.addEventListener("shutdown", listener("shutdown"));
       source.onopen = () => {
         if (this._source === source) this._setStatus("open");
       };
@@ -457,6 +487,7 @@
       const headers = this._client._headers({ Accept: "text/event-stream" });
       if (this.lastEventId !== null) headers["Last-Event-ID"] = String(this.lastEventId);
       let staleTimer = null;
+      let shutdownWait;
       const staleAfter = this._options.staleAfterMs || 45000;
       const touch = () => {
         clearTimeout(staleTimer);
@@ -481,8 +512,9 @@
           });
         }
         this._setStatus("open");
-        await this._readStream(response.body, touch);
-        // The server ended the stream (e.g. this reader was too slow): resume after a pause.
+        shutdownWait = await this._readStream(response.body, touch);
+        // The server ended the stream (e.g. this reader was too slow): resume after a pause;
+        // or it is shutting down: resume after the wait it asked for.
       } catch (error) {
         if (abort.signal.aborted && this._abort !== abort) return; // closed or reconnected on purpose
         if (!abort.signal.aborted && error instanceof StateClientError) this._call("onError", error);
@@ -491,11 +523,19 @@
       }
       if (this._abort === abort) {
         this._abort = null;
-        this._scheduleReconnect(false);
+        if (shutdownWait === undefined) {
+          this._scheduleReconnect(false);
+        } else {
+          abort.abort(); // nothing follows a shutdown event: let the connection go now
+          this._scheduleReconnect(false, Math.round(shutdownWait * (1 + Math.random() * 0.25)));
+        }
       }
     }
 
-    /** Parses `text/event-stream` (the WHATWG rules) from a ReadableStream of bytes. */
+    /**
+     * Parses `text/event-stream` (the WHATWG rules) from a ReadableStream of bytes. Returns at
+     * the end of the stream, or with the wait (ms) a `shutdown` event asks for.
+     */
     async _readStream(body, touch) {
       const reader = body.getReader();
       const decoder = new TextDecoder("utf-8");
@@ -503,6 +543,7 @@
       let type = "";
       let data = [];
       let id = this.lastEventId === null ? "" : String(this.lastEventId);
+      let retry;
       for (;;) {
         const { value, done } = await reader.read();
         if (done) return;
@@ -514,9 +555,13 @@
           const line = buffer.slice(0, match.index);
           buffer = buffer.slice(match.index + match[0].length);
           if (line === "") {
-            if (data.length > 0) this._handle(type || "message", data.join("\n"), id);
+            if (data.length > 0) {
+              const wait = this._handle(type || "message", data.join("\n"), id, retry);
+              if (wait !== undefined) return wait;
+            }
             type = "";
             data = [];
+            retry = undefined;
             continue;
           }
           if (line.startsWith(":")) continue; // a comment, e.g. ": ping"
@@ -527,6 +572,7 @@
           if (field === "event") type = value;
           else if (field === "data") data.push(value);
           else if (field === "id" && !value.includes("\0")) id = value;
+          else if (field === "retry" && /^[0-9]+$/.test(value)) retry = Number(value);
         }
       }
     }

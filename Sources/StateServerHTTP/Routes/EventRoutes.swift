@@ -28,6 +28,9 @@ extension StateServerResponder {
     func events(_ request: RouteRequest, _ session: Session) throws(APIError) -> HTTPResponse {
         let requested = request.http.queryValues("feature")
         let filter: Set<String>? = requested.isEmpty ? nil : Set(requested)
+        // Several nodes: a stream opened while this node does not hear the others would miss
+        // their changes silently.
+        guard sessions.isFollowing else { throw .notFollowing }
         guard openStreams.add(1, ordering: .relaxed).newValue <= settings.maxStreams else {
             openStreams.subtract(1, ordering: .relaxed)
             throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
@@ -50,6 +53,8 @@ extension StateServerResponder {
                 hub.unsubscribe(subscription)
                 counter.release()
             }
+            // A commit heard between the catch-up and the subscription is fetched now.
+            session.pullIfBehind()
         }
         return HTTPResponse(
             status: 200,

@@ -10,7 +10,8 @@ extension StateServerResponder {
         Route(["GET"], "/healthz") { _, _ in
             .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz"))
         },
-        // Readiness for load balancers and Kubernetes: can this node reach its storage?
+        // Readiness for load balancers and Kubernetes: can this node reach its storage (and,
+        // with several nodes, does it hear the others' changes)?
         Route(["GET"], "/readyz") { responder, _ throws(APIError) in
             guard let storage = responder.sessions.storage else {
                 return .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz"))
@@ -21,6 +22,7 @@ extension StateServerResponder {
                 } catch {
                     throw .storage(error)
                 }
+                guard responder.sessions.isFollowing else { throw .notFollowing }
                 return Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz")
             }
         },
