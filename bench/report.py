@@ -340,7 +340,7 @@ def main():
     cost = by.get("pgcost")
     cost_rows = []
     if cost:
-        what = {"dispatch": "POST dispatch, one node, 50 sessions in turn",
+        what = {"dispatch": "POST dispatch, one node, 50 fresh sessions in turn",
                 "dispatch-key": "POST dispatch with a new Idempotency-Key",
                 "state": "GET state/counter (catches up with the journal first)",
                 "alternate": "POST dispatch on one session, node 1 and node 2 in turn"}
@@ -351,7 +351,8 @@ def main():
                               f"{sc['commits_per_request']:.2f}", f"{sc['rollbacks_per_request']:.2f}",
                               f"{sc['ms_per_request']:.2f} ms",
                               "; ".join(f"{q} × {per:g}" for q, per in sc["statements"] if per >= 0.005)))
-    cost_headers = ["request", "round trips per request", "statements counted", "commits", "rollbacks",
+    cost_headers = ["request", "round trips per request", "statements counted", "BEGIN … COMMIT",
+                    "aborted (lost a race)",
                     "time each, one at a time", "statements, per request"]
 
     # ---- goals ---------------------------------------------------------------------------------
@@ -540,9 +541,9 @@ def main():
                    f"{cost['scenarios'][0]['requests']} requests one after another, statistics reset before each "
                    "scenario, sessions loaded on the nodes beforehand). postgres-nio sends each statement as one "
                    "Parse/Bind/Execute/Sync flight, so a statement is one round trip between node and PostgreSQL. "
-                   "pg_stat_statements counts only statements that succeed: the INSERT that loses a race to another "
-                   "node fails and its transaction is rolled back, so *round trips* = statements counted + one per "
-                   "ROLLBACK.", "",
+                   "pg_stat_statements counts only statements that succeed; one that fails (a commit that lost the "
+                   "race to another node) aborts its transaction, counted by `pg_stat_database.xact_rollback`, so "
+                   "*round trips* = statements counted + aborted transactions.", "",
                    table(cost_headers, cost_rows), ""]
     md += ["## Server health during the run", ""]
     if health:

@@ -549,8 +549,7 @@ if [ -n "$PG_URL" ]; then
         # Dispatch on node 1; 10 sessions, one stream each, on node 1 (same node) or node 2.
         sse_run pg-same-node "$A" "$TMP/sessions-pg-10.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
         sse_run pg-cross-node "$B" "$TMP/sessions-pg-10b.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
-        sed -n 21,70p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-cost.txt"
-        run timeout 200 $PY bench/tools/pgcost.py --url "$A" --other-url "$B" --sessions "$TMP/sessions-pg-cost.txt" \
+        run timeout 200 $PY bench/tools/pgcost.py --url "$A" --other-url "$B" \
             --pg-dir "$PG_DIR" --db "$PG_DB" --count 300 --name pgcost --results "$RES" > "$RAW/pgcost.txt" 2>&1 \
             || warn "pgcost.py reported errors: $(tail -c 400 "$RAW/pgcost.txt")"
         grep '^   ' "$RAW/pgcost.txt"
