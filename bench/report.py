@@ -352,7 +352,7 @@ def main():
                               f"{sc['ms_per_request']:.2f} ms",
                               "; ".join(f"{q} × {per:g}" for q, per in sc["statements"] if per >= 0.005)))
     cost_headers = ["request", "round trips per request", "statements counted", "BEGIN … COMMIT",
-                    "aborted (lost a race)",
+                    "failed (lost a race)",
                     "time each, one at a time", "statements, per request"]
 
     # ---- goals ---------------------------------------------------------------------------------
@@ -542,8 +542,8 @@ def main():
                    "scenario, sessions loaded on the nodes beforehand). postgres-nio sends each statement as one "
                    "Parse/Bind/Execute/Sync flight, so a statement is one round trip between node and PostgreSQL. "
                    "pg_stat_statements counts only statements that succeed; one that fails (a commit that lost the "
-                   "race to another node) aborts its transaction, counted by `pg_stat_database.xact_rollback`, so "
-                   "*round trips* = statements counted + aborted transactions.", "",
+                   "race to another node, on a unique key) is counted from the `ERROR` lines PostgreSQL logs "
+                   "meanwhile: *round trips* = statements counted + failed.", "",
                    table(cost_headers, cost_rows), ""]
     md += ["## Server health during the run", ""]
     if health:
