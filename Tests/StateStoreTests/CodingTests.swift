@@ -113,6 +113,23 @@ struct CodingTests {
         #expect(throws: JSONParser.Failure.self) { try JSONParser.parse(deep) }
     }
 
+    /// Strings without escapes are decoded on a fast path: every malformed UTF-8 form is still
+    /// refused, including those whose repair would have the same length (a truncated 4-byte
+    /// sequence becomes one 3-byte U+FFFD), and raw multi-byte text is kept as sent.
+    @Test func parserChecksUTF8InStrings() throws {
+        let malformed: [[UInt8]] = [
+            [0xFF], [0xC3], [0xC0, 0xAF], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF0, 0x9F, 0x98],
+            [0xF4, 0x90, 0x80, 0x80], [0x80], [0x61, 0xEF, 0xBF], [0xEF, 0xBF, 0xBD, 0xFF],
+        ]
+        for bytes in malformed {
+            #expect(throws: JSONParser.Failure.self, "\(bytes)") { try JSONParser.parse([0x22] + bytes + [0x22]) }
+            #expect(throws: JSONParser.Failure.self, "key \(bytes)") { try JSONParser.parse([0x7B, 0x22] + bytes + Array(#"":1}"#.utf8)) }
+        }
+        let text = "é😀 ü \u{FFFD} 中文"
+        #expect(try JSONParser.parse(Array("\"\(text)\"".utf8)) == .string(text))
+        #expect(try JSONParser.parse(Array("{\"\(text)\":\"ascii\"}".utf8))[text] == .string("ascii"))
+    }
+
     @Test func parserAcceptsValidJSON() throws {
         // -2.5e3 is a whole number as written: an integer (issue 11 item 6).
         let value = try JSONParser.parse(Array(#" {"a": [1, -2.5e3, true, false, null, "\u00e9\ud83d\ude00\n"], "b": {}} "#.utf8))
