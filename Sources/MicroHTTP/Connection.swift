@@ -252,7 +252,11 @@ extension HTTPServer {
         }
         guard let mhdResponse else { return MHD_Result.NO }
         for header in response.headers {
-            _ = MHD_add_response_header(mhdResponse, header.name, header.value)
+            // withCString lends a native string's own bytes (passing the String itself would
+            // copy it into a new array first).
+            header.name.withCString { name in
+                header.value.withCString { value in _ = MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
         let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
         MHD_destroy_response(mhdResponse)

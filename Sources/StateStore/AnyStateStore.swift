@@ -126,7 +126,8 @@ extension DefaultStateStore: AnyStateStore {
     /// A client's action: the version precondition first (a stale `If-Match` is a conflict
     /// whatever the body), then decoding, then the feature's client rule.
     private func clientAction(_ json: JSONValue, ifVersion: Int?) throws(StoreError) -> F.Action {
-        let current = version
+        // The version alone (`version` copies the state too, generically).
+        let current = inner.withLock { $0.version }
         if let ifVersion, ifVersion != current {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
