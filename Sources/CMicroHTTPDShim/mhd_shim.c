@@ -123,17 +123,18 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     return daemon;
 }
 
-/* tchar of RFC 9110 section 5.6.2. */
-static int ss_is_token_byte(unsigned char c) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return 1;
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
-        return 1;
-    default:
-        return 0;
-    }
-}
+/* tchar of RFC 9110 section 5.6.2, by byte: ALPHA, DIGIT and !#$%&'*+-.^_`|~ */
+static const unsigned char ss_token_bytes[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
 
 /* Whether `text` (`length` bytes) is `lower` (lower-case ASCII) in any ASCII case. */
 static int ss_equal_caseless(const char *text, size_t length, const char *lower) {
@@ -197,20 +198,20 @@ static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const c
         return MHD_YES;
     }
     for (size_t i = 0; i < key_length; i++) {
-        if (!ss_is_token_byte((unsigned char)key[i])) {
+        if (!ss_token_bytes[(unsigned char)key[i]]) {
             pass->name_problem = SS_HEAD_NAME_NOT_TOKEN;
             return MHD_YES;
         }
     }
     const char *text = value == NULL ? "" : value;
-    if (ss_equal_caseless(key, key_length, "content-length")) {
+    if (key_length == 14 && ss_equal_caseless(key, key_length, "content-length")) {
         if (pass->length == NULL) {
             pass->length = text;
             pass->length_size = value_length;
         } else if (value_length != pass->length_size || memcmp(text, pass->length, value_length) != 0) {
             pass->conflicting_lengths = 1;
         }
-    } else if (ss_equal_caseless(key, key_length, "transfer-encoding")) {
+    } else if (key_length == 17 && ss_equal_caseless(key, key_length, "transfer-encoding")) {
         const char *item = text;
         const char *stop = text + value_length;
         for (;;) {
@@ -228,7 +229,7 @@ static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const c
             if (comma == NULL) break;
             item = comma + 1;
         }
-    } else if (ss_equal_caseless(key, key_length, "host")) {
+    } else if (key_length == 4 && ss_equal_caseless(key, key_length, "host")) {
         pass->hosts++;
     }
     return MHD_YES;

@@ -8,12 +8,12 @@ extension StateServerResponder {
             .now(StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/"))
         },
         Route(["GET"], "/healthz") { _, _ in
-            .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz"))
+            .now(Reply.json(200, Reply.statusOK, route: "/healthz"))
         },
         // Readiness for load balancers and Kubernetes: can this node reach its storage?
         Route(["GET"], "/readyz") { responder, _ throws(APIError) in
             guard let storage = responder.sessions.storage else {
-                return .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz"))
+                return .now(Reply.json(200, Reply.statusOK, route: "/readyz"))
             }
             return .later { () throws(APIError) in
                 do throws(StorageError) {
