@@ -123,41 +123,216 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     return daemon;
 }
 
-struct ss_value_end {
+/* tchar of RFC 9110 section 5.6.2, by byte: ALPHA, DIGIT and !#$%&'*+-.^_`|~ */
+static const unsigned char ss_token_bytes[256] = {
+    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
+    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+/* Whether `text` (`length` bytes) is `lower` (lower-case ASCII) in any ASCII case. */
+static int ss_equal_caseless(const char *text, size_t length, const char *lower) {
+    size_t i = 0;
+    for (; i < length; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + ('a' - 'A'));
+        if (lower[i] == '\0' || c != (unsigned char)lower[i]) return 0;
+    }
+    return lower[i] == '\0';
+}
+
+/* State of the one pass over a request's header fields (ss_read_head). */
+struct ss_head_pass {
+    /* The request head in libmicrohttpd's read buffer, and the end of the last string in it. */
     const char *start;
     const char *end;
     const char *last;
+    ss_field *fields;
+    size_t capacity;
+    size_t count;
+    /* The first field whose name is empty or not a token (SS_HEAD_OK: none). */
+    int name_problem;
+    const char *length;
+    size_t length_size;
+    int conflicting_lengths;
+    /* Transfer codings over every Transfer-Encoding field (each field: commas + 1), and the
+       first of them, without blanks around it. */
+    size_t codings;
+    const char *coding;
+    size_t coding_size;
+    size_t hosts;
 };
 
-static enum MHD_Result ss_track_end(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static void ss_track_end(struct ss_head_pass *pass, const char *p, size_t length) {
+    if (p == NULL || p < pass->start || p >= pass->end) return;
+    const char *stop = p + length;
+    if (stop > pass->end) stop = p + strnlen(p, (size_t)(pass->end - p));
+    if (stop > pass->last) pass->last = stop;
+}
+
+static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
-    struct ss_value_end *track = cls;
-    const char *pointers[2] = {key, value};
-    for (int i = 0; i < 2; i++) {
-        const char *p = pointers[i];
-        if (p == NULL || p < track->start || p >= track->end) continue;
-        const char *stop = p + strnlen(p, (size_t)(track->end - p));
-        if (stop > track->last) track->last = stop;
+    struct ss_head_pass *pass = cls;
+    if (key == NULL) return MHD_YES;
+    size_t key_length = strlen(key);
+    size_t value_length = value == NULL ? 0 : strlen(value);
+    ss_track_end(pass, key, key_length);
+    ss_track_end(pass, value, value_length);
+    if (pass->count < pass->capacity) {
+        ss_field *field = &pass->fields[pass->count];
+        field->name = key;
+        field->name_length = key_length;
+        field->value = value == NULL ? "" : value;
+        field->value_length = value_length;
+    }
+    pass->count++;
+    if (pass->name_problem != SS_HEAD_OK) return MHD_YES;
+    if (key_length == 0) {
+        pass->name_problem = SS_HEAD_EMPTY_NAME;
+        return MHD_YES;
+    }
+    for (size_t i = 0; i < key_length; i++) {
+        if (!ss_token_bytes[(unsigned char)key[i]]) {
+            pass->name_problem = SS_HEAD_NAME_NOT_TOKEN;
+            return MHD_YES;
+        }
+    }
+    const char *text = value == NULL ? "" : value;
+    if (key_length == 14 && ss_equal_caseless(key, key_length, "content-length")) {
+        if (pass->length == NULL) {
+            pass->length = text;
+            pass->length_size = value_length;
+        } else if (value_length != pass->length_size || memcmp(text, pass->length, value_length) != 0) {
+            pass->conflicting_lengths = 1;
+        }
+    } else if (key_length == 17 && ss_equal_caseless(key, key_length, "transfer-encoding")) {
+        const char *item = text;
+        const char *stop = text + value_length;
+        for (;;) {
+            const char *comma = memchr(item, ',', (size_t)(stop - item));
+            const char *item_end = comma == NULL ? stop : comma;
+            if (pass->codings == 0) {
+                const char *a = item;
+                const char *b = item_end;
+                while (a < b && (*a == ' ' || *a == '\t')) a++;
+                while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+                pass->coding = a;
+                pass->coding_size = (size_t)(b - a);
+            }
+            pass->codings++;
+            if (comma == NULL) break;
+            item = comma + 1;
+        }
+    } else if (key_length == 4 && ss_equal_caseless(key, key_length, "host")) {
+        pass->hosts++;
     }
     return MHD_YES;
 }
 
-int ss_header_block_is_clean(struct MHD_Connection *connection, const char *method, const char *version) {
-    if (method == NULL || version == NULL) return 0;
+void ss_read_head(struct MHD_Connection *connection, const char *method, const char *version,
+                  ss_field *fields, size_t capacity, ss_head *head) {
+    memset(head, 0, sizeof *head);
+    struct ss_head_pass pass;
+    memset(&pass, 0, sizeof pass);
+    pass.fields = fields;
+    pass.capacity = capacity;
+    pass.name_problem = SS_HEAD_OK;
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    if (info == NULL || info->header_size == 0) return 0;
-    struct ss_value_end track = {method, method + info->header_size, NULL};
-    if (version < track.start || version >= track.end) return 0;
-    track.last = version + strnlen(version, (size_t)(track.end - version));
-    MHD_get_connection_values(connection, MHD_HEADER_KIND, ss_track_end, &track);
-    const char *p = track.last;
-    while (p < track.end && (*p == ' ' || *p == '\t')) p++;
-    int line_end_bytes = 0;
-    for (; p < track.end; p++) {
-        if (*p != '\0' && *p != '\r' && *p != '\n') return 0;
-        line_end_bytes++;
+    int layout = method != NULL && version != NULL && info != NULL && info->header_size != 0;
+    if (layout) {
+        pass.start = method;
+        pass.end = method + info->header_size;
+        layout = version >= pass.start && version < pass.end;
     }
-    return line_end_bytes >= 2 && line_end_bytes <= 4;
+    if (layout) pass.last = version + strnlen(version, (size_t)(pass.end - version));
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, ss_head_field, &pass);
+    head->field_count = pass.count;
+
+    /* The header block ends with an empty line: after the last field value (or the version)
+       only blanks and at most two line ends (CR, LF, or the NULs that replaced them). */
+    int clean = 0;
+    if (layout) {
+        const char *p = pass.last;
+        while (p < pass.end && (*p == ' ' || *p == '\t')) p++;
+        int line_end_bytes = 0;
+        clean = 1;
+        for (; p < pass.end; p++) {
+            if (*p != '\0' && *p != '\r' && *p != '\n') {
+                clean = 0;
+                break;
+            }
+            line_end_bytes++;
+        }
+        if (line_end_bytes < 2 || line_end_bytes > 4) clean = 0;
+    }
+
+    if (pass.length != NULL) {
+        head->has_content_length = 1;
+        uint64_t length = 0;
+        int digits = pass.length_size > 0;
+        for (size_t i = 0; i < pass.length_size; i++) {
+            unsigned char c = (unsigned char)pass.length[i];
+            if (c < '0' || c > '9') {
+                digits = 0;
+                break;
+            }
+            uint64_t digit = (uint64_t)(c - '0');
+            length = length > (UINT64_MAX - digit) / 10 ? UINT64_MAX : length * 10 + digit;
+        }
+        head->content_length = length;
+        if (!clean) head->problem = SS_HEAD_MALFORMED_BLOCK;
+        else if (pass.name_problem != SS_HEAD_OK) head->problem = pass.name_problem;
+        else if (pass.conflicting_lengths) head->problem = SS_HEAD_CONFLICTING_LENGTH;
+        else if (!digits) head->problem = SS_HEAD_BAD_LENGTH;
+        else if (pass.codings > 0) head->problem = SS_HEAD_LENGTH_WITH_CODING;
+        if (head->problem != SS_HEAD_OK) return;
+    } else if (!clean) {
+        head->problem = SS_HEAD_MALFORMED_BLOCK;
+        return;
+    } else if (pass.name_problem != SS_HEAD_OK) {
+        head->problem = pass.name_problem;
+        return;
+    }
+    if (pass.codings > 0 && (pass.codings != 1 || !ss_equal_caseless(pass.coding, pass.coding_size, "chunked"))) {
+        head->problem = SS_HEAD_UNSUPPORTED_CODING;
+    } else if (pass.hosts == 0 && version != NULL && strcmp(version, "HTTP/1.1") == 0) {
+        head->problem = SS_HEAD_MISSING_HOST;
+    } else if (pass.hosts > 1) {
+        head->problem = SS_HEAD_REPEATED_HOST;
+    }
+}
+
+struct ss_collect_pass {
+    ss_field *fields;
+    size_t capacity;
+    size_t count;
+};
+
+static enum MHD_Result ss_collect_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    struct ss_collect_pass *pass = cls;
+    if (key == NULL) return MHD_YES;
+    if (pass->count < pass->capacity) {
+        ss_field *field = &pass->fields[pass->count];
+        field->name = key;
+        field->name_length = strlen(key);
+        field->value = value;
+        field->value_length = value == NULL ? 0 : strlen(value);
+    }
+    pass->count++;
+    return MHD_YES;
+}
+
+size_t ss_collect_values(struct MHD_Connection *connection, enum MHD_ValueKind kind, ss_field *fields, size_t capacity) {
+    struct ss_collect_pass pass = {fields, capacity, 0};
+    MHD_get_connection_values(connection, kind, ss_collect_field, &pass);
+    return pass.count;
 }
 
 uint16_t ss_daemon_port(struct MHD_Daemon *daemon) {

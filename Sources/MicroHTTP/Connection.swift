@@ -30,6 +30,8 @@ final class RequestContext: Sendable {
     struct Head: Sendable {
         var method = "-"
         var path = "/"
+        /// Names lower-cased, read once with the framing check on the first call.
+        var headers: [(name: String, value: String)] = []
     }
 
     /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
@@ -56,26 +58,6 @@ let uriLogged: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, 
     return Unmanaged.passRetained(RequestContext(targetEnd: end)).toOpaque()
 }
 
-/// Collects header or query values of a connection.
-private final class ValueCollector {
-    var values: [(name: String, value: String?)] = []
-}
-
-private func collectValues(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [(name: String, value: String?)] {
-    let collector = ValueCollector()
-    withExtendedLifetime(collector) {
-        _ = MHD_get_connection_values(
-            connection, kind,
-            { cls, _, key, value in
-                guard let cls, let key else { return MHD_Result.YES }
-                let collector = Unmanaged<ValueCollector>.fromOpaque(cls).takeUnretainedValue()
-                collector.values.append((String(cString: key), value.map { String(cString: $0) }))
-                return MHD_Result.YES
-            }, Unmanaged.passUnretained(collector).toOpaque())
-    }
-    return collector.values
-}
-
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
 let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, conCls in
     guard let cls, let connection, let conCls, let uploadDataSize else { return MHD_Result.NO }
@@ -91,30 +73,45 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
     }
 
     if case .head = context.phase.withLock({ $0 }) {
-        // First call: the head only. Check its framing before anything is routed or read.
-        context.head.withLock {
-            $0.method = method.map { String(cString: $0) } ?? "-"
-            $0.path = url.map { String(cString: $0) } ?? "/"
-        }
-        let versionText = version.map { String(cString: $0) } ?? ""
+        // First call: the head only. Check its framing before anything is routed or read, in
+        // one pass over the fields that also lists them for the request.
+        let methodText = method.map { String(cString: $0) } ?? "-"
+        let path = url.map { String(cString: $0) } ?? "/"
         var problem: String?
+        var declared: UInt64?
+        var headers: [(name: String, value: String)] = []
         if let end = context.targetEnd, let version, UInt(bitPattern: version) == end + 1 {
-            if ss_header_block_is_clean(connection, method, version) == 0 {
-                problem = "a header line has no field name (or the header block is malformed)"
+            withUnsafeTemporaryAllocation(of: ss_field.self, capacity: RequestFields.stackCapacity) { buffer in
+                var head = ss_head()
+                ss_read_head(connection, method, version, buffer.baseAddress, buffer.count, &head)
+                problem = RequestFraming.message(head.problem)
+                guard problem == nil else { return }
+                if head.has_content_length != 0 { declared = head.content_length }
+                let count = head.field_count
+                if count <= buffer.count {
+                    headers = RequestFields.headers(UnsafeBufferPointer(rebasing: buffer[..<count]))
+                } else {
+                    var all = [ss_field](repeating: ss_field(), count: count)
+                    let listed = all.withUnsafeMutableBufferPointer {
+                        ss_collect_values(connection, MHD_ValueKind.HEADER_KIND, $0.baseAddress, $0.count)
+                    }
+                    headers = all.withUnsafeBufferPointer { RequestFields.headers(UnsafeBufferPointer(rebasing: $0[..<min(listed, count)])) }
+                }
             }
         } else {
-            problem = "the request target contains a NUL byte"
+            problem = RequestFraming.nulInTarget
         }
-        let fields = collectValues(connection, MHD_ValueKind.HEADER_KIND).map { ($0.name, $0.value ?? "") }
-        if problem == nil {
-            problem = RequestFraming.problem(version: versionText, fields: fields)
+        context.head.withLock {
+            $0.method = methodText
+            $0.path = path
+            $0.headers = headers
         }
         if let problem {
             context.phase.withLock { $0 = .answered }
             server.queue(badRequestResponse(problem), on: connection, context: context)
             return MHD_Result.YES
         }
-        if let declared = RequestFraming.contentLength(fields), declared > UInt64(max(0, server.configuration.drainLimit)) {
+        if let declared, declared > UInt64(max(0, server.configuration.drainLimit)) {
             // Too large to be worth draining: answer now; libmicrohttpd closes the connection.
             context.phase.withLock { $0 = .answered }
             server.queue(tooLargeResponse(server), on: connection, context: context)
@@ -154,9 +151,7 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         }
         let head = context.head.withLock { $0 }
         let request = HTTPRequest(
-            method: head.method, path: head.path,
-            headers: collectValues(connection, MHD_ValueKind.HEADER_KIND).map { ($0.name.lowercased(), $0.value ?? "") },
-            query: collectValues(connection, MHD_ValueKind.GET_ARGUMENT_KIND),
+            method: head.method, path: head.path, headers: head.headers, query: RequestFields.query(connection),
             body: body, bodyTooLarge: tooLarge)
         switch server.responder.respond(to: request) {
         case .now(let response):
@@ -257,7 +252,11 @@ extension HTTPServer {
         }
         guard let mhdResponse else { return MHD_Result.NO }
         for header in response.headers {
-            _ = MHD_add_response_header(mhdResponse, header.name, header.value)
+            // withCString lends a native string's own bytes (passing the String itself would
+            // copy it into a new array first).
+            header.name.withCString { name in
+                header.value.withCString { value in _ = MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
         let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
         MHD_destroy_response(mhdResponse)

@@ -1,3 +1,6 @@
+import CMicroHTTPD
+import CMicroHTTPDShim
+
 /// The framing rules the server enforces on every request head before routing (RFC 9110 and
 /// RFC 9112), on top of what libmicrohttpd 0.9.75 checks itself.
 ///
@@ -5,69 +8,93 @@
 /// another value; the rest of the body is then read as a second request (request smuggling). A
 /// request that breaks any rule here is answered `400 invalid_request` and its connection is
 /// closed, so nothing behind it is read.
+///
+/// The rules are checked in C (`ss_read_head` in the shim), in the same pass over the header
+/// fields libmicrohttpd already parsed that lists them for the request, comparing bytes: this
+/// runs on every request. In the order they are reported:
+///
+/// 1. The target holds no raw NUL (checked here, from where the URI log callback saw it end).
+/// 2. The header block ends with an empty line (no line with an empty field name).
+/// 3. Every field name is a non-empty token.
+/// 4. `Content-Length` fields agree byte for byte, are a non-empty run of digits, and come
+///    without `Transfer-Encoding`.
+/// 5. `Transfer-Encoding` names one coding only: `chunked`, in any ASCII case.
+/// 6. An HTTP/1.1 request has a `Host` field; no request has more than one.
 enum RequestFraming {
-    /// Why the head is refused, or nil when it is acceptable. `fields` are the header lines in
-    /// arrival order, duplicates included, names as sent.
-    static func problem(version: String, fields: [(name: String, value: String)]) -> String? {
-        var contentLengths: [String] = []
-        var transferCodings: [String] = []
-        var hosts = 0
+    static let nulInTarget = "the request target contains a NUL byte"
+
+    /// The reason given in the 400 for a problem `ss_read_head` reported, or nil for none.
+    static func message(_ problem: Int32) -> String? {
+        switch Int(problem) {
+        case SS_HEAD_OK: nil
+        case SS_HEAD_MALFORMED_BLOCK: "a header line has no field name (or the header block is malformed)"
+        case SS_HEAD_EMPTY_NAME: "a header line has no field name"
+        case SS_HEAD_NAME_NOT_TOKEN: "a header field name has characters not allowed in a token"
+        case SS_HEAD_CONFLICTING_LENGTH: "conflicting Content-Length header fields"
+        case SS_HEAD_BAD_LENGTH: "Content-Length is not a non-negative integer"
+        case SS_HEAD_LENGTH_WITH_CODING: "Content-Length together with Transfer-Encoding"
+        case SS_HEAD_UNSUPPORTED_CODING: "unsupported Transfer-Encoding (only chunked is accepted)"
+        case SS_HEAD_MISSING_HOST: "an HTTP/1.1 request needs a Host header field"
+        case SS_HEAD_REPEATED_HOST: "more than one Host header field"
+        default: "the request head is malformed"
+        }
+    }
+}
+
+/// Header fields and query arguments as Swift values, made from what the shim lists.
+enum RequestFields {
+    /// Fields listed on the stack; a request with more is listed again into a heap buffer.
+    static let stackCapacity = 24
+
+    /// Header fields with names lower-cased (names are tokens, checked before: ASCII).
+    static func headers(_ fields: UnsafeBufferPointer<ss_field>) -> [(name: String, value: String)] {
+        var headers: [(name: String, value: String)] = []
+        headers.reserveCapacity(fields.count)
         for field in fields {
-            guard !field.name.isEmpty else { return "a header line has no field name" }
-            guard field.name.utf8.allSatisfy(isTokenByte) else { return "a header field name has characters not allowed in a token" }
-            switch field.name.lowercased() {
-            case "content-length": contentLengths.append(field.value)
-            case "transfer-encoding":
-                transferCodings += field.value.split(separator: ",", omittingEmptySubsequences: false).map { trimmed($0) }
-            case "host": hosts += 1
-            default: break
-            }
+            headers.append((lowercasedName(field.name, field.name_length), text(field.value, field.value_length) ?? ""))
         }
-        if let first = contentLengths.first {
-            guard contentLengths.allSatisfy({ $0 == first }) else { return "conflicting Content-Length header fields" }
-            guard !first.isEmpty, first.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-                return "Content-Length is not a non-negative integer"
-            }
-            guard transferCodings.isEmpty else { return "Content-Length together with Transfer-Encoding" }
-        }
-        if !transferCodings.isEmpty {
-            guard transferCodings.count == 1, transferCodings[0].lowercased() == "chunked" else {
-                return "unsupported Transfer-Encoding (only chunked is accepted)"
-            }
-        }
-        if version == "HTTP/1.1" {
-            if hosts == 0 { return "an HTTP/1.1 request needs a Host header field" }
-        }
-        if hosts > 1 { return "more than one Host header field" }
-        return nil
+        return headers
     }
 
-    /// The declared body length, if any (already checked by ``problem(version:fields:)``);
-    /// values past `UInt64.max` count as `UInt64.max`.
-    static func contentLength(_ fields: [(name: String, value: String)]) -> UInt64? {
-        guard let text = fields.first(where: { $0.name.lowercased() == "content-length" })?.value else { return nil }
-        var value: UInt64 = 0
-        for byte in text.utf8 {
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
-            let (times, overflow1) = value.multipliedReportingOverflow(by: 10)
-            let (sum, overflow2) = times.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
-            if overflow1 || overflow2 { return UInt64.max }
-            value = sum
-        }
-        return value
-    }
-
-    /// tchar of RFC 9110 §5.6.2.
-    private static func isTokenByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        default:
-            return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+    /// The query arguments of the current request, in arrival order.
+    static func query(_ connection: OpaquePointer) -> [(name: String, value: String?)] {
+        withUnsafeTemporaryAllocation(of: ss_field.self, capacity: stackCapacity) { buffer in
+            let count = ss_collect_values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, buffer.baseAddress, buffer.count)
+            if count == 0 { return [] }
+            if count <= buffer.count { return query(UnsafeBufferPointer(rebasing: buffer[..<count])) }
+            var all = [ss_field](repeating: ss_field(), count: count)
+            let listed = all.withUnsafeMutableBufferPointer {
+                ss_collect_values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, $0.baseAddress, $0.count)
+            }
+            return all.withUnsafeBufferPointer { query(UnsafeBufferPointer(rebasing: $0[..<min(listed, count)])) }
         }
     }
 
-    private static func trimmed(_ text: Substring) -> String {
-        String(text.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+    private static func query(_ fields: UnsafeBufferPointer<ss_field>) -> [(name: String, value: String?)] {
+        var query: [(name: String, value: String?)] = []
+        query.reserveCapacity(fields.count)
+        for field in fields {
+            query.append((text(field.name, field.name_length) ?? "", text(field.value, field.value_length)))
+        }
+        return query
+    }
+
+    /// The bytes as a String (invalid UTF-8 repaired, as `String(cString:)` does).
+    private static func text(_ pointer: UnsafePointer<CChar>?, _ length: Int) -> String? {
+        guard let pointer else { return nil }
+        return pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+            String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+        }
+    }
+
+    private static func lowercasedName(_ pointer: UnsafePointer<CChar>?, _ length: Int) -> String {
+        guard let pointer, length > 0 else { return "" }
+        return String(unsafeUninitializedCapacity: length) { out in
+            for index in 0..<length {
+                let byte = UInt8(bitPattern: pointer[index])
+                out[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+            }
+            return length
+        }
     }
 }

@@ -38,6 +38,12 @@ public enum JSONCoding {
     /// Appends `string` as a JSON string literal (with quotes) to `out`.
     public static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings (keys, names, ids) need no escape: copy them in one piece.
+        if !string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(contentsOf: string.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in string.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
@@ -93,7 +99,7 @@ public struct JSONObjectWriter {
 
     public mutating func int(_ name: String, _ value: Int) {
         key(name)
-        bytes.append(contentsOf: Array(String(value).utf8))
+        bytes.append(contentsOf: String(value).utf8)
     }
 
     /// The finished object.

@@ -140,10 +140,17 @@ public struct JSONParser {
         index += 1  // opening quote
         let start = index
         // Fast path: no escapes.
+        var nonASCII: UInt8 = 0
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                guard let text = String(validating: bytes[start..<index], as: UTF8.self) else {
+                // `String(validating:)` is generic in the standard library (unspecialized, with
+                // metadata lookups: about a thousand instructions a string). Decoding is
+                // specialized here; it repairs invalid UTF-8, so a string with non-ASCII bytes
+                // is valid exactly when decoding left its bytes as they were.
+                let slice = bytes[start..<index]
+                let text = String(decoding: slice, as: UTF8.self)
+                guard nonASCII & 0x80 == 0 || text.utf8.elementsEqual(slice) else {
                     throw fail("invalid UTF-8 in a string")
                 }
                 index += 1
@@ -151,6 +158,7 @@ public struct JSONParser {
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw fail("control character in a string") }
+            nonASCII |= byte
             index += 1
         }
         var out = Array(bytes[start..<index])

@@ -76,7 +76,7 @@ extension JSONValue {
         switch self {
         case .null: out.append(contentsOf: [110, 117, 108, 108])
         case .bool(let value): out.append(contentsOf: value ? Array("true".utf8) : Array("false".utf8))
-        case .int(let value): out.append(contentsOf: Array(String(value).utf8))
+        case .int(let value): out.append(contentsOf: String(value).utf8)
         case .double(let value):
             // Swift's shortest round-trip form ("0.1", "1e+30") is valid JSON; non-finite
             // numbers cannot come from JSONParser.

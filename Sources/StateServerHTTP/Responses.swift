@@ -5,13 +5,18 @@ import StateStore
 /// `{"error": {"code": "<snake_case_code>", "message": "<one human sentence>"}}`.
 enum Reply {
     static let jsonType = ("Content-Type", "application/json")
+    /// The headers of most JSON replies, made once (not an array per reply).
+    private static let jsonHeaders: [(name: String, value: String)] = [jsonType]
+    /// `{"status":"ok"}` and its newline, made once.
+    static let statusOK = Array("{\"status\":\"ok\"}\n".utf8)
 
     /// A JSON body ends with a newline, so a shell prompt after `curl` starts on a line of its
     /// own; a body that already ends with one (a replayed reply, a file) gets no second one.
     static func json(_ status: Int, _ body: [UInt8], route: String, headers: [(name: String, value: String)] = []) -> HTTPResponse {
         var body = body
         if body.last != 0x0A { body.append(0x0A) }
-        return HTTPResponse(status: status, headers: [jsonType] + headers, body: .bytes(body), route: route)
+        return HTTPResponse(
+            status: status, headers: headers.isEmpty ? jsonHeaders : [jsonType] + headers, body: .bytes(body), route: route)
     }
 
     static func empty(_ status: Int, route: String, headers: [(name: String, value: String)] = []) -> HTTPResponse {

@@ -22,31 +22,71 @@ struct Route: Sendable {
     let methods: [String]
     let template: String
     let handler: Handler
-    /// The template split at `/`: literals, and `nil` for a parameter.
-    let segments: [String?]
+    /// The template split at `/`: literals as UTF-8 bytes, and `nil` for a parameter.
+    let segments: [[UInt8]?]
 
     init(_ methods: [String], _ template: String, _ handler: @escaping Handler) {
         self.methods = methods.contains("GET") && !methods.contains("HEAD") ? methods + ["HEAD"] : methods
         self.template = template
         self.handler = handler
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { part in
-            part.hasPrefix("{") && part.hasSuffix("}") ? nil : String(part)
+            part.hasPrefix("{") && part.hasSuffix("}") ? nil : Array(part.utf8)
         }
     }
 
-    /// The parameter values when `path` (split) matches the template.
-    func match(_ parts: [Substring]) -> [String]? {
-        guard parts.count == segments.count else { return nil }
-        var parameters: [String] = []
-        for (part, segment) in zip(parts, segments) {
+    /// The parameter values when the path matches the template. Literals are compared byte for
+    /// byte.
+    func match(_ path: PathSegments) -> [String]? {
+        guard path.count == segments.count else { return nil }
+        var parameterCount = 0
+        for (index, segment) in segments.enumerated() {
+            let bounds = path.bounds(index)
             if let literal = segment {
-                guard part == literal else { return nil }
+                guard path.bytes[bounds].elementsEqual(literal) else { return nil }
             } else {
-                guard !part.isEmpty else { return nil }
-                parameters.append(String(part))
+                guard !bounds.isEmpty else { return nil }
+                parameterCount += 1
             }
         }
+        var parameters: [String] = []
+        parameters.reserveCapacity(parameterCount)
+        for (index, segment) in segments.enumerated() where segment == nil {
+            parameters.append(String(decoding: path.bytes[path.bounds(index)], as: UTF8.self))
+        }
         return parameters
+    }
+}
+
+/// A path split at `/` after its leading `/`, keeping empty segments (`/` is one empty
+/// segment), as byte ranges of its UTF-8: this runs on every request, and comparing bytes
+/// costs a fraction of making and comparing `Substring`s.
+struct PathSegments {
+    let bytes: [UInt8]
+    /// Where each segment ends (exclusive); a segment starts one byte after the previous end.
+    private var ends: [Int] = []
+    private let firstStart: Int
+
+    init(_ path: String) {
+        bytes = Array(path.utf8)
+        guard bytes.first == UInt8(ascii: "/") else {
+            // No leading `/`: the whole path, then an empty segment (matches no template).
+            firstStart = 0
+            ends = [bytes.count, bytes.count]
+            return
+        }
+        firstStart = 1
+        ends.reserveCapacity(8)
+        for index in 1..<bytes.count where bytes[index] == UInt8(ascii: "/") {
+            ends.append(index)
+        }
+        ends.append(bytes.count)
+    }
+
+    var count: Int { ends.count }
+
+    func bounds(_ index: Int) -> Range<Int> {
+        let start = index == 0 ? firstStart : Swift.min(ends[index - 1] + 1, ends[index])
+        return start..<ends[index]
     }
 }
 
@@ -59,9 +99,9 @@ struct Router: Sendable {
 
     func respond(to request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResult {
         let logger = responder.log
-        let parts = Self.segments(request.path)
+        let path = PathSegments(request.path)
         for route in routes {
-            guard let parameters = route.match(parts) else { continue }
+            guard let parameters = route.match(path) else { continue }
             guard route.methods.contains(request.method) else {
                 return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
             }
@@ -83,25 +123,5 @@ struct Router: Sendable {
             }
         }
         return .now(APIError.notFound.response(route: "-", logger))
-    }
-
-    /// The path after its leading `/`, split at `/`, keeping empty segments (split by UTF-8
-    /// byte: this runs on every request, and Character-based splitting cost an eighth of a
-    /// dispatch). `/` is one empty segment.
-    static func segments(_ path: String) -> [Substring] {
-        var parts: [Substring] = []
-        let utf8 = path.utf8
-        guard let first = utf8.first, first == UInt8(ascii: "/") else { return [Substring(path)] + [""] }
-        var start = utf8.index(after: utf8.startIndex)
-        var index = start
-        while index != utf8.endIndex {
-            if utf8[index] == UInt8(ascii: "/") {
-                parts.append(path[start..<index])
-                start = utf8.index(after: index)
-            }
-            index = utf8.index(after: index)
-        }
-        parts.append(path[start..<utf8.endIndex])
-        return parts
     }
 }

@@ -37,7 +37,7 @@ public struct EncodedChange: Sendable {
     }
 
     static func tagged<T: Encodable>(_ value: T) throws -> [UInt8] {
-        TaggedJSON.tag(try JSONValueEncoder.encode(value)).bytes
+        try JSONValueEncoder.encodeTaggedToBytes(value)
     }
 }
 
@@ -126,7 +126,8 @@ extension DefaultStateStore: AnyStateStore {
     /// A client's action: the version precondition first (a stale `If-Match` is a conflict
     /// whatever the body), then decoding, then the feature's client rule.
     private func clientAction(_ json: JSONValue, ifVersion: Int?) throws(StoreError) -> F.Action {
-        let current = version
+        // The version alone (`version` copies the state too, generically).
+        let current = inner.withLock { $0.version }
         if let ifVersion, ifVersion != current {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
@@ -205,11 +206,11 @@ extension DefaultStateStore: AnyStateStore {
     /// A field's case is known by encoding the decoded action back: a field the encoding lacks
     /// is unknown, except a `null` one (an optional left empty is not written back).
     static func unknownFields(of action: F.Action, in json: JSONValue) -> [String]? {
-        guard case .object(let fields) = json, fields.count > 1,
-            case .object(let known)? = try? TaggedJSON.tag(JSONValueEncoder.encode(action))
-        else { return nil }
+        guard case .object(let fields) = json, fields.count > 1, let known = JSONValueEncoder.taggedKeys(action) else {
+            return nil
+        }
         let unknown = fields.filter { key, value in
-            if key == "type" || known[key] != nil { return false }
+            if key == "type" || known.contains(key) { return false }
             if case .null = value { return false }
             return true
         }.keys.sorted()

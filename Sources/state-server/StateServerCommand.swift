@@ -270,20 +270,24 @@ struct Server {
 }
 
 /// `stateserver_http_requests_total{route,status}` counters, made once per label pair (making
-/// a `Counter` looks it up in the registry; this runs for every request).
+/// a `Counter` looks it up in the registry; this runs for every request). Found by status, then
+/// by route among the few seen with that status: routes are the table's templates, so
+/// comparing them is usually a pointer comparison, where hashing the route cost about a
+/// thousand instructions a request.
 private final class RequestCounters: Sendable {
-    private struct Key: Hashable {
-        let route: String
-        let status: Int
-    }
-
-    private let counters = Mutex<[Key: CoreMetrics.Counter]>([:])
+    private let counters = Mutex<[Int: [(route: String, counter: CoreMetrics.Counter)]]>([:])
 
     func counter(route: String, status: Int) -> CoreMetrics.Counter {
-        let key = Key(route: route, status: status)
-        if let counter = counters.withLock({ $0[key] }) { return counter }
+        let found = counters.withLock { counters in
+            counters[status]?.first { $0.route == route }?.counter
+        }
+        if let found { return found }
         let counter = CoreMetrics.Counter(label: "stateserver_http_requests_total", dimensions: [("route", route), ("status", String(status))])
-        counters.withLock { $0[key] = counter }
+        counters.withLock { counters in
+            if counters[status]?.contains(where: { $0.route == route }) != true {
+                counters[status, default: []].append((route, counter))
+            }
+        }
         return counter
     }
 }

@@ -53,6 +53,81 @@ struct CodingTests {
         #expect(try JSONDecoder().decode(Everything.self, from: Data(ours)) == Self.sample)
     }
 
+    /// Writes keys in an order, some twice (the last value wins, as in a dictionary), with more
+    /// keys than the encoder searches linearly.
+    struct Scrambled: Encodable {
+        let keys: [String]
+        struct Key: CodingKey {
+            let stringValue: String
+            init(stringValue: String) { self.stringValue = stringValue }
+            var intValue: Int? { nil }
+            init?(intValue: Int) { nil }
+        }
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Key.self)
+            for (index, key) in keys.enumerated() { try container.encode(index, forKey: Key(stringValue: key)) }
+            var nested = container.nestedContainer(keyedBy: Key.self, forKey: Key(stringValue: "nested"))
+            try nested.encode("x", forKey: Key(stringValue: "b"))
+            try nested.encode("y", forKey: Key(stringValue: "a"))
+            try nested.encode("z", forKey: Key(stringValue: "b"))
+            let superEncoder = container.superEncoder(forKey: Key(stringValue: "super"))
+            var single = superEncoder.singleValueContainer()
+            try single.encode([3, 2, 1])
+        }
+    }
+
+    /// A case whose payload is written as a value, not a nested container, and one whose
+    /// payload has its own `type` field.
+    enum Odd: Encodable {
+        case valuePayload
+        case typed
+        case notACase
+        enum Key: String, CodingKey { case valuePayload, typed, type, a, b }
+        func encode(to encoder: any Encoder) throws {
+            switch self {
+            case .valuePayload:
+                var container = encoder.container(keyedBy: Key.self)
+                try container.encode(JSONValue.object(["a": .int(1)]), forKey: .valuePayload)
+            case .typed:
+                var container = encoder.container(keyedBy: Key.self)
+                var nested = container.nestedContainer(keyedBy: Key.self, forKey: .typed)
+                try nested.encode("inner", forKey: .type)
+                try nested.encode(2, forKey: .b)
+            case .notACase:
+                var container = encoder.container(keyedBy: Key.self)
+                try container.encode(1, forKey: .a)
+                try container.encode(2, forKey: .b)
+            }
+        }
+    }
+
+    /// The bytes written straight from the encoder's containers are those of the `JSONValue`
+    /// it resolves to, tagged or not, and the tagged keys are that value's keys.
+    @Test func directBytesMatchTheValue() throws {
+        let many = (0..<20).map { "k\($0)" }
+        func check<T: Encodable>(_ value: T, sourceLocation: SourceLocation = #_sourceLocation) throws {
+            let reference = try JSONValueEncoder.encode(value)
+            #expect(try JSONValueEncoder.encodeToBytes(value) == reference.bytes, sourceLocation: sourceLocation)
+            let tagged = TaggedJSON.tag(reference)
+            #expect(try JSONValueEncoder.encodeTaggedToBytes(value) == tagged.bytes, sourceLocation: sourceLocation)
+            if case .object(let fields) = tagged {
+                #expect(JSONValueEncoder.taggedKeys(value).map(Set.init) == Set(fields.keys), sourceLocation: sourceLocation)
+            } else {
+                #expect(JSONValueEncoder.taggedKeys(value) == nil, sourceLocation: sourceLocation)
+            }
+        }
+        try check(Self.sample)
+        for shape in Self.sample.shapes { try check(shape) }
+        try check(Scrambled(keys: ["b", "a", "c", "a"]))
+        try check(Scrambled(keys: many.reversed() + ["k3", "k15", "zz", "k0"]))
+        try check(Odd.valuePayload)
+        try check(Odd.typed)
+        try check(Odd.notACase)
+        try check(42)
+        try check(["x", "y"])
+        #expect(try JSONValueEncoder.encodeTaggedToBytes(Odd.typed) == Array(#"{"b":2,"type":"typed"}"#.utf8))
+    }
+
     @Test func decodingRoundTrips() throws {
         let json = try JSONParser.parse(Array(JSONCoding.encoder().encode(Self.sample)))
         #expect(try JSONCoding.decode(Everything.self, from: json) == Self.sample)
@@ -111,6 +186,23 @@ struct CodingTests {
         #expect(throws: JSONParser.Failure.self) { try JSONParser.parse([0x22, 0xFF, 0x22]) }
         let deep = Array(repeating: UInt8(ascii: "["), count: 100_000)
         #expect(throws: JSONParser.Failure.self) { try JSONParser.parse(deep) }
+    }
+
+    /// Strings without escapes are decoded on a fast path: every malformed UTF-8 form is still
+    /// refused, including those whose repair would have the same length (a truncated 4-byte
+    /// sequence becomes one 3-byte U+FFFD), and raw multi-byte text is kept as sent.
+    @Test func parserChecksUTF8InStrings() throws {
+        let malformed: [[UInt8]] = [
+            [0xFF], [0xC3], [0xC0, 0xAF], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF0, 0x9F, 0x98],
+            [0xF4, 0x90, 0x80, 0x80], [0x80], [0x61, 0xEF, 0xBF], [0xEF, 0xBF, 0xBD, 0xFF],
+        ]
+        for bytes in malformed {
+            #expect(throws: JSONParser.Failure.self, "\(bytes)") { try JSONParser.parse([0x22] + bytes + [0x22]) }
+            #expect(throws: JSONParser.Failure.self, "key \(bytes)") { try JSONParser.parse([0x7B, 0x22] + bytes + Array(#"":1}"#.utf8)) }
+        }
+        let text = "é😀 ü \u{FFFD} 中文"
+        #expect(try JSONParser.parse(Array("\"\(text)\"".utf8)) == .string(text))
+        #expect(try JSONParser.parse(Array("{\"\(text)\":\"ascii\"}".utf8))[text] == .string("ascii"))
     }
 
     @Test func parserAcceptsValidJSON() throws {

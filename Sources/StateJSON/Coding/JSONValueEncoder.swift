@@ -12,24 +12,59 @@ public enum JSONValueEncoder {
         try box(value, codingPath: [])
     }
 
+    /// The same bytes as `encode(value).bytes`, written straight from what the containers
+    /// collected (no intermediate dictionaries).
     public static func encodeToBytes<T: Encodable>(_ value: T) throws -> [UInt8] {
-        try encode(value).bytes
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        EncodedStorage.write(try node(value, codingPath: []), to: &out)
+        return out
+    }
+
+    /// The same bytes as `TaggedJSON.tag(encode(value)).bytes`: an enum case's synthesized
+    /// `{"case": {...fields}}` written as `{"type": "case", ...fields}`.
+    public static func encodeTaggedToBytes<T: Encodable>(_ value: T) throws -> [UInt8] {
+        let encoded = try node(value, codingPath: [])
+        guard let (type, fields) = EncodedStorage.taggedCase(encoded) else {
+            return TaggedJSON.tag(EncodedStorage.resolve(encoded)).bytes
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        fields.set("type", .value(.string(type)))
+        EncodedStorage.write(.object(fields), to: &out)
+        return out
+    }
+
+    /// The top-level keys of `TaggedJSON.tag(encode(value))` when it is an object, else nil
+    /// (also when encoding throws).
+    public static func taggedKeys<T: Encodable>(_ value: T) -> [String]? {
+        guard let encoded = try? node(value, codingPath: []) else { return nil }
+        if let (_, fields) = EncodedStorage.taggedCase(encoded, copying: false) {
+            return fields.keys.contains("type") ? fields.keys : fields.keys + ["type"]
+        }
+        guard case .object(let fields) = TaggedJSON.tag(EncodedStorage.resolve(encoded)) else { return nil }
+        return Array(fields.keys)
     }
 
     static func box<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> JSONValue {
+        EncodedStorage.resolve(try node(value, codingPath: codingPath))
+    }
+
+    /// What `value` encodes to, kept as containers until written or resolved.
+    static func node<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> EncodedStorage.Node {
         // Compare metatypes first (a pointer comparison): a dynamic cast of every value costs
         // runtime type lookups on the hot path.
-        if T.self == Data.self, let data = value as? Data { return .string(data.base64EncodedString()) }
-        if T.self == URL.self, let url = value as? URL { return .string(url.absoluteString) }
+        if T.self == Data.self, let data = value as? Data { return .value(.string(data.base64EncodedString())) }
+        if T.self == URL.self, let url = value as? URL { return .value(.string(url.absoluteString)) }
         if T.self == Decimal.self, let decimal = value as? Decimal {
             if let int = Int64(exactly: NSDecimalNumber(decimal: decimal).doubleValue), Decimal(int) == decimal {
-                return .int(int)
+                return .value(.int(int))
             }
-            return .double(NSDecimalNumber(decimal: decimal).doubleValue)
+            return .value(.double(NSDecimalNumber(decimal: decimal).doubleValue))
         }
         let encoder = ValueEncoder(codingPath: codingPath)
         try value.encode(to: encoder)
-        return encoder.storage.value ?? .object([:])
+        return encoder.storage.node ?? .object(ObjectBox())
     }
 
     static func number(_ value: Double, _ codingPath: [any CodingKey]) throws -> JSONValue {
@@ -59,14 +94,88 @@ final class EncodedStorage {
     static func resolve(_ node: Node) -> JSONValue {
         switch node {
         case .value(let value): value
-        case .object(let box): .object(box.fields.mapValues(resolve))
+        case .object(let box):
+            .object(Dictionary(uniqueKeysWithValues: zip(box.keys, box.nodes.lazy.map(resolve))))
         case .array(let box): .array(box.items.map(resolve))
+        }
+    }
+
+    /// An enum case as synthesized `Codable` writes it: an object with one field whose value is
+    /// an object (its associated values). The case's name and those fields (a copy, to change).
+    static func taggedCase(_ node: Node, copying: Bool = true) -> (type: String, fields: ObjectBox)? {
+        guard case .object(let outer) = node, outer.keys.count == 1, case .object(let inner) = outer.nodes[0] else {
+            return nil
+        }
+        return (outer.keys[0], copying ? inner.copy() : inner)
+    }
+
+    /// Compact JSON with sorted keys: the bytes `resolve(node).bytes` gives.
+    static func write(_ node: Node, to out: inout [UInt8]) {
+        switch node {
+        case .value(let value): value.write(to: &out)
+        case .object(let box):
+            out.append(UInt8(ascii: "{"))
+            var first = true
+            for index in box.sortedIndices() {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                JSONCoding.appendString(box.keys[index], to: &out)
+                out.append(UInt8(ascii: ":"))
+                write(box.nodes[index], to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        case .array(let box):
+            out.append(UInt8(ascii: "["))
+            for (index, item) in box.items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                write(item, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
         }
     }
 }
 
+/// An object's fields in the order they were first set. A key set again keeps its place and
+/// its first spelling and takes the new value, as a dictionary would (keys compare as `String`s).
 final class ObjectBox {
-    var fields: [String: EncodedStorage.Node] = [:]
+    private(set) var keys: [String] = []
+    private(set) var nodes: [EncodedStorage.Node] = []
+    /// Positions by key, made once an object has many fields (small ones are searched).
+    private var positions: [String: Int]?
+
+    private static let searchLimit = 12
+
+    func set(_ key: String, _ node: EncodedStorage.Node) {
+        if let index = position(of: key) {
+            nodes[index] = node
+            return
+        }
+        keys.append(key)
+        nodes.append(node)
+        if positions != nil {
+            positions?[key] = keys.count - 1
+        } else if keys.count > Self.searchLimit {
+            positions = Dictionary(uniqueKeysWithValues: zip(keys, keys.indices))
+        }
+    }
+
+    private func position(of key: String) -> Int? {
+        if let positions { return positions[key] }
+        return keys.firstIndex(of: key)
+    }
+
+    /// Field positions in the order of their keys (`String` order, as `keys.sorted()`).
+    func sortedIndices() -> [Int] {
+        keys.indices.sorted { keys[$0] < keys[$1] }
+    }
+
+    func copy() -> ObjectBox {
+        let copy = ObjectBox()
+        copy.keys = keys
+        copy.nodes = nodes
+        copy.positions = positions
+        return copy
+    }
 }
 
 final class ArrayBox {
@@ -110,45 +219,45 @@ struct ValueEncoder: Encoder {
 }
 
 private func encodeNode<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> EncodedStorage.Node {
-    .value(try JSONValueEncoder.box(value, codingPath: codingPath))
+    try JSONValueEncoder.node(value, codingPath: codingPath)
 }
 
 struct KeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let box: ObjectBox
     let codingPath: [any CodingKey]
 
-    mutating func encodeNil(forKey key: Key) throws { box.fields[key.stringValue] = .value(.null) }
-    mutating func encode(_ value: Bool, forKey key: Key) throws { box.fields[key.stringValue] = .value(.bool(value)) }
-    mutating func encode(_ value: String, forKey key: Key) throws { box.fields[key.stringValue] = .value(.string(value)) }
+    mutating func encodeNil(forKey key: Key) throws { box.set(key.stringValue, .value(.null)) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { box.set(key.stringValue, .value(.bool(value))) }
+    mutating func encode(_ value: String, forKey key: Key) throws { box.set(key.stringValue, .value(.string(value))) }
     mutating func encode(_ value: Double, forKey key: Key) throws {
-        box.fields[key.stringValue] = .value(try JSONValueEncoder.number(value, codingPath + [key]))
+        box.set(key.stringValue, .value(try JSONValueEncoder.number(value, codingPath + [key])))
     }
     mutating func encode(_ value: Float, forKey key: Key) throws {
-        box.fields[key.stringValue] = .value(try JSONValueEncoder.number(Double(value), codingPath + [key]))
+        box.set(key.stringValue, .value(try JSONValueEncoder.number(Double(value), codingPath + [key])))
     }
-    mutating func encode(_ value: Int, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: Int8, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: Int16, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: Int32, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: Int64, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(value)) }
-    mutating func encode(_ value: UInt, forKey key: Key) throws { box.fields[key.stringValue] = .value(unsigned(UInt64(value))) }
-    mutating func encode(_ value: UInt8, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: UInt16, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: UInt32, forKey key: Key) throws { box.fields[key.stringValue] = .value(.int(Int64(value))) }
-    mutating func encode(_ value: UInt64, forKey key: Key) throws { box.fields[key.stringValue] = .value(unsigned(value)) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { box.set(key.stringValue, .value(.int(value))) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { box.set(key.stringValue, .value(unsigned(UInt64(value)))) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { box.set(key.stringValue, .value(.int(Int64(value)))) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { box.set(key.stringValue, .value(unsigned(value))) }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        box.fields[key.stringValue] = try encodeNode(value, codingPath: codingPath + [key])
+        box.set(key.stringValue, try encodeNode(value, codingPath: codingPath + [key]))
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let nested = ObjectBox()
-        box.fields[key.stringValue] = .object(nested)
+        box.set(key.stringValue, .object(nested))
         return KeyedEncodingContainer(KeyedEncoder<NestedKey>(box: nested, codingPath: codingPath + [key]))
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
         let nested = ArrayBox()
-        box.fields[key.stringValue] = .array(nested)
+        box.set(key.stringValue, .array(nested))
         return UnkeyedEncoder(box: nested, codingPath: codingPath + [key])
     }
 
@@ -157,7 +266,7 @@ struct KeyedEncoder<Key: CodingKey>: KeyedEncodingContainerProtocol {
 
     private func superEncoder(key: String) -> any Encoder {
         let encoder = DeferredEncoder(codingPath: codingPath)
-        encoder.onFinish = { [box] node in box.fields[key] = node }
+        encoder.onFinish = { [box] node in box.set(key, node) }
         return encoder
     }
 }

@@ -8,13 +8,13 @@ extension StateServerResponder {
             .now(StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/"))
         },
         Route(["GET"], "/healthz") { _, _ in
-            .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/healthz"))
+            .now(Reply.json(200, Reply.statusOK, route: "/healthz"))
         },
         // Readiness for load balancers and Kubernetes: can this node reach its storage (and,
         // with several nodes, does it hear the others' changes)?
         Route(["GET"], "/readyz") { responder, _ throws(APIError) in
             guard let storage = responder.sessions.storage else {
-                return .now(Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz"))
+                return .now(Reply.json(200, Reply.statusOK, route: "/readyz"))
             }
             return .later { () throws(APIError) in
                 do throws(StorageError) {
