@@ -11,7 +11,8 @@
 # main scenario, interleaved with nginx, default 2), BENCH_RATE_DURATION (seconds of each
 # constant-rate run after 1 s of warm-up, default 5), BENCH_RATE (constant-rate
 # requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 900),
-# BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_PHASES (which groups to
+# BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_BIN (the server binary,
+# default .build/release/state-server), BENCH_PHASES (which groups to
 # run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs).
 
 set -uo pipefail
@@ -73,7 +74,10 @@ if ! $PY -c "$PEER_MODULES" 2>/dev/null; then
 fi
 $PY -c "$PEER_MODULES" || { echo "bench: the peer's Python packages are missing" >&2; exit 1; }
 
-if [ ! -x .build/release/state-server ]; then
+# BENCH_BIN: another build of the server to measure (e.g. an older commit's, to compare ratios).
+SOURCE_BIN=${BENCH_BIN:-.build/release/state-server}
+if [ ! -x "$SOURCE_BIN" ]; then
+    [ -z "${BENCH_BIN:-}" ] || { echo "bench: BENCH_BIN=$BENCH_BIN is not an executable" >&2; exit 1; }
     log "building the release binary"
     swift build -c release --product state-server --static-swift-stdlib || exit 1
 fi
@@ -171,7 +175,7 @@ run() {
 
 # The server runs as a copy named ssbench: on a shared machine, other work that stops
 # "state-server" processes by name must not hit the bench's server mid-run.
-cp -p .build/release/state-server "$TMP/bin/ssbench"
+cp -p "$SOURCE_BIN" "$TMP/bin/ssbench"
 SERVER_BIN=$TMP/bin/ssbench
 SERVER_ENV=(
     STATE_SERVER_LOG_LEVEL=warning
@@ -288,7 +292,7 @@ log "machine"
     echo "start: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(git status --porcelain -- Sources Package.swift Package.resolved 2>/dev/null | wc -l) uncommitted file(s) under Sources/ and Package.*"
-    echo "binary: .build/release/state-server built $(date -u -d "@$(stat -c %Y "$SERVER_BIN")" '+%Y-%m-%d %H:%M:%S UTC'), sha256 $(sha256sum "$SERVER_BIN" | cut -c1-12)"
+    echo "binary: $SOURCE_BIN built $(date -u -d "@$(stat -c %Y "$SERVER_BIN")" '+%Y-%m-%d %H:%M:%S UTC'), sha256 $(sha256sum "$SERVER_BIN" | cut -c1-12)"
 } > "$TMP/run-info.txt"
 cat "$TMP/run-info.txt"
 
