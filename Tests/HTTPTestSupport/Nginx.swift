@@ -93,25 +93,36 @@ package enum Nginx {
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 package func freePort() throws -> Int {
+    let (fd, port) = try loopbackSocket(listening: false)
+    close(fd)
+    return port
+}
+
+/// A TCP socket bound to 127.0.0.1 on a port the system picks (listening when `listening`),
+/// and that port. The caller closes it.
+package func loopbackSocket(listening: Bool) throws -> (fd: Int32, port: Int) {
     #if canImport(Glibc)
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     #else
     let fd = socket(AF_INET, SOCK_STREAM, 0)
     #endif
     guard fd >= 0 else { throw ClientError.system("socket", errno) }
-    defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = 0
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+    let ready = withUnsafeMutablePointer(to: &address) { pointer in
         pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-            bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0
+            bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0 && (!listening || listen(fd, 64) == 0)
         }
     }
-    guard bound else { throw ClientError.system("bind", errno) }
-    return Int(UInt16(bigEndian: address.sin_port))
+    guard ready else {
+        let code = errno
+        close(fd)
+        throw ClientError.system(listening ? "bind/listen" : "bind", code)
+    }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
 }
 
 /// A private nginx (`nginx -p DIR -c DIR/nginx.conf -g 'daemon off;'`) with the configuration

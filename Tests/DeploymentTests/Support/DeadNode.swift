@@ -23,29 +23,7 @@ final class DeadNode: @unchecked Sendable {
     var requestLines: [String] { state.withLock { $0.lines } }
 
     init() throws {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw ClientError.system("socket", errno) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ready = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-                bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0 && listen(fd, 64) == 0
-            }
-        }
-        guard ready else {
-            let code = errno
-            close(fd)
-            throw ClientError.system("bind/listen", code)
-        }
-        self.fd = fd
-        self.port = Int(UInt16(bigEndian: address.sin_port))
+        (fd, port) = try loopbackSocket(listening: true)
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }
