@@ -7,7 +7,10 @@
 # System packages are installed with apt-get (as root, or through sudo).
 
 SWIFT        ?= swift
-APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light
+# Build: libmicrohttpd-dev libsqlite3-dev pkg-config. Tests: curl, postgresql (initdb, pg_ctl, psql),
+# nginx-light, python3 and python3-venv (schemathesis, pytest, the OpenAPI client), procps (pkill in
+# scripts/test.sh). The browser step installs chromium and chromium-driver itself.
+APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
