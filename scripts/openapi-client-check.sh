@@ -20,35 +20,14 @@ PY=$(bash scripts/python-env.sh)
 VENV_BIN=$(dirname "$PY")
 
 WORK=$(mktemp -d)
-SERVER_PID=""
+source scripts/lib/test-server.sh
 cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-    fi
+    stop_server
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$BIN" --host 127.0.0.1 --port 0 --storage memory >"$WORK/stdout" 2>"$WORK/stderr" &
-SERVER_PID=$!
-PORT=""
-for _ in $(seq 300); do
-    line=$(head -n 1 "$WORK/stdout" 2>/dev/null || true)
-    if [[ "$line" =~ ^listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]]; then
-        PORT=${BASH_REMATCH[1]}
-        break
-    fi
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$PORT" ]; then
-    echo "openapi-client-check.sh: the server did not print 'listening on http://127.0.0.1:PORT'" >&2
-    cat "$WORK/stdout" "$WORK/stderr" >&2
-    exit 1
-fi
-BASE="http://127.0.0.1:$PORT"
+start_server openapi-client-check.sh --storage memory
 curl -sS --fail "$BASE/openapi.json" -o "$WORK/openapi.json"
 
 # No post hooks (they would run ruff, which is not a test tool here).

@@ -41,38 +41,16 @@ ST=("$PY" -m schemathesis.cli)
 echo "$("${ST[@]}" --version)"
 
 WORK=$(mktemp -d)
-SERVER_PID=""
+source scripts/lib/test-server.sh
 cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-    fi
+    stop_server
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 # A short heartbeat lets the server notice the event streams schemathesis abandons, so the
 # 32-streams-per-session limit frees up during the run.
-"$BIN" --host 127.0.0.1 --port 0 --heartbeat 1 --storage "$STORAGE" >"$WORK/stdout" 2>"$WORK/stderr" &
-SERVER_PID=$!
-
-PORT=""
-for _ in $(seq 300); do
-    line=$(head -n 1 "$WORK/stdout" 2>/dev/null || true)
-    if [[ "$line" =~ ^listening\ on\ http://127\.0\.0\.1:([0-9]+)$ ]]; then
-        PORT=${BASH_REMATCH[1]}
-        break
-    fi
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$PORT" ]; then
-    echo "schemathesis.sh: the server did not print 'listening on http://127.0.0.1:PORT'" >&2
-    cat "$WORK/stdout" "$WORK/stderr" >&2
-    exit 1
-fi
-BASE="http://127.0.0.1:$PORT"
+start_server schemathesis.sh --heartbeat 1 --storage "$STORAGE"
 echo "server on $BASE (pid $SERVER_PID, storage $STORAGE)"
 
 field() { python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }

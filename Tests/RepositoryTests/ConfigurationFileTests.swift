@@ -86,26 +86,10 @@ struct ConfigurationFileTests {
 struct SettingsLayerTests {
     /// Runs the binary with a YAML file holding `yaml`, `environment` and `arguments`.
     static func run(yaml: String, environment: [String: String] = [:], _ arguments: [String] = []) throws -> ServerBinary.Output {
-        guard let path = ServerBinary.locate() else { throw ServerBinary.NotFound() }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("state-server-settings-\(UUID().uuidString).yaml")
         try yaml.write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["--print-config", "--config", file.path] + arguments
-        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-        env.merge(environment) { _, new in new }
-        process.environment = env
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return ServerBinary.Output(
-            status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self))
+        return try ServerBinary.run(["--print-config", "--config", file.path] + arguments, environment: environment)
     }
 
     @Test("a flag beats the environment, which beats the file, which beats the default")

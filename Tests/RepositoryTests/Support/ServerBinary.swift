@@ -20,14 +20,16 @@ extension ServerBinary {
     }
 
     /// Runs the binary with `arguments` from the repository root, with no `STATE_SERVER_*`
-    /// variables in its environment (so only flags, the given file and defaults count).
-    static func run(_ arguments: [String]) throws -> Output {
+    /// variables in its environment but `environment` (so only flags, the given file, those
+    /// variables and defaults count).
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
         guard let path = locate() else { throw NotFound() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         process.currentDirectoryURL = Repository.root
         process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+            .merging(environment) { _, new in new }
         let stdout = Pipe()
         let stderr = Pipe()
         process.standardOutput = stdout
