@@ -452,6 +452,15 @@ public final class Session: Sendable {
         })
     }
 
+    /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``);
+    /// with shared storage, a commit heard between the caller's catch-up and this subscription
+    /// is fetched now.
+    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max) -> Subscription {
+        let outcome = hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit)
+        if case .subscribed = outcome { pullIfBehind() }
+        return outcome
+    }
+
     /// Deleted by another node: refuses every later request and ends the streams.
     func deletedElsewhere() {
         markGone()

@@ -39,7 +39,7 @@ extension StateServerResponder {
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
-        switch hub.subscribe(features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession) {
+        switch session.subscribe(features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession) {
         case .closed:
             counter.release()
             throw .sessionNotFound
@@ -53,8 +53,6 @@ extension StateServerResponder {
                 hub.unsubscribe(subscription)
                 counter.release()
             }
-            // A commit heard between the catch-up and the subscription is fetched now.
-            session.pullIfBehind()
         }
         return HTTPResponse(
             status: 200,
