@@ -1,16 +1,22 @@
 import Synchronization
 
 /// The in-memory twin of ``SQLiteStorage``: the same tables in dictionaries, with the same
-/// rules (a duplicate journal version is a `.conflict` and fails its batch alone; a write for
-/// a session that does not exist is `.sessionGone`). Nothing
+/// rules (an append that does not follow the session's last seq and the store's last version,
+/// or a key remembered already, is a `.conflict` and fails its batch alone; a write for a
+/// session that does not exist is `.sessionGone`). Nothing
 /// survives the process; useful for tests and for embedding the store core without a disk.
 /// `failNextCommits` lets tests simulate a failing disk.
 public final class InMemoryStorage: SessionStorage {
     struct Tables {
         var sessions: [String: StoredSession] = [:]
         var journal: [String: [JournalEntry]] = [:]  // by session, in seq order
-        var snapshots: [String: [String: StoreSnapshot]] = [:]
-        var replies: [String: [String: StoredReply]] = [:]
+        /// By session and feature, in version order.
+        var snapshots: [String: [String: [StoreSnapshot]]] = [:]
+        var keys: [String: [String: RememberedKey]] = [:]
+        /// The last seq of each session, and the last version of each store: what a fenced
+        /// append must follow.
+        var headSeq: [String: Int] = [:]
+        var headVersion: [String: [String: Int]] = [:]
         var failures = 0
     }
 
@@ -98,28 +104,56 @@ public final class InMemoryStorage: SessionStorage {
             t.sessions[id] = nil
             t.journal[id] = nil
             t.snapshots[id] = nil
-            t.replies[id] = nil
-        case .append(let e, let idempotency):
+            t.keys[id] = nil
+            t.headSeq[id] = nil
+            t.headVersion[id] = nil
+        case .append(let e, let key):
             try requireSession(e.session, in: t)
-            let entries = t.journal[e.session, default: []]
-            if entries.contains(where: { $0.seq == e.seq || ($0.feature == e.feature && $0.version == e.version) }) {
-                throw StorageError(.conflict, "journal entry \(e.session)/\(e.feature)@\(e.version) exists")
+            let seq = t.headSeq[e.session] ?? 0
+            let version = t.headVersion[e.session]?[e.feature] ?? 0
+            guard e.seq == seq + 1, e.version == version + 1 else {
+                throw StorageError(
+                    .conflict,
+                    "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow seq \(seq), version \(version)")
+            }
+            if let key {
+                guard t.keys[e.session]?[key] == nil else { throw StorageError(.conflict, "idempotency key exists") }
+                t.keys[e.session, default: [:]][key] = RememberedKey(feature: e.feature, version: e.version, time: e.time)
             }
             t.journal[e.session, default: []].append(e)
-            if let (key, reply) = idempotency { t.replies[e.session, default: [:]][key] = reply }
+            t.headSeq[e.session] = e.seq
+            t.headVersion[e.session, default: [:]][e.feature] = e.version
         case .snapshot(let s):
             try requireSession(s.session, in: t)
-            t.snapshots[s.session, default: [:]][s.feature] = s
+            guard s.version <= t.headVersion[s.session]?[s.feature] ?? 0 else {
+                throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal")
+            }
+            var list = t.snapshots[s.session]?[s.feature] ?? []
+            list.removeAll { $0.version == s.version }
+            list.append(s)
+            list.sort { $0.version < $1.version }
+            t.snapshots[s.session, default: [:]][s.feature] = list
         case .touch(let session, let at):
             guard var s = t.sessions[session] else { throw StorageError(.sessionGone, "session \(session) does not exist (deleted or expired)") }
             s.lastActiveAt = max(s.lastActiveAt, at)
             t.sessions[session] = s
-        case .compact(let session, let feature, let upToVersion, let keepLast):
+        case .compact(let session, let feature, let upToVersion, let keepLast, let keysSince, let maxKeys):
             try requireSession(session, in: t)
-            guard let entries = t.journal[session], let last = entries.last?.seq else { return }
-            t.journal[session] = entries.filter {
-                !($0.feature == feature && $0.version <= upToVersion && $0.seq <= last - keepLast)
+            var keys = (t.keys[session] ?? [:]).filter { $0.value.time >= keysSince }
+            if keys.count > maxKeys {
+                let newest = keys.sorted { ($0.value.time, $0.key) > ($1.value.time, $1.key) }.prefix(max(0, maxKeys))
+                keys = Dictionary(uniqueKeysWithValues: newest.map { ($0.key, $0.value) })
             }
+            t.keys[session] = keys
+            let entries = t.journal[session] ?? []
+            let window = (t.headSeq[session] ?? 0) - keepLast
+            var needFrom = upToVersion + 1
+            for entry in entries where entry.feature == feature && entry.seq > window { needFrom = min(needFrom, entry.version) }
+            for key in keys.values where key.feature == feature { needFrom = min(needFrom, key.version) }
+            let snapshots = t.snapshots[session]?[feature] ?? []
+            guard let base = snapshots.last(where: { $0.version <= needFrom - 1 })?.version else { return }
+            t.snapshots[session]?[feature] = snapshots.filter { $0.version >= base }
+            t.journal[session] = entries.filter { !($0.feature == feature && $0.version <= base) }
         }
     }
 
@@ -127,13 +161,13 @@ public final class InMemoryStorage: SessionStorage {
         tables.withLock { $0.sessions[id] }
     }
 
-    public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
-        tables.withLock { $0.snapshots[session]?[feature] }
+    public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
+        tables.withLock { $0.snapshots[session]?[feature]?.last { $0.version <= version } }
     }
 
-    public func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+    public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
         tables.withLock { t in
-            (t.journal[session] ?? []).filter { $0.feature == feature && $0.version > afterVersion }
+            (t.journal[session] ?? []).filter { $0.feature == feature && $0.version > afterVersion && $0.version <= through }
                 .sorted { $0.version < $1.version }
         }
     }
@@ -145,11 +179,11 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
-        tables.withLock { $0.journal[session]?.map(\.seq).max() ?? 0 }
+        tables.withLock { $0.headSeq[session] ?? 0 }
     }
 
-    public func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
-        tables.withLock { $0.replies[session]?[key] }
+    public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
+        tables.withLock { $0.keys[session]?[key] }
     }
 
     public func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {

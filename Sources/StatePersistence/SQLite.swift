@@ -30,6 +30,9 @@ final class SQLiteConnection: @unchecked Sendable {
 
     var errorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    var changes: Int { Int(sqlite3_changes(handle)) }
+
     /// Whether a transaction is open. SQLite may roll back a whole transaction by itself on
     /// SQLITE_FULL, SQLITE_IOERR or SQLITE_NOMEM (not only the failing statement): after any
     /// failure inside a transaction, this says whether there still is one.

@@ -3,6 +3,7 @@ import CoreMetrics
 import DequeModule
 import Dispatch
 import Foundation
+import StateStore
 import Synchronization
 
 /// Sessions, journals, snapshots and idempotency replies in one SQLite file (WAL mode).
@@ -20,7 +21,12 @@ import Synchronization
 /// `init` to `close()`; a second process opening the same database fails with `.unusable`.
 ///
 /// Schema versions (`PRAGMA user_version`): 0 is the schema before versions; 1 purges rows
-/// left behind by deleted sessions (writes now check that their session exists).
+/// left behind by deleted sessions (writes now check that their session exists); 2 keeps
+/// changes instead of states: the journal (`changes`) holds each change's action, effect and a
+/// patch from the previous state, snapshots (`bases`) are kept per version as the bases loads
+/// and replays start from, heads (`sessions.head_seq`, `stores`) fence every append, and
+/// idempotency keys (`remembered_keys`) refer to their change instead of copying its reply.
+/// Opening a version 0 or 1 database converts it in one transaction, losing nothing.
 public final class SQLiteStorage: SessionStorage {
     public let name: String
     private let writer: Writer
@@ -28,7 +34,7 @@ public final class SQLiteStorage: SessionStorage {
     private let lock: ProcessLock
 
     /// The schema version this code writes (`PRAGMA user_version`).
-    static let schemaVersion = 1
+    static let schemaVersion = 2
 
     /// Opens (creating if needed) the database at `path`. Fails with `.unusable` and a clear
     /// reason when the path is a directory, not writable, or not a SQLite database.
@@ -101,35 +107,43 @@ public final class SQLiteStorage: SessionStorage {
             id TEXT PRIMARY KEY,
             token_hash BLOB NOT NULL,
             created_at INTEGER NOT NULL,
-            last_active INTEGER NOT NULL
+            last_active INTEGER NOT NULL,
+            head_seq INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS sessions_by_activity ON sessions (last_active);
-        CREATE TABLE IF NOT EXISTS journal (
+        CREATE TABLE IF NOT EXISTS changes (
             session TEXT NOT NULL,
             seq INTEGER NOT NULL,
             feature TEXT NOT NULL,
             version INTEGER NOT NULL,
             cause TEXT NOT NULL,
-            payload BLOB,
-            event BLOB NOT NULL,
+            action BLOB,
+            effect BLOB,
+            is_patch INTEGER NOT NULL,
+            delta BLOB NOT NULL,
             time INTEGER NOT NULL,
             PRIMARY KEY (session, seq)
         ) WITHOUT ROWID;
-        CREATE UNIQUE INDEX IF NOT EXISTS journal_by_store ON journal (session, feature, version);
-        CREATE TABLE IF NOT EXISTS snapshots (
+        CREATE UNIQUE INDEX IF NOT EXISTS changes_by_store ON changes (session, feature, version);
+        CREATE TABLE IF NOT EXISTS stores (
+            session TEXT NOT NULL,
+            feature TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            PRIMARY KEY (session, feature)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS bases (
             session TEXT NOT NULL,
             feature TEXT NOT NULL,
             version INTEGER NOT NULL,
             state_version INTEGER NOT NULL,
             state BLOB NOT NULL,
             time INTEGER NOT NULL,
-            PRIMARY KEY (session, feature)
+            PRIMARY KEY (session, feature, version)
         ) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS idempotency (
+        CREATE TABLE IF NOT EXISTS remembered_keys (
             session TEXT NOT NULL,
             key TEXT NOT NULL,
-            status INTEGER NOT NULL,
-            body BLOB NOT NULL,
+            feature TEXT NOT NULL,
             version INTEGER NOT NULL,
             time INTEGER NOT NULL,
             PRIMARY KEY (session, key)
@@ -146,12 +160,16 @@ public final class SQLiteStorage: SessionStorage {
         guard version < schemaVersion else { return }
         try db.exec("BEGIN IMMEDIATE")
         do throws(StorageError) {
-            if version < 1 {
-                // Before version 1 a write could land after its session's delete: drop the
-                // rows of sessions that are gone.
-                for table in ["journal", "snapshots", "idempotency"] {
-                    try db.exec("DELETE FROM \(table) WHERE session NOT IN (SELECT id FROM sessions)")
+            let old = try db.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'", []) { _ in true }
+            if !old.isEmpty {
+                if version < 1 {
+                    // Before version 1 a write could land after its session's delete: drop the
+                    // rows of sessions that are gone.
+                    for table in ["journal", "snapshots", "idempotency"] {
+                        try db.exec("DELETE FROM \(table) WHERE session NOT IN (SELECT id FROM sessions)")
+                    }
                 }
+                try convertToChanges(db)
             }
             try db.exec("PRAGMA user_version = \(schemaVersion)")
             try db.exec("COMMIT")
@@ -159,6 +177,63 @@ public final class SQLiteStorage: SessionStorage {
             if db.inTransaction { try? db.exec("ROLLBACK") }
             throw error
         }
+    }
+
+    /// Version 1 → 2: each journal row's event (which held the whole state) becomes a change
+    /// (action, effect, and a patch from the previous version when it has one and it is
+    /// smaller); snapshots become bases; remembered replies become references to their
+    /// change; the heads are the last seq and versions found.
+    static func convertToChanges(_ db: SQLiteConnection) throws(StorageError) {
+        let columns = try db.query("PRAGMA table_info(sessions)", []) { $0.text(1) }
+        if !columns.contains("head_seq") {
+            try db.exec("ALTER TABLE sessions ADD COLUMN head_seq INTEGER NOT NULL DEFAULT 0")
+        }
+        let sessions = try db.query("SELECT id FROM sessions", []) { $0.text(0) }
+        for session in sessions {
+            let rows = try db.query(
+                "SELECT seq, feature, version, cause, event, time FROM journal WHERE session = ? ORDER BY feature, version",
+                [.text(session)]
+            ) { ($0.int(0), $0.text(1), $0.int(2), $0.text(3), $0.blob(4) ?? [], $0.int(5)) }
+            var previous: (feature: String, version: Int64, state: [UInt8])?
+            for (seq, feature, version, cause, event, time) in rows {
+                guard case .object(let data)? = JSONCoding.parse(event), let state = data["state"]?.bytes else {
+                    throw StorageError(.unusable, "journal entry \(session)/\(feature)@\(version) has no readable event")
+                }
+                let base = previous.flatMap { $0.feature == feature && $0.version == version - 1 ? $0.state : nil }
+                let delta = StateDelta.between(base, state)
+                try db.run(
+                    """
+                    INSERT INTO changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(session), .int(seq), .text(feature), .int(version), .text(cause),
+                        data["action"].map { .blob($0.bytes) } ?? .null, data["effect"].map { .blob($0.bytes) } ?? .null,
+                        .int(delta.isPatch ? 1 : 0), .blob(delta.bytes), .int(time),
+                    ])
+                previous = (feature, version, state)
+            }
+        }
+        try db.exec(
+            """
+            INSERT INTO bases (session, feature, version, state_version, state, time)
+                SELECT session, feature, version, state_version, state, time FROM snapshots;
+            INSERT INTO stores (session, feature, version)
+                SELECT session, feature, max(version) FROM (
+                    SELECT session, feature, version FROM journal UNION ALL SELECT session, feature, version FROM snapshots
+                ) GROUP BY session, feature;
+            UPDATE sessions SET head_seq = coalesce((SELECT max(seq) FROM journal WHERE session = sessions.id), 0);
+            """)
+        let replies = try db.query("SELECT session, key, body, version, time FROM idempotency WHERE status = 200", []) {
+            ($0.text(0), $0.text(1), $0.blob(2) ?? [], $0.int(3), $0.int(4))
+        }
+        for (session, key, body, version, time) in replies {
+            guard case .string(let feature)? = JSONCoding.parse(body)?["feature"] else { continue }
+            try db.run(
+                "INSERT INTO remembered_keys (session, key, feature, version, time) VALUES (?, ?, ?, ?, ?)",
+                [.text(session), .text(key), .text(feature), .int(version), .int(time)])
+        }
+        try db.exec("DROP TABLE journal; DROP TABLE snapshots; DROP TABLE idempotency;")
     }
 
     /// `PRAGMA integrity_check` of the database at `path`, opened read-only: `"ok"` when sound.
@@ -196,11 +271,14 @@ public final class SQLiteStorage: SessionStorage {
         }
     }
 
-    public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
+    public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
         try await reader.read { db throws(StorageError) in
             try db.query(
-                "SELECT version, state_version, state, time FROM snapshots WHERE session = ? AND feature = ?",
-                [.text(session), .text(feature)]
+                """
+                SELECT version, state_version, state, time FROM bases
+                WHERE session = ? AND feature = ? AND version <= ? ORDER BY version DESC LIMIT 1
+                """,
+                [.text(session), .text(feature), .int(Int64(clamping: version))]
             ) {
                 StoreSnapshot(
                     session: session, feature: feature, version: Int($0.int(0)), stateVersion: Int($0.int(1)),
@@ -209,18 +287,21 @@ public final class SQLiteStorage: SessionStorage {
         }
     }
 
-    public func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+    static func entry(_ session: String, _ row: Statement) -> JournalEntry {
+        let delta = row.blob(7) ?? []
+        return JournalEntry(
+            session: session, seq: Int(row.int(0)), feature: row.text(1), version: Int(row.int(2)), cause: row.text(3),
+            action: row.blob(4), effect: row.blob(5), delta: row.int(6) != 0 ? .patch(delta) : .state(delta), time: row.int(8))
+    }
+
+    public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
         try await reader.read { db throws(StorageError) in
             try db.query(
                 """
-                SELECT seq, version, cause, payload, event, time FROM journal
-                WHERE session = ? AND feature = ? AND version > ? ORDER BY version
-                """, [.text(session), .text(feature), .int(Int64(afterVersion))]
-            ) {
-                JournalEntry(
-                    session: session, seq: Int($0.int(0)), feature: feature, version: Int($0.int(1)), cause: $0.text(2),
-                    payload: $0.blob(3), event: $0.blob(4) ?? [], time: $0.int(5))
-            }
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
+                WHERE session = ? AND feature = ? AND version > ? AND version <= ? ORDER BY version
+                """, [.text(session), .text(feature), .int(Int64(afterVersion)), .int(Int64(clamping: through))]
+            ) { Self.entry(session, $0) }
         }
     }
 
@@ -228,28 +309,24 @@ public final class SQLiteStorage: SessionStorage {
         try await reader.read { db throws(StorageError) in
             try db.query(
                 """
-                SELECT seq, feature, version, cause, payload, event, time FROM journal
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
                 WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?
                 """, [.text(session), .int(Int64(afterSeq)), .int(Int64(limit))]
-            ) {
-                JournalEntry(
-                    session: session, seq: Int($0.int(0)), feature: $0.text(1), version: Int($0.int(2)), cause: $0.text(3),
-                    payload: $0.blob(4), event: $0.blob(5) ?? [], time: $0.int(6))
-            }
+            ) { Self.entry(session, $0) }
         }
     }
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
         try await reader.read { db throws(StorageError) in
-            try db.query("SELECT max(seq) FROM journal WHERE session = ?", [.text(session)]) { Int($0.int(0)) }.first ?? 0
+            try db.query("SELECT head_seq FROM sessions WHERE id = ?", [.text(session)]) { Int($0.int(0)) }.first ?? 0
         }
     }
 
-    public func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
+    public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
         try await reader.read { db throws(StorageError) in
             try db.query(
-                "SELECT status, body, version FROM idempotency WHERE session = ? AND key = ?", [.text(session), .text(key)]
-            ) { StoredReply(status: Int($0.int(0)), body: $0.blob(1) ?? [], version: Int($0.int(2))) }.first
+                "SELECT feature, version, time FROM remembered_keys WHERE session = ? AND key = ?", [.text(session), .text(key)]
+            ) { RememberedKey(feature: $0.text(0), version: Int($0.int(1)), time: $0.int(2)) }.first
         }
     }
 
@@ -486,7 +563,7 @@ extension SQLiteStorage {
                 case .append(let e, _): try requireSession(e.session, &existing)
                 case .snapshot(let s): try requireSession(s.session, &existing)
                 case .touch(let session, _): try requireSession(session, &existing)
-                case .compact(let session, _, _, _): try requireSession(session, &existing)
+                case .compact(let session, _, _, _, _, _): try requireSession(session, &existing)
                 }
                 try apply(write)
             }
@@ -509,35 +586,48 @@ extension SQLiteStorage {
                     "INSERT INTO sessions (id, token_hash, created_at, last_active) VALUES (?, ?, ?, ?)",
                     [.text(s.id), .blob(s.tokenHash), .int(s.createdAt), .int(s.lastActiveAt)])
             case .deleteSession(let id):
-                for table in ["journal", "snapshots", "idempotency"] {
+                for table in ["changes", "stores", "bases", "remembered_keys"] {
                     try db.run("DELETE FROM \(table) WHERE session = ?", [.text(id)])
                 }
                 try db.run("DELETE FROM sessions WHERE id = ?", [.text(id)])
-            case .append(let e, let idempotency):
+            case .append(let e, let key):
+                // Fenced: the entry must follow the session's last seq and the store's last
+                // version, whatever compaction removed.
+                try db.run("UPDATE sessions SET head_seq = ? WHERE id = ? AND head_seq = ?", [.int(Int64(e.seq)), .text(e.session), .int(Int64(e.seq - 1))])
+                guard db.changes == 1 else { throw Self.notNext(e) }
+                if e.version == 1 {
+                    try db.run("INSERT INTO stores (session, feature, version) VALUES (?, ?, 1)", [.text(e.session), .text(e.feature)])
+                } else {
+                    try db.run(
+                        "UPDATE stores SET version = ? WHERE session = ? AND feature = ? AND version = ?",
+                        [.int(Int64(e.version)), .text(e.session), .text(e.feature), .int(Int64(e.version - 1))])
+                    guard db.changes == 1 else { throw Self.notNext(e) }
+                }
                 try db.run(
                     """
-                    INSERT INTO journal (session, seq, feature, version, cause, payload, event, time)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
                         .text(e.session), .int(Int64(e.seq)), .text(e.feature), .int(Int64(e.version)), .text(e.cause),
-                        e.payload.map { .blob($0) } ?? .null, .blob(e.event), .int(e.time),
+                        e.action.map { .blob($0) } ?? .null, e.effect.map { .blob($0) } ?? .null,
+                        .int(e.delta.isPatch ? 1 : 0), .blob(e.delta.bytes), .int(e.time),
                     ])
-                if let (key, reply) = idempotency {
+                if let key {
                     try db.run(
-                        """
-                        INSERT OR REPLACE INTO idempotency (session, key, status, body, version, time)
-                        VALUES (?, ?, ?, ?, ?, ?)
-                        """,
-                        [
-                            .text(e.session), .text(key), .int(Int64(reply.status)), .blob(reply.body),
-                            .int(Int64(reply.version)), .int(e.time),
-                        ])
+                        "INSERT INTO remembered_keys (session, key, feature, version, time) VALUES (?, ?, ?, ?, ?)",
+                        [.text(e.session), .text(key), .text(e.feature), .int(Int64(e.version)), .int(e.time)])
                 }
             case .snapshot(let s):
+                let head = try db.query(
+                    "SELECT version FROM stores WHERE session = ? AND feature = ?", [.text(s.session), .text(s.feature)]
+                ) { Int($0.int(0)) }.first ?? 0
+                guard s.version <= head else {
+                    throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal (\(head))")
+                }
                 try db.run(
                     """
-                    INSERT OR REPLACE INTO snapshots (session, feature, version, state_version, state, time)
+                    INSERT OR REPLACE INTO bases (session, feature, version, state_version, state, time)
                     VALUES (?, ?, ?, ?, ?, ?)
                     """,
                     [
@@ -546,14 +636,40 @@ extension SQLiteStorage {
                     ])
             case .touch(let session, let at):
                 try db.run("UPDATE sessions SET last_active = max(last_active, ?) WHERE id = ?", [.int(at), .text(session)])
-            case .compact(let session, let feature, let upToVersion, let keepLast):
+            case .compact(let session, let feature, let upToVersion, let keepLast, let keysSince, let maxKeys):
+                try db.run("DELETE FROM remembered_keys WHERE session = ? AND time < ?", [.text(session), .int(keysSince)])
                 try db.run(
                     """
-                    DELETE FROM journal WHERE session = ? AND feature = ? AND version <= ?
-                    AND seq <= (SELECT coalesce(max(seq), 0) FROM journal WHERE session = ?) - ?
+                    DELETE FROM remembered_keys WHERE session = ? AND key NOT IN (
+                        SELECT key FROM remembered_keys WHERE session = ? ORDER BY time DESC, key DESC LIMIT ?)
+                    """, [.text(session), .text(session), .int(Int64(max(0, maxKeys)))])
+                // The oldest version still needed: of the entries in the replay window, of the
+                // remembered keys, or just after the snapshot.
+                let needFrom = try db.query(
+                    """
+                    SELECT min(v) FROM (
+                        SELECT ? AS v
+                        UNION ALL SELECT min(version) FROM changes WHERE session = ? AND feature = ?
+                            AND seq > (SELECT head_seq FROM sessions WHERE id = ?) - ?
+                        UNION ALL SELECT min(version) FROM remembered_keys WHERE session = ? AND feature = ?)
                     """,
-                    [.text(session), .text(feature), .int(Int64(upToVersion)), .text(session), .int(Int64(keepLast))])
+                    [
+                        .int(Int64(upToVersion + 1)), .text(session), .text(feature), .text(session), .int(Int64(keepLast)),
+                        .text(session), .text(feature),
+                    ]
+                ) { $0.int(0) }.first ?? Int64(upToVersion + 1)
+                let base = try db.query(
+                    "SELECT max(version) FROM bases WHERE session = ? AND feature = ? AND version <= ?",
+                    [.text(session), .text(feature), .int(needFrom - 1)]
+                ) { $0.int(0) }.first ?? 0
+                guard base > 0 else { return }
+                try db.run("DELETE FROM bases WHERE session = ? AND feature = ? AND version < ?", [.text(session), .text(feature), .int(base)])
+                try db.run("DELETE FROM changes WHERE session = ? AND feature = ? AND version <= ?", [.text(session), .text(feature), .int(base)])
             }
+        }
+
+        static func notNext(_ e: JournalEntry) -> StorageError {
+            StorageError(.conflict, "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow the journal's head")
         }
     }
 

@@ -16,7 +16,53 @@ public struct StoredSession: Sendable, Equatable {
     }
 }
 
-/// One applied change, as journaled.
+/// How a journal entry describes the state its change led to.
+public enum StateDelta: Sendable, Equatable {
+    /// An RFC 6902 JSON Patch from the store's previous version (``JSONPatch``).
+    case patch([UInt8])
+    /// The whole state: a store's first change, and any change whose patch would not be smaller.
+    case state([UInt8])
+
+    /// The stored bytes (the patch or the state).
+    public var bytes: [UInt8] {
+        switch self {
+        case .patch(let bytes), .state(let bytes): bytes
+        }
+    }
+
+    public var isPatch: Bool {
+        if case .patch = self { return true }
+        return false
+    }
+
+    /// The patch from `previous` to `state` when it is smaller than `state`, else the state.
+    /// Without a previous state (a store's first change) the state itself.
+    public static func between(_ previous: [UInt8]?, _ state: [UInt8]) -> StateDelta {
+        guard let previous, let patch = JSONPatch.diff(from: previous, to: state, limit: state.count - 1) else {
+            return .state(state)
+        }
+        return .patch(patch)
+    }
+
+    /// The state this delta leads to from `previous` (the state at the version before).
+    public func state(after previous: [UInt8]?) throws(StorageError) -> [UInt8] {
+        switch self {
+        case .state(let state): return state
+        case .patch(let patch):
+            guard let previous else {
+                throw StorageError(.unusable, "a journal patch has no state before it")
+            }
+            do throws(JSONPatch.Failure) {
+                return try JSONPatch.apply(patch: patch, to: previous)
+            } catch {
+                throw StorageError(.unusable, "a journal patch does not apply: \(error.message)")
+            }
+        }
+    }
+}
+
+/// One applied change, as journaled: what caused it and what it changed, not a copy of the
+/// whole state (see ``StateDelta``).
 public struct JournalEntry: Sendable, Equatable {
     public let session: String
     /// The session's event sequence number of this change.
@@ -25,26 +71,33 @@ public struct JournalEntry: Sendable, Equatable {
     public let version: Int
     /// `dispatch`, `rehydrate` or `reset`.
     public let cause: String
-    /// What replays the change: the action (dispatch) or the state (rehydrate); nil for reset.
-    public let payload: [UInt8]?
-    /// The change's event `data` JSON, for `Last-Event-ID` replay after a restart.
-    public let event: [UInt8]
+    /// The action of a dispatch as a tagged object, in its public form (secrets masked); nil
+    /// for other causes.
+    public let action: [UInt8]?
+    /// The change's one-shot effect as a tagged object, if any.
+    public let effect: [UInt8]?
+    /// The state the change led to, as a patch from the previous version or whole.
+    public let delta: StateDelta
     /// Milliseconds since 1970.
     public let time: Int64
 
     public init(
-        session: String, seq: Int, feature: String, version: Int, cause: String, payload: [UInt8]?,
-        event: [UInt8], time: Int64
+        session: String, seq: Int, feature: String, version: Int, cause: String, action: [UInt8]?,
+        effect: [UInt8]?, delta: StateDelta, time: Int64
     ) {
         self.session = session
         self.seq = seq
         self.feature = feature
         self.version = version
         self.cause = cause
-        self.payload = payload
-        self.event = event
+        self.action = action
+        self.effect = effect
+        self.delta = delta
         self.time = time
     }
+
+    /// Bytes this entry stores (for budgets and reports).
+    public var size: Int { delta.bytes.count + (action?.count ?? 0) + (effect?.count ?? 0) + 64 }
 }
 
 /// A store's state at a version, with the feature's state schema version.
@@ -66,7 +119,7 @@ public struct StoreSnapshot: Sendable, Equatable {
     }
 }
 
-/// A remembered reply to an `Idempotency-Key`.
+/// A reply to an `Idempotency-Key` (in memory, and as rebuilt from storage).
 public struct StoredReply: Sendable, Equatable {
     public let status: Int
     public let body: [UInt8]
@@ -79,6 +132,21 @@ public struct StoredReply: Sendable, Equatable {
     }
 }
 
+/// What storage remembers of an `Idempotency-Key`: the change it made (a reference into the
+/// journal), not a copy of its reply. The reply is rebuilt from the journal when asked for.
+public struct RememberedKey: Sendable, Equatable {
+    public let feature: String
+    public let version: Int
+    /// Milliseconds since 1970 when the key was first used.
+    public let time: Int64
+
+    public init(feature: String, version: Int, time: Int64) {
+        self.feature = feature
+        self.version = version
+        self.time = time
+    }
+}
+
 /// One write; a batch of writes commits atomically.
 ///
 /// Every write but `createSession` and `deleteSession` names a session that must exist when
@@ -88,13 +156,24 @@ public struct StoredReply: Sendable, Equatable {
 public enum StorageWrite: Sendable {
     case createSession(StoredSession)
     case deleteSession(id: String)
-    case append(JournalEntry, idempotency: (key: String, reply: StoredReply)?)
+    /// A journal entry, fenced: it commits only if the session's last seq is `entry.seq - 1`
+    /// and the store's last version is `entry.version - 1` (otherwise `.conflict`, nothing
+    /// stored), so nothing is ever written behind a compaction or by a writer whose copy is
+    /// stale. `idempotencyKey` remembers the key as a reference to this entry (a key already
+    /// remembered is a `.conflict`).
+    case append(JournalEntry, idempotencyKey: String?)
+    /// A store's state at a version: a base that loads start from. Written only at or below the
+    /// store's last version (a stale writer cannot overwrite newer history); a snapshot at the
+    /// same version replaces the earlier one (a state schema migrated on load).
     case snapshot(StoreSnapshot)
     /// Records activity; sessions inactive past the TTL are purged.
     case touch(session: String, at: Int64)
-    /// Drops journal entries of a store up to `version` (covered by a snapshot), keeping the
-    /// session's last `keepLast` entries for event replay.
-    case compact(session: String, feature: String, upToVersion: Int, keepLast: Int)
+    /// Drops what loads, replays and remembered keys no longer need: the snapshots older than
+    /// the newest snapshot at or below `upToVersion` that still precedes every entry kept, and
+    /// the entries up to it. Kept: the session's last `keepLast` entries (event replay and
+    /// history), and the entries that keys remembered since `keysSince` refer to; keys older
+    /// than `keysSince`, or beyond the session's newest `maxKeys`, are forgotten.
+    case compact(session: String, feature: String, upToVersion: Int, keepLast: Int, keysSince: Int64, maxKeys: Int)
 }
 
 /// Why storage failed. A struct so kinds can be added later.
@@ -144,14 +223,16 @@ public protocol SessionStorage: Sendable {
     func commit(_ batch: [StorageWrite]) async throws(StorageError)
 
     func session(id: String) async throws(StorageError) -> StoredSession?
-    func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot?
-    /// A store's entries with version > `afterVersion`, in version order.
-    func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry]
+    /// The store's newest snapshot at or below `version`.
+    func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot?
+    /// A store's entries with `afterVersion` < version <= `through`, in version order.
+    func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry]
     /// The session's entries with seq > `afterSeq`, in seq order, at most `limit`.
     func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry]
     /// The last seq used by the session (0 if none).
     func lastSeq(session: String) async throws(StorageError) -> Int
-    func reply(session: String, key: String) async throws(StorageError) -> StoredReply?
+    /// The change an `Idempotency-Key` made, if the key is remembered.
+    func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey?
     /// Ids of sessions last active before `time`, at most `limit`.
     func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String]
     /// Number of stored sessions.
@@ -193,6 +274,35 @@ public enum StorageNotice: Sendable, Equatable {
 
 extension SessionStorage {
     public var isShared: Bool { false }
+
+    /// The store's newest snapshot.
+    public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
+        try await snapshot(session: session, feature: feature, atOrBefore: .max)
+    }
+
+    /// A store's entries after `afterVersion`, in version order.
+    public func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+        try await journal(session: session, feature: feature, afterVersion: afterVersion, through: .max)
+    }
+
+    /// The store's state at `version` (its newest snapshot at or below it, then the patches
+    /// after), or nil when the journal no longer reaches back that far. Version 0 is `initial`.
+    public func state(
+        session: String, feature: String, at version: Int, initial: [UInt8]
+    ) async throws(StorageError) -> [UInt8]? {
+        if version == 0 { return initial }
+        let base = try await snapshot(session: session, feature: feature, atOrBefore: version)
+        if let base, base.version == version { return base.state }
+        let entries = try await journal(session: session, feature: feature, afterVersion: base?.version ?? 0, through: version)
+        var state = base?.state
+        var expected = (base?.version ?? 0) + 1
+        for entry in entries {
+            guard entry.version == expected else { return nil }
+            state = try entry.delta.state(after: state ?? (expected == 1 ? initial : nil))
+            expected += 1
+        }
+        return expected == version + 1 ? state : nil
+    }
 
     /// No other process writes this storage: nothing to hear.
     public func notices() -> AsyncStream<StorageNotice> {

@@ -28,7 +28,7 @@ import Synchronization
 /// thread: the I/O runs on SwiftNIO's event loops.
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
     /// The LISTEN/NOTIFY channel commits announce their journal entries on.
     static let channel = "state_server_changes"
 
@@ -164,7 +164,85 @@ public final class PostgresStorage: SessionStorage {
                 PRIMARY KEY (session, key)
             )
             """,
-        ]
+        ],
+        // Version 2: changes instead of states (see SQLiteStorage): each journal row becomes a
+        // change holding its whole state (nothing lost; later changes are patches), snapshots
+        // become bases kept per version, replies become references to their change, and the
+        // heads that fence appends are the last seq and versions found.
+        [
+            "ALTER TABLE state_sessions ADD COLUMN head_seq bigint NOT NULL DEFAULT 0",
+            """
+            CREATE TABLE state_changes (
+                session text NOT NULL,
+                seq bigint NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                cause text NOT NULL,
+                action bytea,
+                effect bytea,
+                is_patch boolean NOT NULL,
+                delta bytea NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, seq)
+            )
+            """,
+            "CREATE UNIQUE INDEX state_changes_by_store ON state_changes (session, feature, version)",
+            """
+            CREATE TABLE state_stores (
+                session text NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                PRIMARY KEY (session, feature)
+            )
+            """,
+            """
+            CREATE TABLE state_bases (
+                session text NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                state_version bigint NOT NULL,
+                state bytea NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, feature, version)
+            )
+            """,
+            """
+            CREATE TABLE state_keys (
+                session text NOT NULL,
+                key text NOT NULL,
+                feature text NOT NULL,
+                version bigint NOT NULL,
+                time bigint NOT NULL,
+                PRIMARY KEY (session, key)
+            )
+            """,
+            """
+            INSERT INTO state_changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+            SELECT session, seq, feature, version, cause,
+                CASE WHEN e->'action' IS NULL OR json_typeof(e->'action') = 'null' THEN NULL ELSE convert_to((e->'action')::text, 'UTF8') END,
+                CASE WHEN e->'effect' IS NULL OR json_typeof(e->'effect') = 'null' THEN NULL ELSE convert_to((e->'effect')::text, 'UTF8') END,
+                false, convert_to((e->'state')::text, 'UTF8'), time
+            FROM (SELECT *, convert_from(event, 'UTF8')::json AS e FROM state_journal) AS old
+            """,
+            """
+            INSERT INTO state_bases (session, feature, version, state_version, state, time)
+            SELECT session, feature, version, state_version, state, time FROM state_snapshots
+            """,
+            """
+            INSERT INTO state_stores (session, feature, version)
+            SELECT session, feature, max(version) FROM (
+                SELECT session, feature, version FROM state_journal
+                UNION ALL SELECT session, feature, version FROM state_snapshots) AS heads
+            GROUP BY session, feature
+            """,
+            "UPDATE state_sessions s SET head_seq = coalesce((SELECT max(seq) FROM state_journal WHERE session = s.id), 0)",
+            """
+            INSERT INTO state_keys (session, key, feature, version, time)
+            SELECT session, key, convert_from(body, 'UTF8')::json->>'feature', version, time FROM state_replies
+            WHERE status = 200 AND convert_from(body, 'UTF8')::json->>'feature' IS NOT NULL
+            """,
+            "DROP TABLE state_journal, state_snapshots, state_replies",
+        ],
     ]
 
     /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.
@@ -203,13 +281,15 @@ public final class PostgresStorage: SessionStorage {
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
-        if batch.count == 1, case .append(let entry, let idempotency) = batch[0] {
-            return try await commitAppend(entry, idempotency)
+        if batch.count == 1, case .append(let entry, let key) = batch[0] {
+            return try await perform("commit") { db, logger in try await Self.append(entry, key, on: db, logger) }
         }
         try await perform("commit") { connection, logger in
             try await Self.transaction(connection, logger) {
                 // Writes for a session that does not exist (deleted, perhaps by another node)
-                // are refused; the share lock orders a concurrent delete after this commit.
+                // are refused; the row lock orders a concurrent delete after this commit (and
+                // is the one an append's own statement takes, so two batches never deadlock
+                // upgrading a shared lock).
                 var created = Set<String>()
                 var named: [String] = []
                 for write in batch {
@@ -217,30 +297,27 @@ public final class PostgresStorage: SessionStorage {
                     case .createSession(let s): created.insert(s.id)
                     case .append(let e, _): named.append(e.session)
                     case .snapshot(let s): named.append(s.session)
-                    case .touch(let session, _), .compact(let session, _, _, _): named.append(session)
-                    case .deleteSession: break
+                    case .touch(let session, _), .compact(let session, _, _, _, _, _): named.append(session)
+                    case .deleteSession(let id):
+                        // Waits for appends under way on the session row, so the delete's own
+                        // statement (a later snapshot) sees and removes what they wrote.
+                        try await connection.query("SELECT 1 FROM state_sessions WHERE id = \(id) FOR UPDATE", logger: logger)
                     }
                 }
                 for session in Set(named).subtracting(created).sorted() {
                     let rows = try await connection.query(
-                        "SELECT 1 FROM state_sessions WHERE id = \(session) FOR SHARE", logger: logger)
+                        "SELECT 1 FROM state_sessions WHERE id = \(session) FOR UPDATE", logger: logger)
                     var exists = false
                     for try await _ in rows { exists = true }
                     guard exists else { throw StorageError(.sessionGone, "session \(session) does not exist") }
                 }
                 for write in batch { try await Self.apply(write, on: connection, logger) }
-                // Notices ("SEQ SESSION" for the last entry of a session, "D SESSION" for a
-                // delete): delivered at COMMIT, never for a rollback.
-                var last: [String: Int] = [:]
+                // Notices ("D SESSION" for a delete; an append's own statement announces its
+                // seq): delivered at COMMIT, never for a rollback.
                 var payloads: [String] = []
                 for write in batch {
-                    switch write {
-                    case .append(let entry, _): last[entry.session] = max(last[entry.session] ?? 0, entry.seq)
-                    case .deleteSession(let id): payloads.append("D \(id)")
-                    default: break
-                    }
+                    if case .deleteSession(let id) = write { payloads.append("D \(id)") }
                 }
-                payloads += last.sorted(by: { $0.key < $1.key }).map { "\($0.value) \($0.key)" }
                 for payload in payloads {
                     try await connection.query("SELECT pg_notify(\(Self.channel), \(payload))", logger: logger)
                 }
@@ -248,38 +325,55 @@ public final class PostgresStorage: SessionStorage {
         }
     }
 
-    /// The common batch (one journal entry, perhaps with its idempotency reply) in one statement,
-    /// so one round trip: PostgreSQL runs a lone statement as its own transaction. The session
-    /// row is share-locked as in the general path; a session that is gone inserts nothing
-    /// (`.sessionGone`); a taken version, seq or key fails the statement (`.conflict`); the
-    /// NOTIFY is delivered at its commit.
-    private func commitAppend(_ e: JournalEntry, _ idempotency: (key: String, reply: StoredReply)?) async throws(StorageError) {
-        try await perform("commit") { db, logger in
-            let payload = e.payload.map { ByteBuffer(bytes: $0) }
-            let notice = "\(e.seq) \(e.session)"
-            // Without a key the reply's values are NULL and its INSERT selects no row.
-            let key = idempotency?.key
-            let reply = idempotency?.reply
-            let rows = try await db.query(
-                """
-                WITH live AS (SELECT id FROM state_sessions WHERE id = \(e.session) FOR SHARE),
-                j AS (
-                    INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
-                    SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload), \(ByteBuffer(bytes: e.event)), \(e.time)
-                    FROM live RETURNING seq
-                ),
-                r AS (
-                    INSERT INTO state_replies (session, key, status, body, version, time)
-                    SELECT id, \(key), \(reply.map { Int32(clamping: $0.status) }), \(reply.map { ByteBuffer(bytes: $0.body) }),
-                        \(reply?.version), \(e.time)
-                    FROM live WHERE \(key)::text IS NOT NULL
-                ),
-                n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
-                SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n)
-                """, logger: logger)
-            var inserted = 0
-            for try await (count, _) in rows.decode((Int, Int).self) { inserted = count }
-            guard inserted == 1 else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }
+    /// A journal entry, perhaps with its idempotency key, fenced, in one statement (one round
+    /// trip; PostgreSQL runs a lone statement as its own transaction). The session row is
+    /// locked and must be at `seq - 1`, the store's head at `version - 1`: only then are the
+    /// heads moved, the change and key inserted and the NOTIFY sent (at commit). A session that
+    /// is gone is `.sessionGone`; a head elsewhere (another writer, a compaction, a stale copy)
+    /// or a key already remembered is `.conflict`, with nothing written.
+    private static func append(_ e: JournalEntry, _ key: String?, on db: PostgresConnection, _ logger: Logger) async throws {
+        let notice = "\(e.seq) \(e.session)"
+        let action = e.action.map { ByteBuffer(bytes: $0) }
+        let effect = e.effect.map { ByteBuffer(bytes: $0) }
+        let rows = try await db.query(
+            """
+            WITH live AS (
+                SELECT id FROM state_sessions WHERE id = \(e.session) AND head_seq = \(e.seq - 1) FOR UPDATE
+            ),
+            store AS (
+                INSERT INTO state_stores (session, feature, version)
+                SELECT id, \(e.feature), \(e.version) FROM live
+                WHERE \(e.version)::bigint = 1
+                    OR EXISTS (SELECT 1 FROM state_stores WHERE session = \(e.session) AND feature = \(e.feature))
+                ON CONFLICT (session, feature) DO UPDATE SET version = excluded.version
+                    WHERE state_stores.version = excluded.version - 1
+                RETURNING session
+            ),
+            head AS (UPDATE state_sessions SET head_seq = \(e.seq) WHERE id IN (SELECT session FROM store) RETURNING id),
+            j AS (
+                INSERT INTO state_changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+                SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(action), \(effect), \(e.delta.isPatch),
+                    \(ByteBuffer(bytes: e.delta.bytes)), \(e.time)
+                FROM head RETURNING seq
+            ),
+            k AS (
+                INSERT INTO state_keys (session, key, feature, version, time)
+                SELECT id, \(key), \(e.feature), \(e.version), \(e.time) FROM head WHERE \(key)::text IS NOT NULL
+            ),
+            n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+            SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n),
+                EXISTS (SELECT 1 FROM state_sessions WHERE id = \(e.session))
+            """, logger: logger)
+        var inserted = 0
+        var exists = false
+        for try await (count, _, found) in rows.decode((Int, Int, Bool).self) {
+            inserted = count
+            exists = found
+        }
+        guard inserted == 1 else {
+            guard exists else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }
+            throw StorageError(
+                .conflict, "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow the journal's head")
         }
     }
 
@@ -292,53 +386,55 @@ public final class PostgresStorage: SessionStorage {
                 VALUES (\(s.id), \(ByteBuffer(bytes: s.tokenHash)), \(s.createdAt), \(s.lastActiveAt))
                 """, logger: logger)
         case .deleteSession(let id):
-            // One round trip for the four tables.
+            // One round trip for the five tables.
             try await db.query(
                 """
-                WITH j AS (DELETE FROM state_journal WHERE session = \(id)),
-                     s AS (DELETE FROM state_snapshots WHERE session = \(id)),
-                     r AS (DELETE FROM state_replies WHERE session = \(id))
+                WITH j AS (DELETE FROM state_changes WHERE session = \(id)),
+                     h AS (DELETE FROM state_stores WHERE session = \(id)),
+                     s AS (DELETE FROM state_bases WHERE session = \(id)),
+                     r AS (DELETE FROM state_keys WHERE session = \(id))
                 DELETE FROM state_sessions WHERE id = \(id)
                 """, logger: logger)
-        case .append(let e, let idempotency):
-            let payload = e.payload.map { ByteBuffer(bytes: $0) }
-            if let (key, reply) = idempotency {
-                // A reply key is unique per session across nodes: a second one is a conflict.
-                try await db.query(
-                    """
-                    WITH j AS (
-                        INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
-                        VALUES (\(e.session), \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload),
-                                \(ByteBuffer(bytes: e.event)), \(e.time))
-                    )
-                    INSERT INTO state_replies (session, key, status, body, version, time)
-                    VALUES (\(e.session), \(key), \(Int32(clamping: reply.status)), \(ByteBuffer(bytes: reply.body)),
-                            \(reply.version), \(e.time))
-                    """, logger: logger)
-            } else {
-                try await db.query(
-                    """
-                    INSERT INTO state_journal (session, seq, feature, version, cause, payload, event, time)
-                    VALUES (\(e.session), \(e.seq), \(e.feature), \(e.version), \(e.cause), \(payload),
-                            \(ByteBuffer(bytes: e.event)), \(e.time))
-                    """, logger: logger)
-            }
+        case .append(let e, let key):
+            try await append(e, key, on: db, logger)
         case .snapshot(let s):
+            // Never ahead of the store's head: a stale writer cannot write a base for history
+            // that was not journaled.
             try await db.query(
                 """
-                INSERT INTO state_snapshots (session, feature, version, state_version, state, time)
-                VALUES (\(s.session), \(s.feature), \(s.version), \(s.stateVersion), \(ByteBuffer(bytes: s.state)), \(s.time))
-                ON CONFLICT (session, feature) DO UPDATE SET version = excluded.version,
+                INSERT INTO state_bases (session, feature, version, state_version, state, time)
+                SELECT \(s.session), \(s.feature), \(s.version), \(s.stateVersion), \(ByteBuffer(bytes: s.state)), \(s.time)
+                WHERE \(s.version)::bigint <= (
+                    SELECT version FROM state_stores WHERE session = \(s.session) AND feature = \(s.feature))
+                ON CONFLICT (session, feature, version) DO UPDATE SET
                     state_version = excluded.state_version, state = excluded.state, time = excluded.time
                 """, logger: logger)
         case .touch(let session, let at):
             try await db.query(
                 "UPDATE state_sessions SET last_active = greatest(last_active, \(at)) WHERE id = \(session)", logger: logger)
-        case .compact(let session, let feature, let upToVersion, let keepLast):
+        case .compact(let session, let feature, let upToVersion, let keepLast, let keysSince, let maxKeys):
             try await db.query(
                 """
-                DELETE FROM state_journal WHERE session = \(session) AND feature = \(feature) AND version <= \(upToVersion)
-                AND seq <= (SELECT coalesce(max(seq), 0) FROM state_journal WHERE session = \(session)) - \(keepLast)
+                DELETE FROM state_keys WHERE session = \(session) AND (time < \(keysSince) OR key NOT IN (
+                    SELECT key FROM state_keys WHERE session = \(session) ORDER BY time DESC, key DESC LIMIT \(max(0, maxKeys))))
+                """, logger: logger)
+            try await db.query(
+                """
+                WITH need AS (
+                    SELECT least(
+                        \(upToVersion + 1)::bigint,
+                        (SELECT min(version) FROM state_changes WHERE session = \(session) AND feature = \(feature)
+                            AND seq > (SELECT head_seq FROM state_sessions WHERE id = \(session)) - \(keepLast)),
+                        (SELECT min(version) FROM state_keys WHERE session = \(session) AND feature = \(feature))) AS v
+                ),
+                base AS (
+                    SELECT max(version) AS v FROM state_bases
+                    WHERE session = \(session) AND feature = \(feature) AND version <= (SELECT v FROM need) - 1
+                ),
+                b AS (
+                    DELETE FROM state_bases WHERE session = \(session) AND feature = \(feature) AND version < (SELECT v FROM base)
+                )
+                DELETE FROM state_changes WHERE session = \(session) AND feature = \(feature) AND version <= (SELECT v FROM base)
                 """, logger: logger)
         }
     }
@@ -371,11 +467,13 @@ public final class PostgresStorage: SessionStorage {
         }
     }
 
-    public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
+    public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
         try await perform("read a snapshot") { db, logger in
             let rows = try await db.query(
-                "SELECT version, state_version, state, time FROM state_snapshots WHERE session = \(session) AND feature = \(feature)",
-                logger: logger)
+                """
+                SELECT version, state_version, state, time FROM state_bases
+                WHERE session = \(session) AND feature = \(feature) AND version <= \(version) ORDER BY version DESC LIMIT 1
+                """, logger: logger)
             for try await (version, stateVersion, state, time) in rows.decode((Int, Int, ByteBuffer, Int64).self) {
                 return StoreSnapshot(
                     session: session, feature: feature, version: version, stateVersion: stateVersion,
@@ -385,20 +483,27 @@ public final class PostgresStorage: SessionStorage {
         }
     }
 
-    public func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+    private typealias ChangeRow = (Int, String, Int, String, ByteBuffer?, ByteBuffer?, Bool, ByteBuffer, Int64)
+
+    private static func entry(_ session: String, _ row: ChangeRow) -> JournalEntry {
+        let (seq, feature, version, cause, action, effect, isPatch, delta, time) = row
+        let bytes = Array(buffer: delta)
+        return JournalEntry(
+            session: session, seq: seq, feature: feature, version: version, cause: cause,
+            action: action.map { Array(buffer: $0) }, effect: effect.map { Array(buffer: $0) },
+            delta: isPatch ? .patch(bytes) : .state(bytes), time: time)
+    }
+
+    public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
         try await perform("read a journal") { db, logger in
             let rows = try await db.query(
                 """
-                SELECT seq, version, cause, payload, event, time FROM state_journal
-                WHERE session = \(session) AND feature = \(feature) AND version > \(afterVersion) ORDER BY version
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM state_changes
+                WHERE session = \(session) AND feature = \(feature) AND version > \(afterVersion) AND version <= \(through)
+                ORDER BY version
                 """, logger: logger)
             var entries: [JournalEntry] = []
-            for try await (seq, version, cause, payload, event, time) in rows.decode((Int, Int, String, ByteBuffer?, ByteBuffer, Int64).self) {
-                entries.append(
-                    JournalEntry(
-                        session: session, seq: seq, feature: feature, version: version, cause: cause,
-                        payload: payload.map { Array(buffer: $0) }, event: Array(buffer: event), time: time))
-            }
+            for try await row in rows.decode(ChangeRow.self) { entries.append(Self.entry(session, row)) }
             return entries
         }
     }
@@ -407,18 +512,11 @@ public final class PostgresStorage: SessionStorage {
         try await perform("read a journal") { db, logger in
             let rows = try await db.query(
                 """
-                SELECT seq, feature, version, cause, payload, event, time FROM state_journal
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM state_changes
                 WHERE session = \(session) AND seq > \(afterSeq) ORDER BY seq LIMIT \(max(0, limit))
                 """, logger: logger)
             var entries: [JournalEntry] = []
-            for try await (seq, feature, version, cause, payload, event, time) in rows.decode(
-                (Int, String, Int, String, ByteBuffer?, ByteBuffer, Int64).self)
-            {
-                entries.append(
-                    JournalEntry(
-                        session: session, seq: seq, feature: feature, version: version, cause: cause,
-                        payload: payload.map { Array(buffer: $0) }, event: Array(buffer: event), time: time))
-            }
+            for try await row in rows.decode(ChangeRow.self) { entries.append(Self.entry(session, row)) }
             return entries
         }
     }
@@ -426,18 +524,18 @@ public final class PostgresStorage: SessionStorage {
     public func lastSeq(session: String) async throws(StorageError) -> Int {
         try await perform("read a sequence") { db, logger in
             let rows = try await db.query(
-                "SELECT coalesce(max(seq), 0) FROM state_journal WHERE session = \(session)", logger: logger)
+                "SELECT head_seq FROM state_sessions WHERE id = \(session)", logger: logger)
             for try await seq in rows.decode(Int.self) { return seq }
             return 0
         }
     }
 
-    public func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
-        try await perform("read a reply") { db, logger in
+    public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
+        try await perform("read a key") { db, logger in
             let rows = try await db.query(
-                "SELECT status, body, version FROM state_replies WHERE session = \(session) AND key = \(key)", logger: logger)
-            for try await (status, body, version) in rows.decode((Int32, ByteBuffer, Int).self) {
-                return StoredReply(status: Int(status), body: Array(buffer: body), version: version)
+                "SELECT feature, version, time FROM state_keys WHERE session = \(session) AND key = \(key)", logger: logger)
+            for try await (feature, version, time) in rows.decode((String, Int, Int64).self) {
+                return RememberedKey(feature: feature, version: version, time: time)
             }
             return nil
         }

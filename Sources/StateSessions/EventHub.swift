@@ -184,6 +184,44 @@ public final class EventHub: Sendable {
         }
     }
 
+    /// The sequence numbers after `lastEventID` that a resume needs and the replay buffer no
+    /// longer holds (nil when it holds them all, or when `lastEventID` is not a past event).
+    public func missing(after lastEventID: Int) -> ClosedRange<Int>? {
+        state.withLock { state in
+            guard lastEventID >= 0, lastEventID < state.seq else { return nil }
+            let firstHeld = state.replay.first?.seq ?? state.seq + 1
+            guard lastEventID + 1 < firstHeld else { return nil }
+            return (lastEventID + 1)...(firstHeld - 1)
+        }
+    }
+
+    /// Puts rebuilt events (oldest first, contiguous) in front of the replay buffer, if they end
+    /// just before its first frame (otherwise the buffer moved meanwhile and nothing changes);
+    /// the replay limits apply as to any frame, the oldest forgotten first.
+    public func backfill(_ frames: [(seq: Int, feature: String, data: [UInt8])]) {
+        guard let last = frames.last, replayLimit > 0 else { return }
+        state.withLock { state in
+            let firstHeld = state.replay.first?.seq ?? state.seq + 1
+            guard !state.closed, last.seq == firstHeld - 1 else { return }
+            let held = state.replay
+            let heldSize = state.replaySize
+            state.replay = Deque(frames.map { Frame(seq: $0.seq, feature: $0.feature, content: .data($0.data)) })
+            state.replaySize = state.replay.reduce(0) { $0 + $1.size }
+            budget?.add(state.replaySize)
+            state.replay.append(contentsOf: held)
+            state.replaySize += heldSize
+            var total = budget?.bytes ?? 0
+            while state.replay.count > replayLimit || state.replaySize > replayBytes
+                || (budget.map { total > $0.limit } ?? false),
+                let oldest = state.replay.popFirst()
+            {
+                state.replaySize -= oldest.size
+                budget?.remove(oldest.size)
+                total -= oldest.size
+            }
+        }
+    }
+
     /// Records a store's state loaded from storage, for snapshots.
     public func seed(feature: String, version: Int, state stateJSON: [UInt8]) {
         state.withLock { $0.latest[feature] = (version, stateJSON) }

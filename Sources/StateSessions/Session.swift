@@ -261,48 +261,50 @@ public final class Session: Sendable {
         return { error in notify(.followUpRejected(session: id, error)) }
     }
 
-    /// Snapshot + journal, or a rebuild from the whole journal, or (last resort) a reset that
-    /// is itself journaled. Never a crash, never a silently wrong state.
+    /// Snapshot + the journal's changes after it, or a rebuild from the whole journal, or (last
+    /// resort) a reset that is itself journaled. Never a crash, never a silently wrong state.
     private func load(_ definition: AnyFeature, from storage: any SessionStorage) async throws(StorageError) -> any AnyStateStore {
         let feature = definition.name
         let onRejected = followUpRejected
         var problem: String?
         let snapshot = try await storage.latestSnapshot(session: id, feature: feature)
-        if let snapshot {
-            let restored: (any AnyStateStore)?
+        let entries = try await storage.journal(session: id, feature: feature, afterVersion: snapshot?.version ?? 0)
+        switch Self.roll(entries, from: snapshot.map { ($0.version, $0.state) }) {
+        case .success(let (state, version)):
             do throws(StoreError) {
-                restored = try definition.restoreStore(
-                    state: snapshot.state, stateVersion: snapshot.stateVersion, version: snapshot.version,
+                let store = try definition.restoreStore(
+                    state: state, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
                     onFollowUpRejected: onRejected)
-            } catch {
-                restored = nil
-                problem = "the snapshot at version \(snapshot.version) could not be restored: \(error.message)"
-            }
-            if let restored {
-                let entries = try await storage.journal(session: id, feature: feature, afterVersion: snapshot.version)
-                if let failure = replay(entries, into: restored, from: snapshot.version) {
-                    problem = failure
-                } else {
-                    return restored
+                if let snapshot, snapshot.stateVersion != definition.stateVersion {
+                    try await rebase(store, definition)
                 }
+                return store
+            } catch {
+                problem = "the state at version \(version) could not be restored: \(error.message)"
             }
+        case .failure(let reason):
+            problem = reason.message
         }
-        // No snapshot, or it failed: rebuild from the start of the journal — only when the
-        // journal starts at version 1 and reaches at least the snapshot's version (compaction
-        // may have removed the start; going back in time is not a recovery).
-        let all = try await storage.journal(session: id, feature: feature, afterVersion: 0)
+        // The snapshot failed: rebuild from the start of the journal — only when the journal
+        // starts at version 1 and reaches at least the snapshot's version (compaction may have
+        // removed the start; going back in time is not a recovery).
         let snapshotVersion = snapshot?.version ?? 0
-        let rebuilt = definition.makeStore(onFollowUpRejected: onRejected)
-        let complete = all.isEmpty ? snapshot == nil : (all.first?.version == 1 && (all.last?.version ?? 0) >= snapshotVersion)
-        if complete, replay(all, into: rebuilt, from: 0) == nil {
-            if let problem {
-                notify(.storeRecovered(session: id, feature: feature, how: "rebuilt from the journal", reason: problem))
+        if snapshot != nil {
+            let all = try await storage.journal(session: id, feature: feature, afterVersion: 0)
+            if all.first?.version == 1, (all.last?.version ?? 0) >= snapshotVersion,
+                case .success(let (state, version)) = Self.roll(all, from: nil),
+                let rebuilt = try? definition.restoreStore(
+                    state: state, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
+            {
+                notify(.storeRecovered(
+                    session: id, feature: feature, how: "rebuilt from the journal", reason: problem ?? "unknown"))
+                try await rebase(rebuilt, definition)
+                return rebuilt
             }
-            return rebuilt
         }
         // Last resort: the initial state, as a journaled reset after the last known version,
         // with a snapshot so the next load starts from it.
-        let lastVersion = max(all.last?.version ?? 0, snapshotVersion)
+        let lastVersion = max(entries.last?.version ?? 0, snapshotVersion)
         let reason = problem ?? "the journal of \(feature) cannot be replayed"
         let store: any AnyStateStore
         do {
@@ -315,10 +317,10 @@ public final class Session: Sendable {
             let seq = max(hub.seq, try await storage.lastSeq(session: id)) + 1
             let entry = JournalEntry(
                 session: id, seq: seq, feature: feature, version: reset.encoded.version, cause: reset.encoded.cause,
-                payload: reset.payload, event: EventHub.eventData(reset.encoded), time: WallClock.now)
+                action: nil, effect: nil, delta: .state(reset.encoded.state), time: WallClock.now)
             try await journal.record {
                 [
-                    .append(entry, idempotency: nil),
+                    .append(entry, idempotencyKey: nil),
                     .snapshot(StoreSnapshot(
                         session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
                         state: reset.encoded.state, time: WallClock.now)),
@@ -335,21 +337,40 @@ public final class Session: Sendable {
         return store
     }
 
-    /// Replays journal entries; returns why it failed, or nil.
-    private func replay(_ entries: [JournalEntry], into store: any AnyStateStore, from version: Int) -> String? {
-        var expected = version + 1
+    /// A snapshot of `store` as it is now, in today's state schema: later changes are patches
+    /// from it, so a load never applies them to a state of an older schema.
+    private func rebase(_ store: any AnyStateStore, _ definition: AnyFeature) async throws(StorageError) {
+        guard let (state, version) = try? store.currentJSON(), version > 0 else { return }
+        let snapshot = StoreSnapshot(
+            session: id, feature: definition.name, version: version, stateVersion: definition.stateVersion, state: state,
+            time: WallClock.now)
+        try await journal.record { [.snapshot(snapshot)] }
+    }
+
+    private struct RollFailure: Error {
+        let message: String
+    }
+
+    /// The state after `entries` applied in order to `base` (a version and its state; nil for
+    /// the start of the journal), and its version; why not, when a version is missing or a
+    /// patch does not apply.
+    private static func roll(
+        _ entries: [JournalEntry], from base: (version: Int, state: [UInt8])?
+    ) -> Result<(state: [UInt8]?, version: Int), RollFailure> {
+        var state = base?.state
+        var version = base?.version ?? 0
         for entry in entries {
-            guard entry.version == expected else {
-                return "the journal of \(entry.feature) jumps from version \(expected - 1) to \(entry.version)"
+            guard entry.version == version + 1 else {
+                return .failure(RollFailure(message: "the journal of \(entry.feature) jumps from version \(version) to \(entry.version)"))
             }
-            do throws(StoreError) {
-                try store.replay(cause: entry.cause, payload: entry.payload)
+            do throws(StorageError) {
+                state = try entry.delta.state(after: state)
             } catch {
-                return "version \(entry.version) of \(entry.feature) does not replay: \(error.message)"
+                return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) does not apply: \(error.message)"))
             }
-            expected += 1
+            version = entry.version
         }
-        return nil
+        return .success((state, version))
     }
 
     /// The current state of every feature (initial state at version 0 for unused ones). In
@@ -377,15 +398,41 @@ public final class Session: Sendable {
         for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
     }
 
-    /// The reply remembered for an idempotency key, from memory or (durable mode) storage.
+    /// The reply remembered for an idempotency key, from memory or (durable mode) storage,
+    /// where it is rebuilt from the change the key refers to. A key older than
+    /// `idempotencyTTL` is forgotten.
     public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
         guard let storage else { return nil }
         do {
-            return try await storage.reply(session: id, key: key)
+            guard let remembered = try await storage.rememberedKey(session: id, key: key),
+                remembered.time >= WallClock.now - SessionManager.milliseconds(settings.idempotencyTTL)
+            else { return nil }
+            let (state, entry) = try await change(feature: remembered.feature, version: remembered.version, in: storage)
+            guard let state, let entry else {
+                throw StorageError(
+                    .unavailable, "the change of this Idempotency-Key (version \(remembered.version)) is no longer in the journal")
+            }
+            let change = EncodedChange(
+                feature: entry.feature, version: entry.version, cause: entry.cause, action: entry.action, state: state,
+                effect: entry.effect)
+            return StoredReply(status: 200, body: ChangeReply.body(change, withEffect: true), version: entry.version)
         } catch {
             throw .storage(error)
         }
+    }
+
+    /// A store's state at `version` and the journal entry of that version, from this node's
+    /// store when it is at that version, else from storage (nil when compacted away).
+    private func change(
+        feature: String, version: Int, in storage: any SessionStorage
+    ) async throws(StorageError) -> (state: [UInt8]?, entry: JournalEntry?) {
+        let entry = try await storage.journal(session: id, feature: feature, afterVersion: version - 1, through: version).first
+        if let store = stores.withLock({ $0[feature] }), let (state, current) = try? store.currentJSON(), current == version {
+            return (state, entry)
+        }
+        let initial = registry[feature]?.initialStateJSON ?? []
+        return (try await storage.state(session: id, feature: feature, at: version, initial: initial), entry)
     }
 
     // MARK: The change path
@@ -466,9 +513,49 @@ public final class Session: Sendable {
         markGone()
     }
 
+    /// Durable mode: before a stream resumes from `lastEventID`, rebuilds from the journal the
+    /// events after it that the hub no longer holds (after a restart, an eviction, or on
+    /// another node), so the resume is exact; bounded by the session's replay limits (past
+    /// them the stream starts with a snapshot, as the contract says). Loads never pay for it.
+    public func backfill(after lastEventID: Int) async {
+        guard let storage, let missing = hub.missing(after: lastEventID), missing.count <= settings.replayBuffer else { return }
+        guard let entries = try? await storage.journal(session: id, afterSeq: lastEventID, limit: missing.count),
+            entries.map(\.seq) == Array(missing)
+        else { return }
+        var chain: [String: (version: Int, state: [UInt8])] = [:]
+        var frames: [(seq: Int, feature: String, data: [UInt8])] = []
+        var bytes = 0
+        for entry in entries {
+            guard let state = try? await stateOf(entry, chain: &chain, in: storage) else { return }
+            let data = EventHub.eventData(entry, state: state)
+            bytes += data.count
+            guard bytes <= settings.replayBytes else { return }
+            frames.append((entry.seq, entry.feature, data))
+        }
+        hub.backfill(frames)
+    }
+
+    /// The state `entry` led to: its delta applied to the state before it — from `chain` (the
+    /// previous entry of its feature just handled), this node's store, or storage.
+    private func stateOf(
+        _ entry: JournalEntry, chain: inout [String: (version: Int, state: [UInt8])], in storage: any SessionStorage
+    ) async throws(StorageError) -> [UInt8] {
+        var previous: [UInt8]?
+        if case .patch = entry.delta {
+            if let last = chain[entry.feature], last.version == entry.version - 1 {
+                previous = last.state
+            } else {
+                previous = try await change(feature: entry.feature, version: entry.version - 1, in: storage).state
+            }
+        }
+        let state = try entry.delta.state(after: previous)
+        chain[entry.feature] = (entry.version, state)
+        return state
+    }
+
     /// Reads the journal after the hub's last sequence number and applies it: loaded stores
-    /// replay each change (side effects off: the node that made it runs its work), and every
-    /// change is published at its own sequence number. Runs inside the pipeline.
+    /// apply each change as recorded (side effects off: the node that made it runs its work),
+    /// and every change is published at its own sequence number. Runs inside the pipeline.
     private func catchUp(checkingExistence: Bool = true) async throws(StorageError) {
         guard let storage else { return }
         if checkingExistence, try await storage.session(id: id) == nil {
@@ -476,17 +563,23 @@ public final class Session: Sendable {
             throw StorageError(.sessionGone, "the session was deleted")
         }
         let entries = try await storage.journal(session: id, afterSeq: hub.seq, limit: 1_000_000)
+        var chain: [String: (version: Int, state: [UInt8])] = [:]
         for entry in entries {
             let store = stores.withLock { $0[entry.feature] }
+            if let store, let (current, version) = try? store.currentJSON(), entry.version == version + 1 {
+                chain[entry.feature] = (version, current)
+            }
+            let state = try await stateOf(entry, chain: &chain, in: storage)
             guard let store else {
-                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
+                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
                 continue
             }
             let version = (try? store.currentJSON().version) ?? 0
             if entry.version == version + 1 {
                 hub.advance(to: entry.seq - 1)
                 do throws(StoreError) {
-                    try store.replay(cause: entry.cause, payload: entry.payload)
+                    try store.applyRecorded(
+                        version: entry.version, cause: entry.cause, action: entry.action, state: state, effect: entry.effect)
                     continue
                 } catch {
                     // Falls through: the store is dropped and loads afresh on next use.
@@ -494,13 +587,13 @@ public final class Session: Sendable {
             } else if entry.version <= version {
                 // The store already has it (loaded from storage after this node's last look),
                 // but this node's subscribers and replay buffer do not: publish it as stored.
-                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
+                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
                 continue
             }
-            // A gap (or a change this node cannot replay): forget the store; it loads again
+            // A gap (or a change this node cannot apply): forget the store; it loads again
             // from storage when next used.
             stores.withLock { _ = $0.removeValue(forKey: entry.feature) }
-            hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: entry.event)
+            hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
         }
     }
 
@@ -635,22 +728,23 @@ public final class Session: Sendable {
     }
 
     /// A key seen before answers with its first reply; storage is asked when memory has
-    /// forgotten it (or the session was loaded after a restart).
+    /// forgotten it (or the session was loaded after a restart). Asked again after a lost race:
+    /// the winner may have been the same request on another node.
     private func checkKey(
-        _ request: ChangeRequest, _ store: any AnyStateStore, finish: @escaping @Sendable (ChangeOutcome) -> Void
+        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0,
+        finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
         guard let key = request.idempotencyKey, settings.idempotencyKeys > 0 else {
-            return apply(request, store, finish: finish)
+            return apply(request, store, attempt: attempt, finish: finish)
         }
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return finish(.replayed(reply)) }
-        guard let storage else { return apply(request, store, finish: finish) }
-        let id = self.id
+        guard storage != nil else { return apply(request, store, attempt: attempt, finish: finish) }
         Task { [self] in
-            do throws(StorageError) {
-                if let reply = try await storage.reply(session: id, key: key) { return finish(.replayed(reply)) }
-                apply(request, store, finish: finish)
+            do throws(SessionFailure) {
+                if let reply = try await rememberedReply(key: key) { return finish(.replayed(reply)) }
+                apply(request, store, attempt: attempt, finish: finish)
             } catch {
-                finish(.failed(.storage(error)))
+                finish(.failed(error))
             }
         }
     }
@@ -701,14 +795,14 @@ public final class Session: Sendable {
             version: prepared.encoded.version)
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let seq = hub.seq + 1
-        journal.record({ writes(prepared, seq: seq, remembered: remembered) }) { [self] result in
+        journal.record({ writes(prepared, store: store, seq: seq, key: remembered?.0) }) { [self] result in
             if case .failure(let error) = result, error.kind == .conflict, readsCatchUp, attempt < Self.conflictRetries {
                 // Another node committed this version or sequence number first: catch up with
                 // it and compute the change again on the fresh state.
                 Task { [self] in
                     do throws(StorageError) {
                         try await catchUp()
-                        apply(request, store, attempt: attempt + 1, finish: finish)
+                        checkKey(request, store, attempt: attempt + 1, finish: finish)
                     } catch {
                         finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
                     }
@@ -736,23 +830,30 @@ public final class Session: Sendable {
         }
     }
 
-    /// What the journal stores for a change: its row (with the idempotency reply), a snapshot
-    /// and compaction when due, and the session's activity at most once a minute.
-    private func writes(_ prepared: PreparedChange, seq: Int, remembered: (String, StoredReply)?) -> [StorageWrite] {
+    /// What the journal stores for a change: its row (what caused it, and the state as a patch
+    /// from the store's current one when that is smaller), the idempotency key as a reference
+    /// to it, a snapshot and compaction when due (a store's first change, then every
+    /// `snapshotEvery`), and the session's activity at most once a minute. Called before the
+    /// change is applied: the store is still at the change's base version.
+    private func writes(_ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?) -> [StorageWrite] {
         let now = WallClock.now
+        let encoded = prepared.encoded
+        let previous = prepared.baseVersion == 0 ? nil : (try? store.currentJSON()).flatMap { $0.version == prepared.baseVersion ? $0.state : nil }
         let entry = JournalEntry(
-            session: id, seq: seq, feature: prepared.encoded.feature, version: prepared.encoded.version,
-            cause: prepared.encoded.cause, payload: prepared.payload, event: EventHub.eventData(prepared.encoded),
-            time: now)
-        var batch: [StorageWrite] = [.append(entry, idempotency: remembered.map { (key: $0.0, reply: $0.1) })]
-        let version = prepared.encoded.version
-        if settings.snapshotEvery > 0, version % settings.snapshotEvery == 0 {
-            let feature = prepared.encoded.feature
+            session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
+            action: encoded.action, effect: encoded.effect, delta: StateDelta.between(previous, encoded.state), time: now)
+        var batch: [StorageWrite] = [.append(entry, idempotencyKey: key)]
+        let version = encoded.version
+        if version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0) {
+            let feature = encoded.feature
             let stateVersion = registry[feature]?.stateVersion ?? 1
             batch.append(.snapshot(StoreSnapshot(
-                session: id, feature: feature, version: version, stateVersion: stateVersion,
-                state: prepared.encoded.state, time: now)))
-            batch.append(.compact(session: id, feature: feature, upToVersion: version, keepLast: settings.replayBuffer))
+                session: id, feature: feature, version: version, stateVersion: stateVersion, state: encoded.state, time: now)))
+            if version > 1 {
+                batch.append(.compact(
+                    session: id, feature: feature, upToVersion: version, keepLast: settings.replayBuffer,
+                    keysSince: now - SessionManager.milliseconds(settings.idempotencyTTL), maxKeys: settings.idempotencyKeys))
+            }
         }
         if now - lastStoredActivity.load(ordering: .relaxed) > 60_000 {
             lastStoredActivity.store(now, ordering: .relaxed)
@@ -799,6 +900,15 @@ struct IdempotencyTable {
         while order.count > limit || bytes > byteLimit, let oldest = order.popFirst() {
             bytes -= replies.removeValue(forKey: oldest)?.body.count ?? 0
         }
+    }
+}
+
+extension EventHub {
+    /// The `data` JSON of a journaled change's `state` event, with the state it led to.
+    static func eventData(_ entry: JournalEntry, state: [UInt8]) -> [UInt8] {
+        eventData(EncodedChange(
+            feature: entry.feature, version: entry.version, cause: entry.cause, action: entry.action, state: state,
+            effect: entry.effect))
     }
 }
 

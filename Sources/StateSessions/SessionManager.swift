@@ -18,6 +18,9 @@ public struct SessionSettings: Sendable {
     /// Bytes of remembered reply bodies per session in memory (durable mode still finds older
     /// replies in storage).
     public var idempotencyBytes = 4 << 20
+    /// Durable mode: storage forgets an idempotency key this long after its first use (a
+    /// repeat after that is a new request).
+    public var idempotencyTTL: Duration = .seconds(86_400)
     /// Durable mode: a store's state is snapshotted every this many changes.
     public var snapshotEvery = 100
     /// Durable mode: sessions unused this long (and without event streams) leave memory; they
@@ -157,12 +160,11 @@ public final class SessionManager: Sendable {
             guard let stored = try await storage.session(id: id),
                 Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
             else { return nil }
+            // Events before `lastSeq` are rebuilt from the journal only if a stream resumes
+            // from one of them (``Session/backfill(after:)``): loading costs no replay buffer.
             let lastSeq = try await storage.lastSeq(session: id)
-            let recent = try await storage.journal(
-                session: id, afterSeq: max(0, lastSeq - settings.replayBuffer), limit: settings.replayBuffer)
             let fresh = makeSession(
-                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, recent: recent.map { ($0.seq, $0.feature, $0.event) },
-                lastStoredActivity: stored.lastActiveAt)
+                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt)
             let session = sessions.withLock { table -> Session? in
                 if let existing = table.byID[id] { return existing }
                 // A delete ran meanwhile: what was read may be gone; read again.

@@ -36,6 +36,16 @@ public struct EncodedChange: Sendable {
         }
     }
 
+    /// A change from its parts as journaled (a change recorded by another process).
+    public init(feature: String, version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?) {
+        self.feature = feature
+        self.version = version
+        self.cause = cause
+        self.action = action
+        self.state = state
+        self.effect = effect
+    }
+
     static func tagged<T: Encodable>(_ value: T) throws -> [UInt8] {
         try JSONValueEncoder.encodeTaggedToBytes(value)
     }
@@ -74,8 +84,14 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// cancelled meanwhile (drop it silently), and a prepared follow-up commits only while its
     /// work is live.
     func routeFollowUps(_ route: @escaping FollowUpRoute)
-    /// Re-applies a journaled change (its cause and payload) with side effects off.
+    /// Re-applies an action, state or reset through the reducer with side effects off (a
+    /// recording replayed; the server's own journal uses ``applyRecorded(version:cause:action:state:effect:)``).
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
+    /// Applies a journaled change as recorded — its state as stored (not recomputed by the
+    /// reducer), its cause, public action and effect — at `version`, which must be the store's
+    /// next; observers see exactly the recorded change. Side effects are off: the process that
+    /// made the change runs its work. Throws `.versionConflict` when the store is elsewhere.
+    func applyRecorded(version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?) throws(StoreError)
     /// The change that settles a state left waiting by work lost in a restart
     /// (``Feature/recoveryAction(for:)``), or nil.
     func prepareRecovery() throws(StoreError) -> PreparedChange?
@@ -190,6 +206,43 @@ extension DefaultStateStore: AnyStateStore {
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
         commit(prepared, startWork: false)
+    }
+
+    public func applyRecorded(
+        version: Int, cause: String, action: [UInt8]?, state stateBytes: [UInt8], effect: [UInt8]?
+    ) throws(StoreError) {
+        let current = self.version
+        guard let json = JSONCoding.parse(stateBytes) else {
+            throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: current)
+        }
+        let decoded = try decodeState(json)
+        let changeCause: ChangeCause<F.Action>
+        switch cause {
+        case "dispatch":
+            guard let action, let actionJSON = JSONCoding.parse(action) else {
+                throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: current)
+            }
+            changeCause = .dispatch(try Self.decodeAction(actionJSON, version: current))
+        case "rehydrate": changeCause = .rehydrate
+        case "reset": changeCause = .reset
+        default:
+            throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: current)
+        }
+        let typedEffect: F.Effect? = effect.flatMap { bytes in
+            guard let value = JSONCoding.parse(bytes), let untagged = TaggedJSON.untag(value)?.untagged else { return nil }
+            return try? JSONCoding.decode(F.Effect.self, from: untagged)
+        }
+        let encoded = EncodedChange(
+            feature: feature.name, version: version, cause: cause, action: action, state: stateBytes, effect: effect)
+        let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
+            guard inner.version == version - 1 else { return (false, []) }
+            let change = Change(version: version, cause: changeCause, state: decoded, effect: typedEffect)
+            return (true, install(&inner, change, encoded, declared: Dispatcher<F.Action>.Declarations(), startWork: false))
+        }
+        for task in cancelled { task.cancel() }
+        guard applied else {
+            throw StoreError(.versionConflict, "the store is not at version \(version - 1)", currentVersion: self.version)
+        }
     }
 
     func decodeState(_ state: JSONValue) throws(StoreError) -> F.State {

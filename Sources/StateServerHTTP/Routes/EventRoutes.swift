@@ -17,11 +17,16 @@ extension StateServerResponder {
                     } catch {
                         throw .session(error)
                     }
+                    if let lastEventID = Self.lastEventID(request) { await session.backfill(after: lastEventID) }
                     return try responder.events(request, session)
                 }
             }
         }
     ]
+
+    static func lastEventID(_ request: RouteRequest) -> Int? {
+        request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
+    }
 
     /// Opens the stream: admission (per session, atomically in the hub; per server, here),
     /// then the replay after `Last-Event-ID` or a snapshot, then live changes.
@@ -35,7 +40,7 @@ extension StateServerResponder {
             openStreams.subtract(1, ordering: .relaxed)
             throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
         }
-        let lastEventID = request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
+        let lastEventID = Self.lastEventID(request)
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
