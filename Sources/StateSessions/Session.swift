@@ -61,6 +61,9 @@ public final class Session: Sendable {
     /// pull is queued.
     private let heardSeq = Atomic<Int>(0)
     private let pullQueued = Atomic<Bool>(false)
+    /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is written
+    /// early when they outgrow the state, so a load never reads much more than twice it).
+    private let sinceSnapshot = Mutex<[String: Int]>([:])
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -271,31 +274,42 @@ public final class Session: Sendable {
         let entries = try await storage.journal(session: id, feature: feature, afterVersion: snapshot?.version ?? 0)
         switch Self.roll(entries, from: snapshot.map { ($0.version, $0.state) }) {
         case .success(let (state, version)):
+            var restored: (any AnyStateStore)?
             do throws(StoreError) {
-                let store = try definition.restoreStore(
+                restored = try definition.restoreStore(
                     state: state, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
                     onFollowUpRejected: onRejected)
-                if let snapshot, snapshot.stateVersion != definition.stateVersion {
-                    try await rebase(store, definition)
-                }
-                return store
             } catch {
-                problem = "the state at version \(version) could not be restored: \(error.message)"
+                let base = snapshot.map { "the snapshot at version \($0.version)" } ?? "the journal"
+                problem = "\(base) and the changes after it (to version \(version)) could not be restored: \(error.message)"
+            }
+            if let restored {
+                if let snapshot, snapshot.stateVersion != definition.stateVersion {
+                    try await rebase(restored, definition)
+                }
+                return restored
             }
         case .failure(let reason):
             problem = reason.message
         }
-        // The snapshot failed: rebuild from the start of the journal — only when the journal
-        // starts at version 1 and reaches at least the snapshot's version (compaction may have
-        // removed the start; going back in time is not a recovery).
+        // The snapshot (or what follows it) failed: rebuild from the start of the journal —
+        // only when the journal starts at version 1 and reaches at least the snapshot's version
+        // (compaction may have removed the start; going back in time is not a recovery). First
+        // its states as recorded; when they no longer decode (a state schema changed without a
+        // migration), its actions replayed through today's reducers, side effects off.
         let snapshotVersion = snapshot?.version ?? 0
-        if snapshot != nil {
-            let all = try await storage.journal(session: id, feature: feature, afterVersion: 0)
-            if all.first?.version == 1, (all.last?.version ?? 0) >= snapshotVersion,
-                case .success(let (state, version)) = Self.roll(all, from: nil),
-                let rebuilt = try? definition.restoreStore(
+        let all = snapshot == nil ? entries : try await storage.journal(session: id, feature: feature, afterVersion: 0)
+        if all.first?.version == 1, let last = all.last?.version, last >= snapshotVersion {
+            var rebuilt: (any AnyStateStore)?
+            if case .success(let (state, version)) = Self.roll(all, from: nil) {
+                rebuilt = try? definition.restoreStore(
                     state: state, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
-            {
+            }
+            if rebuilt == nil {
+                let replayed = definition.makeStore(onFollowUpRejected: onRejected)
+                if Self.replayActions(all, into: replayed) { rebuilt = replayed }
+            }
+            if let rebuilt {
                 notify(.storeRecovered(
                     session: id, feature: feature, how: "rebuilt from the journal", reason: problem ?? "unknown"))
                 try await rebase(rebuilt, definition)
@@ -304,7 +318,7 @@ public final class Session: Sendable {
         }
         // Last resort: the initial state, as a journaled reset after the last known version,
         // with a snapshot so the next load starts from it.
-        let lastVersion = max(entries.last?.version ?? 0, snapshotVersion)
+        let lastVersion = max(all.last?.version ?? 0, entries.last?.version ?? 0, snapshotVersion)
         let reason = problem ?? "the journal of \(feature) cannot be replayed"
         let store: any AnyStateStore
         do {
@@ -345,6 +359,31 @@ public final class Session: Sendable {
             session: id, feature: definition.name, version: version, stateVersion: definition.stateVersion, state: state,
             time: WallClock.now)
         try await journal.record { [.snapshot(snapshot)] }
+    }
+
+    /// Replays a whole journal's actions (and rehydrated states) through `store`'s reducer,
+    /// side effects off; `false` at the first that does not apply.
+    private static func replayActions(_ entries: [JournalEntry], into store: any AnyStateStore) -> Bool {
+        var state: [UInt8]?
+        for entry in entries {
+            do throws(StorageError) {
+                state = try entry.delta.state(after: state)
+            } catch {
+                return false
+            }
+            let payload: [UInt8]? =
+                switch entry.cause {
+                case "dispatch": entry.action
+                case "rehydrate": state
+                default: nil
+                }
+            do throws(StoreError) {
+                try store.replay(cause: entry.cause, payload: payload)
+            } catch {
+                return false
+            }
+        }
+        return true
     }
 
     private struct RollFailure: Error {
@@ -404,7 +443,7 @@ public final class Session: Sendable {
     public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
         guard let storage else { return nil }
-        do {
+        do throws(StorageError) {
             guard let remembered = try await storage.rememberedKey(session: id, key: key),
                 remembered.time >= WallClock.now - SessionManager.milliseconds(settings.idempotencyTTL)
             else { return nil }
@@ -830,10 +869,14 @@ public final class Session: Sendable {
         }
     }
 
+    /// Journal bytes a store may gather since its last snapshot even when its state is smaller.
+    static let snapshotSlack = 64 << 10
+
     /// What the journal stores for a change: its row (what caused it, and the state as a patch
     /// from the store's current one when that is smaller), the idempotency key as a reference
-    /// to it, a snapshot and compaction when due (a store's first change, then every
-    /// `snapshotEvery`), and the session's activity at most once a minute. Called before the
+    /// to it, a snapshot and compaction when due (a store's first change, every
+    /// `snapshotEvery`, and whenever the entries since the last snapshot outgrow the state and
+    /// ``snapshotSlack``), and the session's activity at most once a minute. Called before the
     /// change is applied: the store is still at the change's base version.
     private func writes(_ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?) -> [StorageWrite] {
         let now = WallClock.now
@@ -844,8 +887,15 @@ public final class Session: Sendable {
             action: encoded.action, effect: encoded.effect, delta: StateDelta.between(previous, encoded.state), time: now)
         var batch: [StorageWrite] = [.append(entry, idempotencyKey: key)]
         let version = encoded.version
-        if version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0) {
-            let feature = encoded.feature
+        let feature = encoded.feature
+        let due = sinceSnapshot.withLock { journaled in
+            let grown = journaled[feature, default: 0] + entry.size
+            let due = version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
+                || grown > max(encoded.state.count, Self.snapshotSlack)
+            journaled[feature] = due ? 0 : grown
+            return due
+        }
+        if due {
             let stateVersion = registry[feature]?.stateVersion ?? 1
             batch.append(.snapshot(StoreSnapshot(
                 session: id, feature: feature, version: version, stateVersion: stateVersion, state: encoded.state, time: now)))

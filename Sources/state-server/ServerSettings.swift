@@ -70,6 +70,7 @@ struct ServerSettings: Sendable {
 /// | `persistence.snapshotEvery` | changes per store between snapshots | `100` |
 /// | `idempotency.keys` | keys remembered per session | `1000` |
 /// | `idempotency.bytes` | reply bytes remembered per session in memory | `4194304` |
+/// | `idempotency.ttl` | seconds storage remembers a key after its first use | `86400` |
 /// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
 /// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
 /// | `sessions.recoveryDelay` | seconds before another node's waiting work is settled | `30` |
@@ -81,6 +82,7 @@ struct SessionsSettings: Sendable {
     static let snapshotEvery = Setting("persistence.snapshotEvery", default: 100, in: 1...1_000_000, "changes per snapshot")
     static let idempotencyKeys = Setting("idempotency.keys", default: 1000, in: 0...1_000_000, "keys kept per session")
     static let idempotencyBytes = Setting("idempotency.bytes", default: 4 << 20, in: 0...(1 << 34), "reply bytes per session")
+    static let idempotencyTTL = Setting("idempotency.ttl", default: 86_400.0, in: 1...31_536_000, "seconds a key is kept")
     static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
     static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
     static let recoveryDelay = Setting("sessions.recoveryDelay", default: 30.0, in: 0...86_400, "seconds before settling")
@@ -96,6 +98,7 @@ struct SessionsSettings: Sendable {
         manager.snapshotEvery = try read(Self.snapshotEvery)
         manager.idempotencyKeys = try read(Self.idempotencyKeys)
         manager.idempotencyBytes = try read(Self.idempotencyBytes)
+        manager.idempotencyTTL = .milliseconds(Int(try read(Self.idempotencyTTL) * 1000))
         manager.replayBytes = try read(Self.replayBytes)
         manager.serverReplayBytes = try read(Self.serverReplayBytes)
         manager.recoveryDelay = .milliseconds(Int(try read(Self.recoveryDelay) * 1000))

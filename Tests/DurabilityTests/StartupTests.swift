@@ -17,7 +17,6 @@ struct StartupTests {
         var sessions: [(id: String, token: String)] = []
         var batch: [StorageWrite] = []
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let event = Array(#"{"feature":"counter","version":1,"cause":"dispatch","action":{"type":"increment"},"state":{"count":1},"effect":null}"#.utf8)
         for index in 0..<count {
             let id = "seeded-\(index)-\(UUID().uuidString.prefix(8))"
             let token = "token-\(index)"
@@ -26,8 +25,8 @@ struct StartupTests {
             batch.append(.append(
                 JournalEntry(
                     session: id, seq: 1, feature: "counter", version: 1, cause: "dispatch",
-                    payload: Array(#"{"type":"increment"}"#.utf8), event: event, time: now),
-                idempotency: ("seed-\(index)", StoredReply(status: 200, body: Array(#"{"feature":"counter","version":1,"state":{"count":1},"effect":null}"#.utf8), version: 1))))
+                    action: Array(#"{"type":"increment"}"#.utf8), effect: nil, delta: .state(Array(#"{"count":1}"#.utf8)), time: now),
+                idempotencyKey: "seed-\(index)"))
             if batch.count >= 1_000 {
                 try await storage.commit(batch)
                 batch = []

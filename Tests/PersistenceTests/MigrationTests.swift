@@ -145,9 +145,11 @@ struct MigrationTests {
         try await withStorage(backend) { fixture in
             let release2 = try profileManager(ProfileV2(), fixture.storage, settings: testSettings())
             let (session, token) = try await release2.create()
-            try await fixture.storage.commit([
-                .snapshot(Rows.snapshot(session.id, feature: "profile", version: 7, state: #"{"name":"Margaret"}"#, stateVersion: 1))
-            ])
+            // Seven changes of release 1 (old shape) in the journal, and its snapshot at 7.
+            try await fixture.storage.commit(
+                (1...7).map {
+                    .append(Rows.entry(session.id, seq: $0, feature: "profile", version: $0, state: #"{"name":"Margaret"}"#), idempotencyKey: nil)
+                } + [.snapshot(Rows.snapshot(session.id, feature: "profile", version: 7, state: #"{"name":"Margaret"}"#, stateVersion: 1))])
             let reloaded = try #require(
                 try await profileManager(ProfileV2(), try await fixture.reopen(), settings: testSettings()).load(id: session.id, token: token))
             #expect(try await reloaded.current("profile") == Snapshot(7, #"{"displayName":"Margaret","initials":"M"}"#))

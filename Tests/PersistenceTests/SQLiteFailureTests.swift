@@ -13,14 +13,14 @@ import Glibc
 struct SQLiteFailureTests {
     /// A small increment for `session` at `seq`, with an idempotency reply `key`.
     static func small(_ session: String, _ seq: Int) -> [StorageWrite] {
-        [.append(Rows.entry(session, seq: seq, version: seq), idempotency: ("key-\(seq)", StoredReply(status: 200, body: [1], version: seq)))]
+        [.append(Rows.entry(session, seq: seq, version: seq), idempotencyKey: "key-\(seq)")]
     }
 
     /// A batch larger than the whole size cap: SQLITE_FULL whenever it runs.
     static func huge(_ session: String, _ seq: Int) -> [StorageWrite] {
         let payload = "{\"type\":\"add\",\"title\":\"\(String(repeating: "x", count: 600_000))\"}"
         return [
-            .append(Rows.entry(session, seq: seq, feature: "todos", version: seq, payload: payload), idempotency: nil),
+            .append(Rows.entry(session, seq: seq, feature: "todos", version: seq, action: payload), idempotencyKey: nil),
             .snapshot(Rows.snapshot(session, feature: "todos", version: seq, state: payload)),
         ]
     }
@@ -30,11 +30,11 @@ struct SQLiteFailureTests {
         var found: [Bool] = []
         for write in batch {
             switch write {
-            case .append(let entry, let idempotency):
+            case .append(let entry, let key):
                 let entries = try await storage.journal(session: entry.session, afterSeq: entry.seq - 1, limit: 1)
                 found.append(entries.first == entry)
-                if let (key, reply) = idempotency {
-                    found.append(try await storage.reply(session: entry.session, key: key) == reply)
+                if let key {
+                    found.append(try await storage.rememberedKey(session: entry.session, key: key)?.version == entry.version)
                 }
             case .snapshot(let snapshot):
                 found.append(try await storage.latestSnapshot(session: snapshot.session, feature: snapshot.feature) == snapshot)
@@ -59,7 +59,8 @@ struct SQLiteFailureTests {
         var seqA = 0, seqB = 0, seqBig = 0
         func a() -> [StorageWrite] { seqA += 1; return Self.small("a", seqA) }
         func b() -> [StorageWrite] { seqB += 1; return Self.small("b", seqB) }
-        func big() -> [StorageWrite] { seqBig += 1; return Self.huge("big", seqBig) }
+        // Never stored (too big): always the next seq after what is stored.
+        func big() -> [StorageWrite] { Self.huge("big", seqBig + 1) }
         let shapes: [[[StorageWrite]]] = [
             [a(), big(), b()],
             [big(), a(), b()],
@@ -135,39 +136,75 @@ struct SQLiteFailureTests {
         await storage.close()
     }
 
-    @Test("opening a database at schema version 0 purges rows of sessions that are gone and moves it to version 1")
-    func migrationPurgesOrphans() async throws {
+    /// The tables a4e1b46 wrote (schema versions 0 and 1): a whole state in every journal
+    /// row's event, one snapshot per store, replies copied whole.
+    static let schemaVersion1 = """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, token_hash BLOB NOT NULL, created_at INTEGER NOT NULL,
+            last_active INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE journal (session TEXT NOT NULL, seq INTEGER NOT NULL, feature TEXT NOT NULL, version INTEGER NOT NULL,
+            cause TEXT NOT NULL, payload BLOB, event BLOB NOT NULL, time INTEGER NOT NULL, PRIMARY KEY (session, seq)) WITHOUT ROWID;
+        CREATE TABLE snapshots (session TEXT NOT NULL, feature TEXT NOT NULL, version INTEGER NOT NULL,
+            state_version INTEGER NOT NULL, state BLOB NOT NULL, time INTEGER NOT NULL, PRIMARY KEY (session, feature)) WITHOUT ROWID;
+        CREATE TABLE idempotency (session TEXT NOT NULL, key TEXT NOT NULL, status INTEGER NOT NULL, body BLOB NOT NULL,
+            version INTEGER NOT NULL, time INTEGER NOT NULL, PRIMARY KEY (session, key)) WITHOUT ROWID;
+        """
+
+    @Test("a database written before changes were journaled (schema 0 or 1) opens and loses nothing: states, actions, effects, keys, heads; orphans are purged")
+    func migratesToChanges() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let path = directory.path("state.sqlite")
-        let storage = try SQLiteStorage(path: path)
-        try await storage.commit([
-            .createSession(Rows.session("kept")),
-            .append(Rows.entry("kept", seq: 1, version: 1), idempotency: ("k", StoredReply(status: 200, body: [1], version: 1))),
-            .snapshot(Rows.snapshot("kept", version: 1, state: #"{"count":1}"#)),
-        ])
-        await storage.close()
-        // What an older server left behind: rows whose session was deleted, no schema version.
+        let states = (0...4).map { count in #"{"items":["# + (0..<count).map { #"{"done":false,"title":"t\#($0) \#(String(repeating: "x", count: 100))"}"# }.joined(separator: ",") + "]}" }
         do {
             let db = try SQLiteConnection(path: path, readOnly: false)
-            #expect(try db.query("PRAGMA user_version", []) { $0.int(0) } == [1])
+            try db.exec(Self.schemaVersion1)
+            try db.exec("INSERT INTO sessions VALUES ('kept', x'00', 1, 2), ('other', x'00', 1, 2);")
+            for version in 1...4 {
+                let event = #"{"feature":"todos","version":\#(version),"cause":"dispatch","action":{"type":"add","title":"t\#(version - 1)"},"state":\#(states[version])\#(version == 4 ? #","effect":{"type":"added"}"# : "")}"#
+                try db.run(
+                    "INSERT INTO journal VALUES ('kept', ?, 'todos', ?, 'dispatch', NULL, ?, ?)",
+                    [.int(Int64(version)), .int(Int64(version)), .blob(Array(event.utf8)), .int(Int64(100 + version))])
+            }
             try db.exec("""
+                INSERT INTO journal VALUES ('other', 1, 'counter', 1, 'reset', NULL, CAST('{"feature":"counter","version":1,"cause":"reset","state":{"count":0}}' AS BLOB), 7);
+                INSERT INTO snapshots VALUES ('kept', 'todos', 2, 1, CAST('\(states[2])' AS BLOB), 9);
+                INSERT INTO idempotency VALUES ('kept', 'key-3', 200, CAST('{"feature":"todos","version":3,"state":{}}' AS BLOB), 3, 50);
                 INSERT INTO journal VALUES ('orphan', 1, 'counter', 1, 'dispatch', NULL, x'7B7D', 1);
                 INSERT INTO snapshots VALUES ('orphan', 'counter', 1, 1, x'7B7D', 1);
                 INSERT INTO idempotency VALUES ('orphan', 'k', 200, x'7B7D', 1, 1);
                 PRAGMA user_version = 0;
                 """)
         }
-        let reopened = try SQLiteStorage(path: path)
-        #expect(try await reopened.journal(session: "orphan", afterSeq: 0, limit: 10).isEmpty)
-        #expect(try await reopened.latestSnapshot(session: "orphan", feature: "counter") == nil)
-        #expect(try await reopened.reply(session: "orphan", key: "k") == nil)
-        #expect(try await reopened.journal(session: "kept", afterSeq: 0, limit: 10).map(\.seq) == [1])
-        #expect(try await reopened.latestSnapshot(session: "kept", feature: "counter")?.version == 1)
-        #expect(try await reopened.reply(session: "kept", key: "k")?.version == 1)
-        await reopened.close()
+        let storage = try SQLiteStorage(path: path)
+        // Orphans purged.
+        #expect(try await storage.journal(session: "orphan", afterSeq: 0, limit: 10).isEmpty)
+        #expect(try await storage.latestSnapshot(session: "orphan", feature: "counter") == nil)
+        #expect(try await storage.rememberedKey(session: "orphan", key: "k") == nil)
+        // Every change kept, with its action and effect; later ones as patches.
+        let entries = try await storage.journal(session: "kept", feature: "todos", afterVersion: 0)
+        #expect(entries.map(\.version) == [1, 2, 3, 4])
+        #expect(entries.map(\.delta.isPatch) == [false, true, true, true])
+        #expect(entries.last?.effect == Array(#"{"type":"added"}"#.utf8))
+        #expect(entries.first?.action == Array(#"{"title":"t0","type":"add"}"#.utf8) || entries.first?.action == Array(#"{"type":"add","title":"t0"}"#.utf8))
+        for version in 0...4 {
+            let state = try await storage.state(session: "kept", feature: "todos", at: version, initial: Array(states[0].utf8))
+            #expect(state.map { String(decoding: $0, as: UTF8.self) } == states[version], "version \(version)")
+        }
+        #expect(try await storage.latestSnapshot(session: "kept", feature: "todos")?.version == 2)
+        #expect(try await storage.rememberedKey(session: "kept", key: "key-3") == RememberedKey(feature: "todos", version: 3, time: 50))
+        #expect(try await storage.lastSeq(session: "kept") == 4)
+        #expect(try await storage.journal(session: "other", afterSeq: 0, limit: 10).first?.delta == .state(Array(#"{"count":0}"#.utf8)))
+        // The heads were carried over: the next change follows them, a stale one is refused.
+        let stale = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("kept", seq: 4, feature: "todos", version: 4), idempotencyKey: nil)])
+        }
+        #expect(stale?.kind == .conflict, "\(String(describing: stale))")
+        try await storage.commit([.append(Rows.entry("kept", seq: 5, feature: "todos", version: 5, state: states[4]), idempotencyKey: nil)])
+        try await storage.commit([.append(Rows.entry("other", seq: 2, version: 2), idempotencyKey: nil)])
+        await storage.close()
         let db = try SQLiteConnection(path: path, readOnly: true)
         #expect(try db.query("PRAGMA user_version", []) { $0.int(0) } == [Int64(SQLiteStorage.schemaVersion)])
+        #expect(try db.query("SELECT count(*) FROM sqlite_master WHERE name IN ('journal', 'snapshots', 'idempotency')", []) { $0.int(0) } == [0])
     }
 
     @Test("a database from a newer schema version is unusable, and left as it was")

@@ -19,24 +19,26 @@ struct SQLiteStorageTests {
         let sessions = 10
         try await storage.commit((0..<sessions).map { .createSession(Rows.session("s\($0)")) })
 
-        let failures = await withTaskGroup(of: String?.self) { group in
-            for index in 0..<500 {
+        // Each session's changes in order (appends are fenced), the sessions concurrently.
+        let failures = await withTaskGroup(of: [String].self) { group in
+            for session in 0..<sessions {
                 group.addTask {
-                    let session = "s\(index % sessions)"
-                    let version = index / sessions + 1
-                    let error = await storageError { () async throws(StorageError) in
-                        try await storage.commit([
-                            .append(
-                                Rows.entry(session, seq: version, version: version),
-                                idempotency: ("key-\(index)", StoredReply(status: 200, body: Array("\(index)".utf8), version: version))),
-                            .touch(session: session, at: Int64(10_000 + index)),
-                        ])
+                    var failures: [String] = []
+                    for version in 1...50 {
+                        let index = (version - 1) * sessions + session
+                        let error = await storageError { () async throws(StorageError) in
+                            try await storage.commit([
+                                .append(Rows.entry("s\(session)", seq: version, version: version), idempotencyKey: "key-\(index)"),
+                                .touch(session: "s\(session)", at: Int64(10_000 + index)),
+                            ])
+                        }
+                        if let error { failures.append("commit \(index): \(error)") }
                     }
-                    return error.map { "commit \(index): \($0)" }
+                    return failures
                 }
             }
             var failures: [String] = []
-            for await failure in group { if let failure { failures.append(failure) } }
+            for await failure in group { failures += failure }
             return failures
         }
         #expect(failures.isEmpty, "\(failures.prefix(5))")
@@ -48,7 +50,7 @@ struct SQLiteStorageTests {
                 #expect(versions == Array(1...50), "\(label): s\(index) has \(versions.count) entries")
                 #expect(try await storage.lastSeq(session: "s\(index)") == 50, "\(label)")
             }
-            #expect(try await storage.reply(session: "s3", key: "key-123")?.body == Array("123".utf8), "\(label)")
+            #expect(try await storage.rememberedKey(session: "s3", key: "key-123")?.version == 13, "\(label)")
             #expect(try await storage.session(id: "s9")?.lastActiveAt == 10_499, "\(label)")
         }
         try await check(storage, "before reopening")
@@ -168,7 +170,7 @@ struct SQLiteStorageTests {
         let path = directory.path("state.sqlite")
         let storage = try SQLiteStorage(path: path, maxBytes: 128 * 1024)
         try await storage.commit([.createSession(Rows.session("big")), .createSession(Rows.session("small"))])
-        try await storage.commit([.append(Rows.entry("small", seq: 1, version: 1), idempotency: nil)])
+        try await storage.commit([.append(Rows.entry("small", seq: 1, version: 1), idempotencyKey: nil)])
 
         let payload = "{\"type\":\"add\",\"title\":\"\(String(repeating: "x", count: 3000))\"}"
         var version = 0
@@ -176,7 +178,7 @@ struct SQLiteStorageTests {
         while version < 1_000, failure == nil {
             let next = version + 1
             failure = await storageError { () async throws(StorageError) in
-                try await storage.commit([.append(Rows.entry("big", seq: next, feature: "todos", version: next, payload: payload), idempotency: nil)])
+                try await storage.commit([.append(Rows.entry("big", seq: next, feature: "todos", version: next, action: payload), idempotencyKey: nil)])
             }
             if failure == nil { version = next }
         }
@@ -188,14 +190,14 @@ struct SQLiteStorageTests {
 
         // Still full for everyone.
         let small = await storageError { () async throws(StorageError) in
-            try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, payload: payload), idempotency: nil)])
+            try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, action: payload), idempotencyKey: nil)])
         }
         #expect(small?.kind == .unavailable, "\(String(describing: small))")
         #expect(try await storage.lastSeq(session: "small") == 1)
 
         // Deleting the big session frees its pages: commits succeed again, same storage.
         try await storage.commit([.deleteSession(id: "big")])
-        try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, payload: payload), idempotency: nil)])
+        try await storage.commit([.append(Rows.entry("small", seq: 2, version: 2, action: payload), idempotencyKey: nil)])
         #expect(try await storage.lastSeq(session: "small") == 2)
         await storage.close()
         #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")

@@ -54,7 +54,9 @@ struct SessionRecoveryTests {
             #expect(try await reloaded.rememberedReply(key: "never-used") == nil)
 
             // Last-Event-ID from before the restart replays the journaled changes after it.
+            // (The events route rebuilds them from the journal before it subscribes.)
             let sink = RecordingSink()
+            await reloaded.backfill(after: 6)
             #expect(reloaded.hub.subscribe(features: nil, lastEventID: 6, sink: sink) != .closed)
             let replayed = sink.events
             #expect(replayed.map(\.seq) == [7, 8, 9], "\(replayed)")
@@ -208,7 +210,7 @@ struct StoreRecoveryTests {
             #expect(try await reloaded.current("login") == settled, "no check re-ran")
             let journal = try await fixture.storage.journal(session: session.id, afterSeq: 0, limit: 10)
             #expect(journal.map(\.seq) == [1, 2])
-            #expect(json(journal.last?.payload) == json(#"{"type":"failed","reason":"\#(restartFailure)"}"#))
+            #expect(json(journal.last?.action) == json(#"{"type":"failed","reason":"\#(restartFailure)"}"#))
             #expect(reloaded.hub.seq == 2)
             #expect(sink.events.map(\.event) == ["snapshot"], "nothing after the snapshot: \(sink.events)")
             #expect(notices.followUpsNotStored == 0, "\(notices.description)")
@@ -220,8 +222,8 @@ struct StoreRecoveryTests {
 
             // The password never reached the journal.
             let entry = try #require(journal.first)
-            #expect(!text(entry.payload).contains("correct horse"))
-            #expect(!text(entry.event).contains("correct horse"))
+            #expect(!text(entry.action).contains("correct horse"))
+            #expect(!text(entry.delta.bytes).contains("correct horse"))
         }
     }
 
@@ -239,7 +241,7 @@ struct StoreRecoveryTests {
             #expect(try await session.current("login") == expected)
             let journal = try await fixture.storage.journal(session: session.id, feature: "login", afterVersion: 0)
             #expect(journal.map(\.seq) == [1, 2])
-            #expect(json(journal.last?.payload) == json(#"{"type":"failed","reason":"The password must have at least 8 characters."}"#))
+            #expect(json(journal.last?.action) == json(#"{"type":"failed","reason":"The password must have at least 8 characters."}"#))
             #expect(sink.events.last?.data?["effect"] == json(#"{"type":"toast","message":"The password must have at least 8 characters."}"#))
 
             let reloaded = try #require(try await exampleManager(try await fixture.reopen()).load(id: session.id, token: token))
@@ -274,17 +276,20 @@ struct StoreRecoveryTests {
             #expect(counterSnapshot.version == 9)
             #expect(counterSnapshot.stateVersion == 1)
             #expect(json(counterSnapshot.state) == json(#"{"count":9}"#))
-            #expect(try await fixture.storage.latestSnapshot(session: session.id, feature: "todos") == nil, "todos is at 2 < 3")
+            #expect(try await fixture.storage.latestSnapshot(session: session.id, feature: "todos")?.version == 1, "todos is at 2 < 3: its first change is its base")
 
             let reloaded = try #require(try await exampleManager(try await fixture.reopen()).load(id: session.id, token: token))
             #expect(try await reloaded.current("counter") == Snapshot(10, #"{"count":10}"#))
             #expect(try await reloaded.current("todos").version == 2)
 
-            // Proof that the snapshot is what loads: change it behind the server's back, and the
-            // journal after it (version 10) is replayed on top.
-            try await fixture.storage.commit([.snapshot(Rows.snapshot(session.id, version: 9, state: #"{"count":1000}"#))])
+            // Proof that the snapshot and what follows it are all a load needs: drop the journal
+            // before it behind the server's back.
+            try await fixture.storage.commit([
+                .compact(session: session.id, feature: "counter", upToVersion: 9, keepLast: 0, keysSince: 0, maxKeys: 10)
+            ])
+            #expect(try await fixture.storage.journal(session: session.id, feature: "counter", afterVersion: 0).map(\.version) == [10])
             let again = try #require(try await exampleManager(try await fixture.reopen()).load(id: session.id, token: token))
-            #expect(try await again.current("counter") == Snapshot(10, #"{"count":1001}"#))
+            #expect(try await again.current("counter") == Snapshot(10, #"{"count":10}"#))
         }
     }
 
@@ -318,33 +323,41 @@ struct StoreRecoveryTests {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(snapshotEvery: 2))
             let (session, token) = try await manager.create()
-            for _ in 0..<5 { try await session.dispatch("counter", #"{"type":"increment","by":3}"#) }
-            for (index, bad) in [#"{"count":"many"}"#, "not json at all", ""].enumerated() {
-                try await fixture.storage.commit([.snapshot(Rows.snapshot(session.id, version: 4, state: bad))])
+            // Titles long enough that each change after the snapshot is a patch that needs it.
+            let title = String(repeating: "t", count: 200)
+            for _ in 0..<5 { try await session.dispatch("todos", #"{"type":"add","title":"\#(title)"}"#) }
+            for (index, bad) in [#"{"items":"many"}"#, "not json at all", ""].enumerated() {
+                // The latest snapshot (a rebuild writes a sound one for the next load).
+                let latest = try #require(try await fixture.storage.latestSnapshot(session: session.id, feature: "todos")).version
+                try await fixture.storage.commit([.snapshot(Rows.snapshot(session.id, feature: "todos", version: latest, state: bad))])
                 let notices = NoticeLog()
                 let reloaded = try #require(
                     try await exampleManager(try await fixture.reopen(), notices: notices).load(id: session.id, token: token))
-                #expect(try await reloaded.current("counter") == Snapshot(5 + index, #"{"count":\#(15 + index * 3)}"#), "snapshot \(bad.debugDescription)")
+                let todos = try await reloaded.current("todos")
+                #expect(todos.version == 5 + index, "snapshot \(bad.debugDescription)")
+                #expect(todos.state["items"].map { if case .array(let items) = $0 { items.count } else { 0 } } == 5 + index)
                 let recovery = try #require(notices.recoveries.first, "no notice for \(bad.debugDescription)")
                 #expect(notices.recoveries.count == 1)
                 #expect(recovery.session == session.id)
-                #expect(recovery.feature == "counter")
+                #expect(recovery.feature == "todos")
                 #expect(recovery.how == "rebuilt from the journal")
                 #expect(!recovery.reason.isEmpty)
                 // One more change, so each round's state differs.
-                try await reloaded.dispatch("counter", #"{"type":"increment","by":3}"#)
+                try await reloaded.dispatch("todos", #"{"type":"add","title":"\#(title)"}"#)
             }
         }
     }
 
-    @Test("a journal that cannot be replayed, with no snapshot, resets the store after its last version and says so", arguments: Backend.allCases)
+    @Test("a journal whose state no longer decodes and whose action no longer replays resets the store after its last version and says so", arguments: Backend.allCases)
     func unreplayableJournalResets(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let (session, token) = try await exampleManager(fixture.storage).create()
             for _ in 0..<3 { try await session.dispatch("counter", #"{"type":"increment"}"#) }
             try await session.dispatch("todos", #"{"type":"add","title":"x"}"#)  // seq 4
-            // A journaled action this feature no longer understands.
-            try await fixture.storage.commit([.append(Rows.entry(session.id, seq: 5, version: 4, payload: #"{"type":"explode"}"#), idempotency: nil)])
+            // A journaled state and action this feature no longer understands.
+            try await fixture.storage.commit([
+                .append(Rows.entry(session.id, seq: 5, version: 4, action: #"{"type":"explode"}"#, state: #"{"count":"four"}"#), idempotencyKey: nil)
+            ])
 
             let notices = NoticeLog()
             let reloaded = try #require(try await exampleManager(try await fixture.reopen(), notices: notices).load(id: session.id, token: token))

@@ -39,19 +39,29 @@ struct StorageBehaviourTests {
         try await withStorage(backend) { try await StorageBehaviour.duplicateVersionFailsAlone($0.storage) }
     }
 
-    @Test("snapshots: the latest replaces the previous one, per (session, feature)", arguments: Backend.allCases)
-    func snapshotsReplace(_ backend: Backend) async throws {
-        try await withStorage(backend) { try await StorageBehaviour.snapshotsReplace($0.storage) }
+    @Test("appends are fenced: one that does not follow the session's seq and the store's version is refused, also after compaction", arguments: Backend.allCases)
+    func appendsAreFenced(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.appendsAreFenced($0.storage) }
     }
 
-    @Test("compact drops a store's entries covered by a snapshot, keeping the session's last N", arguments: Backend.allCases)
-    func compactKeepsLastN(_ backend: Backend) async throws {
-        try await withStorage(backend) { try await StorageBehaviour.compactKeepsLastN($0.storage) }
+    @Test("snapshots: kept per version, found at or before a version, never ahead of the journal", arguments: Backend.allCases)
+    func snapshotsPerVersion(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.snapshotsPerVersion($0.storage) }
     }
 
-    @Test("idempotency replies are stored with their change and read back by key", arguments: Backend.allCases)
-    func replies(_ backend: Backend) async throws {
-        try await withStorage(backend) { try await StorageBehaviour.replies($0.storage) }
+    @Test("compact keeps a base snapshot before every entry still needed, and drops the rest", arguments: Backend.allCases)
+    func compactKeepsBases(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.compactKeepsBases($0.storage) }
+    }
+
+    @Test("idempotency keys are stored with their change, read back by key, and never twice", arguments: Backend.allCases)
+    func keys(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.keys($0.storage) }
+    }
+
+    @Test("a store's state at a version is rebuilt from its base and the patches after it", arguments: Backend.allCases)
+    func stateAtVersion(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.stateAtVersion($0.storage) }
     }
 
     @Test("sessions(inactiveBefore:) lists the least recently active first, up to the limit", arguments: Backend.allCases)

@@ -71,7 +71,7 @@ struct SweepTests {
             for id in [loaded.id, stored.id] {
                 #expect(try await storage.session(id: id) == nil)
                 #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10).isEmpty)
-                #expect(try await storage.reply(session: id, key: "k") == nil)
+                #expect(try await storage.rememberedKey(session: id, key: "k") == nil)
             }
             #expect(try await second.load(id: loaded.id, token: loadedToken) == nil)
             #expect(try await second.load(id: stored.id, token: storedToken) == nil)

@@ -10,9 +10,7 @@ private func session(_ id: String) -> StoredSession {
 }
 
 private func entry(_ session: String, seq: Int, feature: String = "counter", version: Int) -> JournalEntry {
-    JournalEntry(
-        session: session, seq: seq, feature: feature, version: version, cause: "dispatch",
-        payload: Array(#"{"type":"increment"}"#.utf8), event: Array(#"{"version":\#(version)}"#.utf8), time: 5_000)
+    Rows.entry(session, seq: seq, feature: feature, version: version)
 }
 
 @Suite("PostgreSQL storage", .postgres)
@@ -38,10 +36,10 @@ struct PostgresStorageTests {
             try await nodeA.commit([.createSession(session("s"))])
             for version in 1...20 {
                 async let a = caught { () async throws(StorageError) in
-                    try await nodeA.commit([.append(entry("s", seq: version, version: version), idempotency: nil)])
+                    try await nodeA.commit([.append(entry("s", seq: version, version: version), idempotencyKey: nil)])
                 }
                 async let b = caught { () async throws(StorageError) in
-                    try await nodeB.commit([.append(entry("s", seq: version, version: version), idempotency: nil)])
+                    try await nodeB.commit([.append(entry("s", seq: version, version: version), idempotencyKey: nil)])
                 }
                 let outcomes = await [a, b]
                 #expect(outcomes.filter { $0 == nil }.count == 1, "round \(version): \(outcomes)")
@@ -62,13 +60,13 @@ struct PostgresStorageTests {
             #expect(await heard.until { $0.contains(.listening) }, "\(heard.all)")
             try await nodeA.commit([.createSession(session("n"))])
             try await nodeA.commit([
-                .append(entry("n", seq: 1, version: 1), idempotency: nil), .append(entry("n", seq: 2, version: 2), idempotency: nil),
+                .append(entry("n", seq: 1, version: 1), idempotencyKey: nil), .append(entry("n", seq: 2, version: 2), idempotencyKey: nil),
             ])
             // A conflict rolls back: no notice for it.
             _ = await caught { () async throws(StorageError) in
-                try await nodeB.commit([.append(entry("n", seq: 2, version: 2), idempotency: nil)])
+                try await nodeB.commit([.append(entry("n", seq: 2, version: 2), idempotencyKey: nil)])
             }
-            try await nodeB.commit([.append(entry("n", seq: 3, version: 3), idempotency: nil)])
+            try await nodeB.commit([.append(entry("n", seq: 3, version: 3), idempotencyKey: nil)])
             try await nodeA.commit([.deleteSession(id: "n")])
             #expect(await heard.until { $0.contains(.deleted(session: "n")) }, "\(heard.all)")
             #expect(heard.all == [.listening, .committed(session: "n", seq: 2), .committed(session: "n", seq: 3), .deleted(session: "n")])
@@ -98,16 +96,12 @@ struct PostgresStorageTests {
         try await withPostgresStorage { nodeA, url in
             let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
             try await nodeA.commit([.createSession(session("s"))])
-            let reply = StoredReply(status: 200, body: Array("{}".utf8), version: 1)
-            try await nodeA.commit([.append(entry("s", seq: 1, version: 1), idempotency: ("key", reply))])
+            try await nodeA.commit([.append(entry("s", seq: 1, version: 1), idempotencyKey: "key")])
             let second = await caught { () async throws(StorageError) in
-                try await nodeB.commit([
-                    .append(entry("s", seq: 2, feature: "todos", version: 1),
-                            idempotency: ("key", StoredReply(status: 200, body: [], version: 1)))
-                ])
+                try await nodeB.commit([.append(entry("s", seq: 2, feature: "todos", version: 1), idempotencyKey: "key")])
             }
             #expect(second?.kind == .conflict, "\(String(describing: second))")
-            #expect(try await nodeB.reply(session: "s", key: "key") == reply)
+            #expect(try await nodeB.rememberedKey(session: "s", key: "key") == RememberedKey(feature: "counter", version: 1, time: 5_000))
             #expect(try await nodeB.lastSeq(session: "s") == 1, "the losing change left no journal entry")
             await nodeB.close()
         }
@@ -126,6 +120,53 @@ struct PostgresStorageTests {
             #expect(error?.message.contains("schema is version \(PostgresStorage.schemaVersion + 1), newer than this server knows") == true,
                     "\(String(describing: error))")
         }
+    }
+
+    @Test("a database written before changes were journaled (schema 1) opens and loses nothing: states, actions, effects, keys, heads")
+    func migratesToChanges() async throws {
+        let server = try TestPostgres.shared()
+        let url = try server.makeDatabase()
+        let v1 = [
+            "CREATE TABLE state_schema (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+            "INSERT INTO state_schema (version) VALUES (1)",
+            "CREATE TABLE state_sessions (id text PRIMARY KEY, token_hash bytea NOT NULL, created_at bigint NOT NULL, last_active bigint NOT NULL)",
+            "CREATE INDEX state_sessions_by_activity ON state_sessions (last_active)",
+            """
+            CREATE TABLE state_journal (session text NOT NULL, seq bigint NOT NULL, feature text NOT NULL, version bigint NOT NULL,
+                cause text NOT NULL, payload bytea, event bytea NOT NULL, time bigint NOT NULL, PRIMARY KEY (session, seq))
+            """,
+            "CREATE UNIQUE INDEX state_journal_by_store ON state_journal (session, feature, version)",
+            """
+            CREATE TABLE state_snapshots (session text NOT NULL, feature text NOT NULL, version bigint NOT NULL,
+                state_version bigint NOT NULL, state bytea NOT NULL, time bigint NOT NULL, PRIMARY KEY (session, feature))
+            """,
+            """
+            CREATE TABLE state_replies (session text NOT NULL, key text NOT NULL, status integer NOT NULL, body bytea NOT NULL,
+                version bigint NOT NULL, time bigint NOT NULL, PRIMARY KEY (session, key))
+            """,
+            "INSERT INTO state_sessions VALUES ('kept', '\\x00', 1, 2)",
+            #"INSERT INTO state_journal VALUES ('kept', 1, 'counter', 1, 'dispatch', NULL, convert_to('{"feature":"counter","version":1,"cause":"dispatch","action":{"type":"increment"},"state":{"count":1}}', 'UTF8'), 10)"#,
+            #"INSERT INTO state_journal VALUES ('kept', 2, 'counter', 2, 'dispatch', NULL, convert_to('{"feature":"counter","version":2,"cause":"dispatch","action":{"type":"increment","by":5},"state":{"count":6},"effect":{"type":"celebrate"}}', 'UTF8'), 11)"#,
+            #"INSERT INTO state_snapshots VALUES ('kept', 'counter', 1, 1, convert_to('{"count":1}', 'UTF8'), 10)"#,
+            #"INSERT INTO state_replies VALUES ('kept', 'k', 200, convert_to('{"feature":"counter","version":2,"state":{"count":6}}', 'UTF8'), 2, 11)"#,
+        ]
+        for statement in v1 { _ = try server.sql(statement, in: url) }
+        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+        let entries = try await storage.journal(session: "kept", feature: "counter", afterVersion: 0)
+        #expect(entries.map(\.version) == [1, 2])
+        #expect(entries.map(\.delta) == [.state(Array(#"{"count":1}"#.utf8)), .state(Array(#"{"count":6}"#.utf8))], "whole states, byte for byte")
+        #expect(entries.map(\.action) == [Array(#"{"type":"increment"}"#.utf8), Array(#"{"type":"increment","by":5}"#.utf8)])
+        #expect(entries.map(\.effect) == [nil, Array(#"{"type":"celebrate"}"#.utf8)])
+        #expect(try await storage.latestSnapshot(session: "kept", feature: "counter")?.version == 1)
+        #expect(try await storage.rememberedKey(session: "kept", key: "k") == RememberedKey(feature: "counter", version: 2, time: 11))
+        #expect(try await storage.lastSeq(session: "kept") == 2)
+        let stale = await caught { () async throws(StorageError) in
+            try await storage.commit([.append(entry("kept", seq: 2, version: 2), idempotencyKey: nil)])
+        }
+        #expect(stale?.kind == .conflict, "\(String(describing: stale))")
+        try await storage.commit([.append(entry("kept", seq: 3, version: 3), idempotencyKey: nil)])
+        #expect(try server.sql("SELECT max(version) FROM state_schema", in: url) == "\(PostgresStorage.schemaVersion)")
+        await storage.close()
     }
 
     @Test("opening an existing database keeps its data (the migration runs once)")
@@ -159,11 +200,11 @@ struct PostgresOutageTests {
         let server = try TestPostgres.start()
         defer { server.destroy() }
         let storage = try await PostgresStorage.open(settings: TestPostgres.settings(server.url))
-        try await storage.commit([.createSession(session("s")), .append(entry("s", seq: 1, version: 1), idempotency: nil)])
+        try await storage.commit([.createSession(session("s")), .append(entry("s", seq: 1, version: 1), idempotencyKey: nil)])
 
         try server.stop()
         let commit = await caught { () async throws(StorageError) in
-            try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotency: nil)])
+            try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
         }
         #expect(commit?.kind == .unavailable, "\(String(describing: commit))")
         let read = await caught { () async throws(StorageError) in _ = try await storage.lastSeq(session: "s") }
@@ -177,7 +218,7 @@ struct PostgresOutageTests {
         var last: StorageError?
         repeat {
             last = await caught { () async throws(StorageError) in
-                try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotency: nil)])
+                try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
             }
             if last == nil { break }
             try await Task.sleep(for: .milliseconds(100))
@@ -207,7 +248,7 @@ struct PostgresOutageTests {
                 try await Task.sleep(for: .milliseconds(100))
             }
         }
-        try await storage.commit([.append(entry("back", seq: 1, version: 1), idempotency: nil)])
+        try await storage.commit([.append(entry("back", seq: 1, version: 1), idempotencyKey: nil)])
         #expect(await heard.until { $0.contains(.committed(session: "back", seq: 1)) }, "\(heard.all)")
         #expect(heard.all.prefix(3) == [.listening, .lost, .listening], "one .lost per outage, however many reconnect attempts")
         await storage.close()

@@ -6,15 +6,16 @@ package enum Rows {
         StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: createdAt, lastActiveAt: lastActive ?? createdAt)
     }
 
-    /// A counter increment journaled at `version` with session sequence `seq`.
+    /// A counter increment journaled at `version` with session sequence `seq`: its action and
+    /// its whole state (`{"count":VERSION}` unless given).
     package static func entry(
         _ session: String, seq: Int, feature: String = "counter", version: Int, cause: String = "dispatch",
-        payload: String? = #"{"type":"increment"}"#, time: Int64 = 5_000
+        action: String? = #"{"type":"increment"}"#, state: String? = nil, time: Int64 = 5_000
     ) -> JournalEntry {
         JournalEntry(
             session: session, seq: seq, feature: feature, version: version, cause: cause,
-            payload: payload.map { Array($0.utf8) },
-            event: Array(#"{"feature":"\#(feature)","version":\#(version)}"#.utf8), time: time)
+            action: action.map { Array($0.utf8) }, effect: nil,
+            delta: .state(Array((state ?? #"{"count":\#(version)}"#).utf8)), time: time)
     }
 
     package static func snapshot(_ session: String, feature: String = "counter", version: Int, state: String, stateVersion: Int = 1) -> StoreSnapshot {

@@ -13,9 +13,11 @@ package enum StorageBehaviour {
         Check("journal: reads by store (version order) and by session sequence (seq order, limit)", journalReads),
         Check("a batch is atomic: when one write fails, none of the batch is stored", batchIsAtomic),
         Check("a duplicate (session, feature, version) is a conflict that fails only its own batch", duplicateVersionFailsAlone),
-        Check("snapshots: the latest replaces the previous one, per (session, feature)", snapshotsReplace),
-        Check("compact drops a store's entries covered by a snapshot, keeping the session's last N", compactKeepsLastN),
-        Check("idempotency replies are stored with their change and read back by key", replies),
+        Check("appends are fenced: one that does not follow the session's seq and the store's version is refused, also after compaction", appendsAreFenced),
+        Check("snapshots: kept per version, found at or before a version, never ahead of the journal", snapshotsPerVersion),
+        Check("compact keeps a base snapshot before every entry still needed, and drops the rest", compactKeepsBases),
+        Check("idempotency keys are stored with their change, read back by key, and never twice", keys),
+        Check("a store's state at a version is rebuilt from its base and the patches after it", stateAtVersion),
         Check("an empty batch commits and changes nothing", emptyBatch),
         Check("sessions(inactiveBefore:) lists the least recently active first, up to the limit", inactiveBefore),
         Check("touch moves a session's last activity forward, never back", touch),
@@ -56,8 +58,8 @@ package enum StorageBehaviour {
         for id in ["a", "b"] {
             try await storage.commit([
                 .createSession(Rows.session(id)),
-                .append(Rows.entry(id, seq: 1, version: 1), idempotency: ("k", StoredReply(status: 200, body: Array("r".utf8), version: 1))),
-                .append(Rows.entry(id, seq: 2, version: 2), idempotency: nil),
+                .append(Rows.entry(id, seq: 1, version: 1), idempotencyKey: "k"),
+                .append(Rows.entry(id, seq: 2, version: 2), idempotencyKey: nil),
                 .snapshot(Rows.snapshot(id, version: 2, state: #"{"count":2}"#)),
             ])
         }
@@ -67,13 +69,13 @@ package enum StorageBehaviour {
         #expect(try await storage.journal(session: "a", afterSeq: 0, limit: 100).isEmpty)
         #expect(try await storage.lastSeq(session: "a") == 0)
         #expect(try await storage.latestSnapshot(session: "a", feature: "counter") == nil)
-        #expect(try await storage.reply(session: "a", key: "k") == nil)
+        #expect(try await storage.rememberedKey(session: "a", key: "k") == nil)
         #expect(try await storage.sessionCount() == 1)
 
         #expect(try await storage.session(id: "b") != nil)
         #expect(try await storage.journal(session: "b", afterSeq: 0, limit: 100).count == 2)
         #expect(try await storage.latestSnapshot(session: "b", feature: "counter")?.version == 2)
-        #expect(try await storage.reply(session: "b", key: "k")?.version == 1)
+        #expect(try await storage.rememberedKey(session: "b", key: "k")?.version == 1)
 
         // Deleting an unknown session is not an error; a deleted id can be created again.
         try await storage.commit([.deleteSession(id: "nobody")])
@@ -87,21 +89,28 @@ package enum StorageBehaviour {
         // counter and todos interleaved: seq 1...6.
         let entries = [
             Rows.entry("s", seq: 1, feature: "counter", version: 1),
-            Rows.entry("s", seq: 2, feature: "todos", version: 1, payload: #"{"type":"add","title":"x"}"#),
-            Rows.entry("s", seq: 3, feature: "counter", version: 2, cause: "rehydrate", payload: #"{"count":9}"#),
-            Rows.entry("s", seq: 4, feature: "counter", version: 3, cause: "reset", payload: nil),
-            Rows.entry("s", seq: 5, feature: "todos", version: 2, payload: #"{"type":"clearCompleted"}"#),
-            Rows.entry("s", seq: 6, feature: "counter", version: 4),
+            Rows.entry("s", seq: 2, feature: "todos", version: 1, action: #"{"type":"add","title":"x"}"#),
+            Rows.entry("s", seq: 3, feature: "counter", version: 2, cause: "rehydrate", action: nil, state: #"{"count":9}"#),
+            JournalEntry(
+                session: "s", seq: 4, feature: "counter", version: 3, cause: "reset", action: nil, effect: nil,
+                delta: .patch(Array(#"[{"op":"replace","path":"/count","value":0}]"#.utf8)), time: 6_000),
+            Rows.entry("s", seq: 5, feature: "todos", version: 2, action: #"{"type":"clearCompleted"}"#),
+            JournalEntry(
+                session: "s", seq: 6, feature: "counter", version: 4, cause: "dispatch", action: Array(#"{"type":"increment"}"#.utf8),
+                effect: Array(#"{"type":"celebrate"}"#.utf8), delta: .patch(Array(#"[{"op":"replace","path":"/count","value":1}]"#.utf8)),
+                time: 7_000),
         ]
-        // Two batches, the second one in two appends, out of order within the batch.
-        try await storage.commit(entries.prefix(3).map { .append($0, idempotency: nil) })
-        try await storage.commit([.append(entries[4], idempotency: nil), .append(entries[3], idempotency: nil), .append(entries[5], idempotency: nil)])
-        try await storage.commit([.append(Rows.entry("t", seq: 1, version: 1), idempotency: nil)])
+        // Two batches, the second one of three appends.
+        try await storage.commit(entries.prefix(3).map { .append($0, idempotencyKey: nil) })
+        try await storage.commit(entries.suffix(3).map { .append($0, idempotencyKey: nil) })
+        try await storage.commit([.append(Rows.entry("t", seq: 1, version: 1), idempotencyKey: nil)])
 
         let counter = try await storage.journal(session: "s", feature: "counter", afterVersion: 0)
         #expect(counter == [entries[0], entries[2], entries[3], entries[5]])
         #expect(counter.map(\.version) == [1, 2, 3, 4])
-        #expect(counter[2].payload == nil, "a reset has no payload")
+        #expect(counter[2].action == nil, "a reset has no action")
+        #expect(counter[2].delta == .patch(Array(#"[{"op":"replace","path":"/count","value":0}]"#.utf8)))
+        #expect(counter[3].effect == Array(#"{"type":"celebrate"}"#.utf8))
         #expect(counter[1].cause == "rehydrate")
         #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 2).map(\.version) == [3, 4])
         #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 4).isEmpty)
@@ -119,51 +128,45 @@ package enum StorageBehaviour {
 
     /// a batch is atomic: when one write fails, none of the batch is stored
     package static func batchIsAtomic(_ storage: any SessionStorage) async throws {
-        try await storage.commit([.createSession(Rows.session("s")), .append(Rows.entry("s", seq: 1, version: 1), idempotency: nil)])
+        try await storage.commit([.createSession(Rows.session("s")), .append(Rows.entry("s", seq: 1, version: 1), idempotencyKey: nil)])
         let error = await storageError { () async throws(StorageError) in
             try await storage.commit([
                 .createSession(Rows.session("new")),
-                .append(Rows.entry("s", seq: 2, version: 2), idempotency: ("k", StoredReply(status: 200, body: [1], version: 2))),
+                .append(Rows.entry("s", seq: 2, version: 2), idempotencyKey: "k"),
                 .snapshot(Rows.snapshot("s", version: 2, state: #"{"count":2}"#)),
-                .append(Rows.entry("s", seq: 3, version: 2), idempotency: nil),  // duplicate version
+                .append(Rows.entry("s", seq: 3, version: 2), idempotencyKey: nil),  // duplicate version
             ])
         }
         #expect(error?.kind == .conflict, "\(String(describing: error))")
         #expect(try await storage.session(id: "new") == nil)
         #expect(try await storage.lastSeq(session: "s") == 1)
-        #expect(try await storage.reply(session: "s", key: "k") == nil, "a failed batch remembers no reply")
+        #expect(try await storage.rememberedKey(session: "s", key: "k") == nil, "a failed batch remembers no key")
         #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == nil)
     }
 
     /// a duplicate (session, feature, version) is a conflict that fails only its own batch
     package static func duplicateVersionFailsAlone(_ storage: any SessionStorage) async throws {
-        try await storage.commit([.createSession(Rows.session("s")), .createSession(Rows.session("other"))])
-        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1), idempotency: nil)])
+        try await storage.commit([.createSession(Rows.session("s"))])
+        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1), idempotencyKey: nil)])
 
         // A duplicate store version (new seq) and a duplicate seq (new version) both conflict.
         let sameVersion = await storageError { () async throws(StorageError) in
-            try await storage.commit([.append(Rows.entry("s", seq: 2, version: 1), idempotency: nil)])
+            try await storage.commit([.append(Rows.entry("s", seq: 2, version: 1), idempotencyKey: nil)])
         }
         #expect(sameVersion?.kind == .conflict, "\(String(describing: sameVersion))")
         let sameSeq = await storageError { () async throws(StorageError) in
-            try await storage.commit([.append(Rows.entry("s", seq: 1, feature: "todos", version: 1), idempotency: nil)])
+            try await storage.commit([.append(Rows.entry("s", seq: 1, feature: "todos", version: 1), idempotencyKey: nil)])
         }
         #expect(sameSeq?.kind == .conflict, "\(String(describing: sameSeq))")
 
-        // Many concurrent batches (they share group commits on SQLite): the bad ones fail,
-        // every good one lands.
+        // Many concurrent batches on their own sessions (they share group commits on SQLite):
+        // the bad ones fail, every good one lands.
+        try await storage.commit((0..<60).map { .createSession(Rows.session("o\($0)")) })
         let outcomes = await withTaskGroup(of: (Int, StorageError?).self) { group in
             for index in 0..<60 {
                 group.addTask {
-                    let batch: [StorageWrite]
-                    if index % 10 == 0 {
-                        batch = [
-                            .append(Rows.entry("other", seq: 10_000 + index, feature: "settings", version: 10_000 + index), idempotency: nil),
-                            .append(Rows.entry("s", seq: 100 + index, version: 1), idempotency: nil),  // duplicate
-                        ]
-                    } else {
-                        batch = [.append(Rows.entry("other", seq: index, version: index), idempotency: ("k\(index)", StoredReply(status: 200, body: [], version: index)))]
-                    }
+                    var batch: [StorageWrite] = [.append(Rows.entry("o\(index)", seq: 1, version: 1), idempotencyKey: "k\(index)")]
+                    if index % 10 == 0 { batch.append(.append(Rows.entry("s", seq: 100 + index, version: 1), idempotencyKey: nil)) }
                     let error = await storageError { () async throws(StorageError) in try await storage.commit(batch) }
                     return (index, error)
                 }
@@ -175,73 +178,166 @@ package enum StorageBehaviour {
         for (index, error) in outcomes {
             if index % 10 == 0 {
                 #expect(error?.kind == .conflict, "batch \(index): \(String(describing: error))")
+                #expect(try await storage.lastSeq(session: "o\(index)") == 0, "batch \(index) left nothing")
             } else {
                 #expect(error == nil, "batch \(index): \(String(describing: error))")
+                #expect(try await storage.rememberedKey(session: "o\(index)", key: "k\(index)")?.version == 1)
             }
         }
-        let stored = try await storage.journal(session: "other", afterSeq: 0, limit: 1000)
-        #expect(stored.map(\.seq) == (1..<60).filter { $0 % 10 != 0 }, "the good batches landed, the bad ones left nothing")
-        #expect(try await storage.reply(session: "other", key: "k7")?.version == 7)
         #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 1000).map(\.seq) == [1])
     }
 
-    /// snapshots: the latest replaces the previous one, per (session, feature)
-    package static func snapshotsReplace(_ storage: any SessionStorage) async throws {
+    /// appends are fenced: one that does not follow the session's seq and the store's version is
+    /// refused, also after compaction removed the rows it would have collided with
+    package static func appendsAreFenced(_ storage: any SessionStorage) async throws {
+        try await storage.commit([.createSession(Rows.session("s"))])
+        try await storage.commit((1...6).map { .append(Rows.entry("s", seq: $0, version: $0), idempotencyKey: nil) })
+        try await storage.commit([.snapshot(Rows.snapshot("s", version: 6, state: #"{"count":6}"#))])
+        try await storage.commit([
+            .compact(session: "s", feature: "counter", upToVersion: 6, keepLast: 0, keysSince: 0, maxKeys: 100)
+        ])
+        #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 100).isEmpty, "compacted away")
+        // A stale writer (it saw seq 2, version 2) tries seq 3, version 3: the rows it would
+        // have collided with are gone, but the heads are not.
+        for (seq, version) in [(3, 3), (7, 3), (3, 7), (8, 8), (7, 1)] {
+            let error = await storageError { () async throws(StorageError) in
+                try await storage.commit([.append(Rows.entry("s", seq: seq, version: version), idempotencyKey: nil)])
+            }
+            #expect(error?.kind == .conflict, "seq \(seq), version \(version): \(String(describing: error))")
+        }
+        // A store's first change is version 1 whatever the session's seq; a later one needs its
+        // store's head.
+        let skipped = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("s", seq: 7, feature: "todos", version: 2), idempotencyKey: nil)])
+        }
+        #expect(skipped?.kind == .conflict, "\(String(describing: skipped))")
+        try await storage.commit([.append(Rows.entry("s", seq: 7, feature: "todos", version: 1), idempotencyKey: nil)])
+        try await storage.commit([.append(Rows.entry("s", seq: 8, version: 7), idempotencyKey: nil)])
+        #expect(try await storage.lastSeq(session: "s") == 8)
+        #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 100).map(\.seq) == [7, 8])
+        // A write for a session that is gone is refused as such, not as a conflict.
+        let gone = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("nobody", seq: 1, version: 1), idempotencyKey: nil)])
+        }
+        #expect(gone?.kind == .sessionGone, "\(String(describing: gone))")
+    }
+
+    /// snapshots: kept per version, found at or before a version, never ahead of the journal
+    package static func snapshotsPerVersion(_ storage: any SessionStorage) async throws {
         try await storage.commit([.createSession(Rows.session("s"))])
         #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == nil)
-        let first = Rows.snapshot("s", version: 100, state: #"{"count":100}"#)
-        let todos = Rows.snapshot("s", feature: "todos", version: 3, state: #"{"items":[],"nextId":4}"#, stateVersion: 2)
+        try await storage.commit((1...5).map { .append(Rows.entry("s", seq: $0, version: $0), idempotencyKey: nil) })
+        try await storage.commit([.append(Rows.entry("s", seq: 6, feature: "todos", version: 1), idempotencyKey: nil)])
+        let first = Rows.snapshot("s", version: 2, state: #"{"count":2}"#)
+        let todos = Rows.snapshot("s", feature: "todos", version: 1, state: #"{"items":[],"nextId":4}"#, stateVersion: 2)
         try await storage.commit([.snapshot(first), .snapshot(todos)])
         #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == first)
-        let second = Rows.snapshot("s", version: 200, state: #"{"count":7}"#, stateVersion: 3)
+        let second = Rows.snapshot("s", version: 5, state: #"{"count":5}"#, stateVersion: 3)
         try await storage.commit([.snapshot(second)])
         #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == second)
+        #expect(try await storage.snapshot(session: "s", feature: "counter", atOrBefore: 4) == first)
+        #expect(try await storage.snapshot(session: "s", feature: "counter", atOrBefore: 1) == nil)
         #expect(try await storage.latestSnapshot(session: "s", feature: "todos") == todos)
         #expect(try await storage.latestSnapshot(session: "t", feature: "counter") == nil)
+        // The same version again replaces it (a state schema migrated on load).
+        let migrated = Rows.snapshot("s", version: 5, state: #"{"count":5,"step":1}"#, stateVersion: 4)
+        try await storage.commit([.snapshot(migrated)])
+        #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == migrated)
+        // Ahead of the store's journal: a stale or confused writer; refused (PostgreSQL skips it).
+        _ = await storageError { () async throws(StorageError) in
+            try await storage.commit([.snapshot(Rows.snapshot("s", version: 9, state: #"{"count":9}"#))])
+        }
+        #expect(try await storage.latestSnapshot(session: "s", feature: "counter") == migrated)
     }
 
-    /// compact drops a store's entries covered by a snapshot, keeping the session's last N
-    package static func compactKeepsLastN(_ storage: any SessionStorage) async throws {
+    /// compact keeps a base snapshot before every entry still needed, and drops the rest
+    package static func compactKeepsBases(_ storage: any SessionStorage) async throws {
         try await storage.commit([.createSession(Rows.session("s"))])
-        // seq 1...12: counter versions 1...10 at seq 1...10, todos 1...2 at seq 11...12.
-        var writes: [StorageWrite] = (1...10).map { .append(Rows.entry("s", seq: $0, version: $0), idempotency: nil) }
+        // seq 1...12: counter versions 1...10 at seq 1...10, todos 1...2 at seq 11...12;
+        // counter snapshots at 1, 4 and 8.
+        var writes: [StorageWrite] = (1...10).map { .append(Rows.entry("s", seq: $0, version: $0), idempotencyKey: nil) }
         writes += [
-            .append(Rows.entry("s", seq: 11, feature: "todos", version: 1), idempotency: nil),
-            .append(Rows.entry("s", seq: 12, feature: "todos", version: 2), idempotency: nil),
+            .append(Rows.entry("s", seq: 11, feature: "todos", version: 1), idempotencyKey: nil),
+            .append(Rows.entry("s", seq: 12, feature: "todos", version: 2), idempotencyKey: nil),
         ]
+        writes += [1, 4, 8].map { .snapshot(Rows.snapshot("s", version: $0, state: #"{"count":\#($0)}"#)) }
         try await storage.commit(writes)
 
-        // Keep the last 5 entries of the session (seq 8...12): counter entries up to
-        // version 8 with seq ≤ 7 go.
-        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 8, keepLast: 5)])
-        #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 0).map(\.version) == [8, 9, 10])
+        // Keep the last 5 entries of the session (seq 8...12): counter needs version 8 on, so
+        // its base is the snapshot at 4 (the newest before 8); what is older goes.
+        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 8, keepLast: 5, keysSince: 0, maxKeys: 100)])
+        #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 0).map(\.version) == [5, 6, 7, 8, 9, 10])
+        #expect(try await storage.snapshot(session: "s", feature: "counter", atOrBefore: 3) == nil)
+        #expect(try await storage.snapshot(session: "s", feature: "counter", atOrBefore: 7)?.version == 4)
         #expect(try await storage.journal(session: "s", feature: "todos", afterVersion: 0).map(\.version) == [1, 2])
-        #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 100).map(\.seq) == [8, 9, 10, 11, 12])
         #expect(try await storage.lastSeq(session: "s") == 12)
 
-        // keepLast 0: everything up to the snapshot's version goes, the rest stays.
-        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 9, keepLast: 0)])
-        #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 0).map(\.version) == [10])
-        // Another feature's entries are never touched.
-        try await storage.commit([.compact(session: "s", feature: "settings", upToVersion: 100, keepLast: 0)])
+        // A remembered key holds its change (and the base before it) in the journal.
+        try await storage.commit([.append(Rows.entry("s", seq: 13, version: 11), idempotencyKey: "k")])
+        try await storage.commit([.snapshot(Rows.snapshot("s", version: 11, state: #"{"count":11}"#))])
+        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 11, keepLast: 0, keysSince: 0, maxKeys: 100)])
+        #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 0).map(\.version) == [9, 10, 11])
+        #expect(try await storage.snapshot(session: "s", feature: "counter", atOrBefore: 10)?.version == 8)
+        // Once the key expires (older than keysSince), its change goes too.
+        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 11, keepLast: 0, keysSince: 6_000, maxKeys: 100)])
+        #expect(try await storage.rememberedKey(session: "s", key: "k") == nil)
+        #expect(try await storage.journal(session: "s", feature: "counter", afterVersion: 0).isEmpty)
+        #expect(try await storage.latestSnapshot(session: "s", feature: "counter")?.version == 11)
+        // Another feature's entries are never touched; an empty journal is not an error.
+        try await storage.commit([.compact(session: "s", feature: "settings", upToVersion: 100, keepLast: 0, keysSince: 0, maxKeys: 100)])
         #expect(try await storage.journal(session: "s", feature: "todos", afterVersion: 0).map(\.version) == [1, 2])
-        // A compact of an empty journal is not an error.
         try await storage.commit([.createSession(Rows.session("empty"))])
-        try await storage.commit([.compact(session: "empty", feature: "counter", upToVersion: 5, keepLast: 0)])
+        try await storage.commit([.compact(session: "empty", feature: "counter", upToVersion: 5, keepLast: 0, keysSince: 0, maxKeys: 100)])
     }
 
-    /// idempotency replies are stored with their change and read back by key
-    package static func replies(_ storage: any SessionStorage) async throws {
+    /// idempotency keys are stored with their change, read back by key, and never twice
+    package static func keys(_ storage: any SessionStorage) async throws {
         try await storage.commit([.createSession(Rows.session("s")), .createSession(Rows.session("t"))])
-        let reply = StoredReply(status: 200, body: Array(#"{"feature":"counter","version":1}"#.utf8), version: 1)
-        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1), idempotency: ("key-1", reply))])
-        try await storage.commit([.append(Rows.entry("s", seq: 2, version: 2), idempotency: nil)])
-        #expect(try await storage.reply(session: "s", key: "key-1") == reply)
-        #expect(try await storage.reply(session: "s", key: "key-2") == nil)
-        #expect(try await storage.reply(session: "t", key: "key-1") == nil, "keys are per session")
-        let unicode = StoredReply(status: 200, body: Array("{}".utf8), version: 3)
-        try await storage.commit([.append(Rows.entry("s", seq: 3, version: 3), idempotency: ("clé ✓ \u{1F600}", unicode))])
-        #expect(try await storage.reply(session: "s", key: "clé ✓ \u{1F600}") == unicode)
+        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1, time: 5_001), idempotencyKey: "key-1")])
+        try await storage.commit([.append(Rows.entry("s", seq: 2, version: 2), idempotencyKey: nil)])
+        #expect(try await storage.rememberedKey(session: "s", key: "key-1") == RememberedKey(feature: "counter", version: 1, time: 5_001))
+        #expect(try await storage.rememberedKey(session: "s", key: "key-2") == nil)
+        #expect(try await storage.rememberedKey(session: "t", key: "key-1") == nil, "keys are per session")
+        try await storage.commit([.append(Rows.entry("s", seq: 3, version: 3), idempotencyKey: "clé ✓ \u{1F600}")])
+        #expect(try await storage.rememberedKey(session: "s", key: "clé ✓ \u{1F600}")?.version == 3)
+        // The same key again (the same request on another node) is a conflict; nothing lands.
+        let again = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("s", seq: 4, version: 4), idempotencyKey: "key-1")])
+        }
+        #expect(again?.kind == .conflict, "\(String(describing: again))")
+        #expect(try await storage.lastSeq(session: "s") == 3)
+        // At most maxKeys per session, the newest kept.
+        try await storage.commit([.append(Rows.entry("s", seq: 4, version: 4, time: 9_000), idempotencyKey: "key-4")])
+        try await storage.commit([.compact(session: "s", feature: "counter", upToVersion: 0, keepLast: 100, keysSince: 0, maxKeys: 1)])
+        #expect(try await storage.rememberedKey(session: "s", key: "key-4")?.version == 4)
+        #expect(try await storage.rememberedKey(session: "s", key: "key-1") == nil)
+    }
+
+    /// a store's state at a version is rebuilt from its base and the patches after it
+    package static func stateAtVersion(_ storage: any SessionStorage) async throws {
+        try await storage.commit([.createSession(Rows.session("s"))])
+        var states = [#"{"items":[]}"#]
+        var writes: [StorageWrite] = []
+        for version in 1...6 {
+            // Items long enough that a patch (one added item) is smaller than the whole list.
+            let next = #"{"items":["# + (1...version).map { "\"item \($0) \(String(repeating: "x", count: 60))\"" }.joined(separator: ",") + "]}"
+            let delta = StateDelta.between(version == 1 ? nil : Array(states[version - 1].utf8), Array(next.utf8))
+            #expect(delta.isPatch == (version > 1), "version \(version): \(delta)")
+            writes.append(.append(
+                JournalEntry(
+                    session: "s", seq: version, feature: "todos", version: version, cause: "dispatch", action: nil, effect: nil,
+                    delta: delta, time: 1),
+                idempotencyKey: nil))
+            states.append(next)
+        }
+        writes.append(.snapshot(Rows.snapshot("s", feature: "todos", version: 3, state: states[3])))
+        try await storage.commit(writes)
+        let initial = Array(states[0].utf8)
+        for version in 0...6 {
+            let state = try await storage.state(session: "s", feature: "todos", at: version, initial: initial)
+            #expect(state.map { String(decoding: $0, as: UTF8.self) } == states[version], "version \(version)")
+        }
+        #expect(try await storage.state(session: "s", feature: "todos", at: 7, initial: initial) == nil, "not yet")
     }
 
     /// sessions(inactiveBefore:) lists the least recently active first, up to the limit

@@ -17,7 +17,7 @@ extension StateServerResponder {
                     } catch {
                         throw .session(error)
                     }
-                    if let lastEventID = Self.lastEventID(request) { await session.backfill(after: lastEventID) }
+                    if let lastEventID = StateServerResponder.lastEventID(request) { await session.backfill(after: lastEventID) }
                     return try responder.events(request, session)
                 }
             }
@@ -40,7 +40,7 @@ extension StateServerResponder {
             openStreams.subtract(1, ordering: .relaxed)
             throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
         }
-        let lastEventID = Self.lastEventID(request)
+        let lastEventID = StateServerResponder.lastEventID(request)
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
