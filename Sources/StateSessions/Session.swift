@@ -747,7 +747,9 @@ public final class Session: Sendable {
     }
 
     /// One change: the idempotency key, the store's computation, the journal, then memory.
-    private func execute(_ request: ChangeRequest, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
+    /// `attempt` counts the tries after lost races; each try finds the store afresh (a catch-up
+    /// that found a gap drops a stale store, which then loads again from storage).
+    private func execute(_ request: ChangeRequest, attempt: Int = 0, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
         guard registry[request.feature] != nil else { return finish(.failed(.unknownFeature(request.feature))) }
         guard let store = loadedStore(request.feature) else {
             // Durable mode, a store not loaded yet (callers normally load it first).
@@ -756,14 +758,14 @@ public final class Session: Sendable {
                     guard let store = try await store(request.feature) else {
                         return finish(.failed(.unknownFeature(request.feature)))
                     }
-                    checkKey(request, store, finish: finish)
+                    checkKey(request, store, attempt: attempt, finish: finish)
                 } catch {
                     finish(.failed(error))
                 }
             }
             return
         }
-        checkKey(request, store, finish: finish)
+        checkKey(request, store, attempt: attempt, finish: finish)
     }
 
     /// A key seen before answers with its first reply; storage is asked when memory has
@@ -820,7 +822,7 @@ public final class Session: Sendable {
                 Task { [self] in
                     do throws(StorageError) {
                         try await catchUp()
-                        apply(request, store, attempt: 1, finish: finish)
+                        execute(request, attempt: 1, finish: finish)
                     } catch {
                         finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
                     }
@@ -841,7 +843,7 @@ public final class Session: Sendable {
                 Task { [self] in
                     do throws(StorageError) {
                         try await catchUp()
-                        checkKey(request, store, attempt: attempt + 1, finish: finish)
+                        execute(request, attempt: attempt + 1, finish: finish)
                     } catch {
                         finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
                     }

@@ -67,11 +67,11 @@ enum SyncMode: String, SettingChoice {
 /// | key | type | default |
 /// | --- | --- | --- |
 /// | `storage` | `memory`, `sqlite:PATH` or `postgres://USER[:PASSWORD]@HOST:PORT/DB` | `memory` |
-/// | `persistence.maxBytes` | bytes the database may grow to, 0 = no limit | `0` |
+/// | `persistence.maxBytes` | bytes the SQLite database may grow to, 0 = no limit | `1073741824` (1 GiB) |
 /// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
 struct StorageSettings: Sendable {
     static let kind = Setting("storage", default: StorageKind.memory, "memory, sqlite:PATH or postgres://URL")
-    static let maxBytes = Setting("persistence.maxBytes", default: 0, in: 0...Int.max, "db size cap, 0 = none")
+    static let maxBytes = Setting("persistence.maxBytes", default: 1 << 30, in: 0...Int.max, "db size cap, 0 = none")
     static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
 
     var kind: StorageKind

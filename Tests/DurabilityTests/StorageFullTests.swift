@@ -151,8 +151,10 @@ struct StorageFullTests {
                 let stored = try await counter.store("counter")
                 #expect(stored.state["count"]?.int == acknowledged.count, "\(acknowledged.count) increments answered 200, \(all.count - acknowledged.count) answered 503; stored: \(stored)")
                 #expect(stored.version == acknowledged.count)
-                // Each acknowledged key replays; so the count above leaves no room for a 503 one.
-                for answer in acknowledged.prefix(300) {
+                // Each acknowledged key replays (storage keeps a session's newest
+                // `idempotency.keys`, 1,000: the last 300); so the count above leaves no room
+                // for a 503 one.
+                for answer in acknowledged.suffix(300) {
                     let replay = try await counter.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", answer.key)])
                     #expect(replay.status == 200 && replay.header("Idempotent-Replayed") == "true", "\(answer.key): \(replay)")
                 }
