@@ -113,6 +113,11 @@ struct APIError: Error, Sendable {
         case .unknownFeature(let name): unknownFeature(name)
         case .sessionGone: sessionNotFound
         case .retired: internalError(failure)  // callers look the session up again first
+        case .memoryFull:
+            APIError(
+                status: 503, code: "session_limit_reached",
+                message: "the server holds as many sessions in memory as its budget allows; try again later",
+                headers: [("Retry-After", "5")])
         case .contention:
             APIError(
                 status: 503, code: "write_contention",

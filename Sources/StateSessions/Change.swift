@@ -80,6 +80,9 @@ public enum SessionFailure: Error, Sendable {
     case retired
     /// Other nodes kept winning the race for the next version (shared storage); nothing applied.
     case contention
+    /// Loaded sessions hold the server's memory budget for states (`sessions.memoryBytes`) and
+    /// none is idle enough to leave memory; nothing was loaded or applied.
+    case memoryFull
 }
 
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.

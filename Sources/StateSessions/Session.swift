@@ -64,6 +64,10 @@ public final class Session: Sendable {
     /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is written
     /// early when they outgrow the state, so a load never reads much more than twice it).
     private let sinceSnapshot = Mutex<[String: Int]>([:])
+    /// Durable mode: the server's budget for the state bytes of loaded sessions, and what this
+    /// session has counted in it.
+    private let memory: MemoryBudget?
+    private let counted = Atomic<Int>(0)
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -89,8 +93,9 @@ public final class Session: Sendable {
         journal: any ChangeJournal, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
         metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
-        notify: @escaping @Sendable (SessionNotice) -> Void
+        memory: MemoryBudget? = nil, notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
+        self.memory = memory
         self.id = id
         self.tokenHash = tokenHash
         self.registry = registry
@@ -152,11 +157,22 @@ public final class Session: Sendable {
     /// changes get `.retired` and the hub refuses subscribers, so a caller that looked the
     /// session up just before can never work on a copy that left memory.
     func retireIfIdle() -> Bool {
-        pipeline.withLock { p in
+        let retired = pipeline.withLock { p in
             guard !p.running, !p.deleted, !p.retired, !hasRunningWork, hub.closeIfIdle() else { return false }
             p.retired = true
             return true
         }
+        if retired { memory?.count(-counted.exchange(0, ordering: .relaxed)) }
+        return retired
+    }
+
+    /// Durable mode: counts this session's state bytes in the server's memory budget again
+    /// (after a load or a change).
+    func recount() {
+        guard let memory else { return }
+        let loaded = stores.withLock { Array($0.values) }
+        let bytes = loaded.reduce(0) { $0 + ((try? $1.currentJSON().state.count) ?? 0) }
+        memory.count(bytes - counted.exchange(bytes, ordering: .relaxed))
     }
 
     // MARK: Stores
@@ -183,6 +199,8 @@ public final class Session: Sendable {
         await loadLock.lock()
         defer { loadLock.unlock() }
         if let store = stores.withLock({ $0[feature] }) { return store }
+        // Loaded sessions past the server's memory budget: idle ones leave memory first.
+        if let memory, !memory.makeRoom() { throw .memoryFull }
         let store: any AnyStateStore
         do {
             store = try await load(definition, from: storage)
@@ -194,6 +212,7 @@ public final class Session: Sendable {
             hub.seed(feature: feature, version: version, state: state)
         }
         stores.withLock { $0[feature] = store }
+        recount()
         // Work that was running in a previous process never comes back: settle its state now,
         // through the change path like any change. With several nodes the work may still run
         // on another node: give it `recoveryDelay`, then settle only if nothing changed.
@@ -254,7 +273,7 @@ public final class Session: Sendable {
         case .storage(let e): notify(.followUpNotStored(session: id, e))
         case .contention:
             notify(.followUpNotStored(session: id, StorageError(.conflict, "other nodes kept changing the store")))
-        case .unknownFeature, .sessionGone, .retired: break
+        case .unknownFeature, .sessionGone, .retired, .memoryFull: break
         }
     }
 
@@ -435,6 +454,7 @@ public final class Session: Sendable {
         pipeline.withLock { $0.deleted = true }
         hub.close()
         for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
+        memory?.count(-counted.exchange(0, ordering: .relaxed))
     }
 
     /// The reply remembered for an idempotency key, from memory or (durable mode) storage,
@@ -867,6 +887,7 @@ public final class Session: Sendable {
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }
             if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
+            recount()
             finish(.applied(prepared.encoded, reply: reply))
         }
     }
@@ -912,6 +933,39 @@ public final class Session: Sendable {
             batch.append(.touch(session: id, at: now))
         }
         return batch
+    }
+}
+
+/// The state bytes all loaded sessions of a durable server may hold together
+/// (`sessions.memoryBytes`). Sessions count their stores' states; before a store loads, idle
+/// sessions leave memory, least recently used first, until the total is under the budget — or
+/// the load is refused when nothing idle is left to evict.
+public final class MemoryBudget: Sendable {
+    public let limit: Int
+    private let held = Atomic<Int>(0)
+    /// Evicts idle sessions until `limit` is met; set by the session manager.
+    private let evict = Mutex<(@Sendable (_ limit: Int) -> Void)?>(nil)
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    func evictor(_ body: @escaping @Sendable (_ limit: Int) -> Void) {
+        evict.withLock { $0 = body }
+    }
+
+    /// State bytes the loaded sessions hold now.
+    public var bytes: Int { held.load(ordering: .relaxed) }
+
+    func count(_ delta: Int) {
+        if delta != 0 { held.add(delta, ordering: .relaxed) }
+    }
+
+    /// Whether there is room for one more store, after evicting idle sessions if needed.
+    func makeRoom() -> Bool {
+        guard bytes >= limit else { return true }
+        evict.withLock { $0 }?(limit)
+        return bytes < limit
     }
 }
 

@@ -18,6 +18,9 @@ public struct SessionSettings: Sendable {
     /// Bytes of remembered reply bodies per session in memory (durable mode still finds older
     /// replies in storage).
     public var idempotencyBytes = 4 << 20
+    /// Durable mode: state bytes all loaded sessions may hold together; past it idle sessions
+    /// leave memory (least recently used first) before another store loads.
+    public var memoryBytes = 1 << 30
     /// Durable mode: storage forgets an idempotency key this long after its first use (a
     /// repeat after that is a new request).
     public var idempotencyTTL: Duration = .seconds(86_400)
@@ -51,6 +54,8 @@ public final class SessionManager: Sendable {
     private let metrics = HubMetrics()
     private let replayBudget: ReplayBudget
     private let encoder: any EventEncoder
+    /// Durable mode: the state bytes loaded sessions hold, against `settings.memoryBytes`.
+    public let memory: MemoryBudget?
     /// Shared storage: whether this node hears other nodes' commits now (``followOtherNodes()``).
     private let hearing = Atomic<Bool>(false)
     /// Callers of ``untilFollowing(atMost:)`` waiting for the first `.listening`.
@@ -82,6 +87,22 @@ public final class SessionManager: Sendable {
         self.journal = storage.map { StorageJournal($0) } ?? VolatileJournal()
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
+        self.memory = storage == nil ? nil : MemoryBudget(limit: settings.memoryBytes)
+        memory?.evictor { [weak self] limit in self?.evictIdle(until: limit) }
+    }
+
+    /// Evicts idle sessions, least recently used first, until the loaded states fit `limit`.
+    private func evictIdle(until limit: Int) {
+        guard let memory else { return }
+        let candidates = sessions.withLock { Array($0.byID.values) }.sorted { $0.idleSince < $1.idleSince }
+        for session in candidates {
+            guard memory.bytes >= limit else { return }
+            if session.retireIfIdle() {
+                sessions.withLock { t in
+                    if t.byID[session.id] === session { t.byID[session.id] = nil }
+                }
+            }
+        }
     }
 
     public var storage: (any SessionStorage)? { journal.storage }
@@ -125,7 +146,7 @@ public final class SessionManager: Sendable {
         Session(
             id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
-            replayBudget: replayBudget, encoder: encoder, notify: notify)
+            replayBudget: replayBudget, encoder: encoder, memory: memory, notify: notify)
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,

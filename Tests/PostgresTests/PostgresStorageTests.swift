@@ -69,7 +69,11 @@ struct PostgresStorageTests {
             try await nodeB.commit([.append(entry("n", seq: 3, version: 3), idempotencyKey: nil)])
             try await nodeA.commit([.deleteSession(id: "n")])
             #expect(await heard.until { $0.contains(.deleted(session: "n")) }, "\(heard.all)")
-            #expect(heard.all == [.listening, .committed(session: "n", seq: 2), .committed(session: "n", seq: 3), .deleted(session: "n")])
+            // Each append announces its own seq (a batch of two: two notices, in order).
+            #expect(heard.all == [
+                .listening, .committed(session: "n", seq: 1), .committed(session: "n", seq: 2), .committed(session: "n", seq: 3),
+                .deleted(session: "n"),
+            ])
             await nodeB.close()
             #expect(await heard.until { _ in heard.finished }, "closing the storage ends its notices")
         }

@@ -80,9 +80,9 @@ def short(query):
     """A statement as the report shows it: its first words, parameters as $n."""
     q = re.sub(r"\s+", " ", query).strip()
     if q.upper().startswith("WITH J AS ( INSERT INTO STATE_JOURNAL"):
-        return "INSERT INTO state_journal + state_replies (one statement)"
-    for prefix in ("INSERT INTO state_journal", "INSERT INTO state_snapshots", "INSERT INTO state_replies",
-                   "INSERT INTO state_sessions", "SELECT pg_notify", "DELETE FROM state_journal"):
+        return "INSERT INTO state_changes + state_keys (one statement)"
+    for prefix in ("INSERT INTO state_changes", "INSERT INTO state_bases", "INSERT INTO state_keys",
+                   "INSERT INTO state_sessions", "SELECT pg_notify", "DELETE FROM state_changes"):
         if q.startswith(prefix):
             return prefix
     return q[:90]

@@ -54,13 +54,13 @@ final class Cluster: Sendable {
 
     /// The counter's journal rows of a session, read from PostgreSQL with psql, in `seq` order.
     func counterJournal(_ session: String) throws -> [(seq: Int, version: Int)] {
-        try pairs("SELECT seq, version FROM state_journal WHERE session = '\(session)' AND feature = 'counter'")
+        try pairs("SELECT seq, version FROM state_changes WHERE session = '\(session)' AND feature = 'counter'")
             .map { (seq: $0.0, version: $0.1) }
     }
 
     /// Every `seq` of a session's journal, in order.
     func sequence(_ session: String) throws -> [Int] {
-        try pairs("SELECT seq, seq FROM state_journal WHERE session = '\(session)'").map(\.0)
+        try pairs("SELECT seq, seq FROM state_changes WHERE session = '\(session)'").map(\.0)
     }
 
     /// Rows of two integer columns `seq, x` of `query`, ordered by `seq`: aggregated by
