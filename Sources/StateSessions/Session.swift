@@ -200,7 +200,7 @@ public final class Session: Sendable {
         defer { loadLock.unlock() }
         if let store = stores.withLock({ $0[feature] }) { return store }
         // Loaded sessions past the server's memory budget: idle ones leave memory first.
-        if let memory, !memory.makeRoom() { throw .memoryFull }
+        if let memory, !memory.makeRoom(sparing: id) { throw .memoryFull }
         let store: any AnyStateStore
         do {
             store = try await load(definition, from: storage)
@@ -943,14 +943,14 @@ public final class Session: Sendable {
 public final class MemoryBudget: Sendable {
     public let limit: Int
     private let held = Atomic<Int>(0)
-    /// Evicts idle sessions until `limit` is met; set by the session manager.
-    private let evict = Mutex<(@Sendable (_ limit: Int) -> Void)?>(nil)
+    /// Evicts idle sessions but `sparing` until `limit` is met; set by the session manager.
+    private let evict = Mutex<(@Sendable (_ limit: Int, _ sparing: String) -> Void)?>(nil)
 
     init(limit: Int) {
         self.limit = limit
     }
 
-    func evictor(_ body: @escaping @Sendable (_ limit: Int) -> Void) {
+    func evictor(_ body: @escaping @Sendable (_ limit: Int, _ sparing: String) -> Void) {
         evict.withLock { $0 = body }
     }
 
@@ -961,10 +961,11 @@ public final class MemoryBudget: Sendable {
         if delta != 0 { held.add(delta, ordering: .relaxed) }
     }
 
-    /// Whether there is room for one more store, after evicting idle sessions if needed.
-    func makeRoom() -> Bool {
+    /// Whether there is room for one more store, after evicting idle sessions (but the one
+    /// asking) if needed.
+    func makeRoom(sparing session: String) -> Bool {
         guard bytes >= limit else { return true }
-        evict.withLock { $0 }?(limit)
+        evict.withLock { $0 }?(limit, session)
         return bytes < limit
     }
 }

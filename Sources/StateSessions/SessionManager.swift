@@ -88,14 +88,14 @@ public final class SessionManager: Sendable {
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
         self.memory = storage == nil ? nil : MemoryBudget(limit: settings.memoryBytes)
-        memory?.evictor { [weak self] limit in self?.evictIdle(until: limit) }
+        memory?.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
     }
 
     /// Evicts idle sessions, least recently used first, until the loaded states fit `limit`.
-    private func evictIdle(until limit: Int) {
+    private func evictIdle(until limit: Int, sparing: String) {
         guard let memory else { return }
         let candidates = sessions.withLock { Array($0.byID.values) }.sorted { $0.idleSince < $1.idleSince }
-        for session in candidates {
+        for session in candidates where session.id != sparing {
             guard memory.bytes >= limit else { return }
             if session.retireIfIdle() {
                 sessions.withLock { t in

@@ -74,6 +74,7 @@ struct ServerSettings: Sendable {
 /// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
 /// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
 /// | `sessions.recoveryDelay` | seconds before another node's waiting work is settled | `30` |
+/// | `sessions.memoryBytes` | state bytes loaded sessions may hold together (SQLite, PostgreSQL) | `1073741824` |
 struct SessionsSettings: Sendable {
     static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
     static let max = Setting("sessions.max", default: 100_000, in: 1...100_000_000, "sessions (memory storage)")
@@ -86,6 +87,7 @@ struct SessionsSettings: Sendable {
     static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
     static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
     static let recoveryDelay = Setting("sessions.recoveryDelay", default: 30.0, in: 0...86_400, "seconds before settling")
+    static let memoryBytes = Setting("sessions.memoryBytes", default: 1 << 30, in: 1...(1 << 50), "state bytes loaded")
 
     /// What `SessionManager` takes.
     var manager = SessionSettings()
@@ -102,6 +104,7 @@ struct SessionsSettings: Sendable {
         manager.replayBytes = try read(Self.replayBytes)
         manager.serverReplayBytes = try read(Self.serverReplayBytes)
         manager.recoveryDelay = .milliseconds(Int(try read(Self.recoveryDelay) * 1000))
+        manager.memoryBytes = try read(Self.memoryBytes)
     }
 }
 
