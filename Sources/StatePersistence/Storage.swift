@@ -188,6 +188,9 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
         public static let unavailable = Kind("unavailable")
         /// A write broke a rule of the schema (a duplicate version): a bug, never retried.
         public static let conflict = Kind("conflict")
+        /// A write was sent and its connection broke before the answer: it may or may not have
+        /// been committed (a network database). Read the journal to know.
+        public static let uncertain = Kind("uncertain")
         /// A write (append, snapshot, touch, compact, idempotency reply) names a session that
         /// does not exist: it was deleted or purged, or never created. Nothing of the batch is
         /// stored; retrying cannot help. Answer as for an unknown session.

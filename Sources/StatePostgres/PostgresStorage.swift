@@ -282,9 +282,9 @@ public final class PostgresStorage: SessionStorage {
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
         if batch.count == 1, case .append(let entry, let key) = batch[0] {
-            return try await perform("commit") { db, logger in try await Self.append(entry, key, on: db, logger) }
+            return try await perform("commit", writes: true) { db, logger in try await Self.append(entry, key, on: db, logger) }
         }
-        try await perform("commit") { connection, logger in
+        try await perform("commit", writes: true) { connection, logger in
             try await Self.transaction(connection, logger) {
                 // Writes for a session that does not exist (deleted, perhaps by another node)
                 // are refused; the row lock orders a concurrent delete after this commit (and
@@ -660,10 +660,15 @@ public final class PostgresStorage: SessionStorage {
 
     /// Leases a connection (waiting at most `settings.connectionWait`), runs `body` on it, and
     /// turns every failure into a `StorageError`.
+    ///
+    /// A write (`sent: true`) whose connection breaks once it was leased may have reached
+    /// PostgreSQL and committed: that failure is `.uncertain`, never `.unavailable`. The lease
+    /// and the time-out decide once, atomically, which of them won: a connection leased after
+    /// the time-out runs nothing.
     func perform<T: Sendable>(
-        _ what: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
+        _ what: String, writes: Bool = false, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
     ) async throws(StorageError) -> T {
-        let leased = Flag()
+        let lease = Lease()
         let client = client
         let logger = logger
         let wait = settings.connectionWait
@@ -671,13 +676,13 @@ public final class PostgresStorage: SessionStorage {
             return try await withThrowingTaskGroup(of: T?.self) { group in
                 group.addTask {
                     try await client.withConnection { connection in
-                        leased.value.store(true, ordering: .sequentiallyConsistent)
+                        guard lease.take() else { throw NoConnection() }
                         return try await body(connection, logger)
                     }
                 }
                 group.addTask {
                     try await Task.sleep(for: wait)
-                    if !leased.value.load(ordering: .sequentiallyConsistent) { throw NoConnection() }
+                    if lease.expire() { throw NoConnection() }
                     return nil
                 }
                 while let result = try await group.next() {
@@ -689,15 +694,32 @@ public final class PostgresStorage: SessionStorage {
                 throw NoConnection()
             }
         } catch {
-            throw Self.storageError(error, what: what, name: name, wait: wait)
+            let failure = Self.storageError(error, what: what, name: name, wait: wait)
+            if writes, lease.taken, failure.kind == .unavailable, !(error is StorageError), !Self.isServerError(error) {
+                throw StorageError(.uncertain, failure.message + " (the write may have been committed)")
+            }
+            throw failure
         }
     }
 
     private struct NoConnection: Error {}
 
-    /// Set once a connection is leased: from then on the operation runs to its end.
-    private final class Flag: Sendable {
-        let value = Atomic<Bool>(false)
+    /// Whether PostgreSQL answered the statement with an error of its own (then nothing of it
+    /// was committed).
+    static func isServerError(_ error: any Error) -> Bool {
+        if let error = error as? PSQLError, error.code == .server { return true }
+        return false
+    }
+
+    /// Who won: the connection (leased) or the time-out (expired), decided once.
+    private final class Lease: Sendable {
+        private let state = Atomic<Int>(0)  // 0 waiting, 1 leased, 2 expired
+
+        /// The connection's turn: false when the time-out came first.
+        func take() -> Bool { state.compareExchange(expected: 0, desired: 1, ordering: .sequentiallyConsistent).exchanged }
+        /// The time-out's turn: false when a connection was leased first.
+        func expire() -> Bool { state.compareExchange(expected: 0, desired: 2, ordering: .sequentiallyConsistent).exchanged }
+        var taken: Bool { state.load(ordering: .sequentiallyConsistent) == 1 }
     }
 
     /// What a failure means for the caller. Messages name the storage without its password and

@@ -113,6 +113,12 @@ struct APIError: Error, Sendable {
         case .unknownFeature(let name): unknownFeature(name)
         case .sessionGone: sessionNotFound
         case .retired: internalError(failure)  // callers look the session up again first
+        case .outcomeUnknown:
+            APIError(
+                status: 503, code: "outcome_unknown",
+                message: "the connection to the database broke while the change was committed; it may have been applied: "
+                    + "read the state, or retry with the same Idempotency-Key",
+                headers: [("Retry-After", "1")])
         case .memoryFull:
             APIError(
                 status: 503, code: "session_limit_reached",

@@ -66,7 +66,7 @@ public enum ChangeOutcome: Sendable {
     case failed(SessionFailure)
 }
 
-/// Why a session could not do what was asked. Nothing was applied.
+/// Why a session could not do what was asked. Nothing was applied (but for `outcomeUnknown`).
 public enum SessionFailure: Error, Sendable {
     /// The store refused the change.
     case store(StoreError)
@@ -83,6 +83,9 @@ public enum SessionFailure: Error, Sendable {
     /// Loaded sessions hold the server's memory budget for states (`sessions.memoryBytes`) and
     /// none is idle enough to leave memory; nothing was loaded or applied.
     case memoryFull
+    /// The commit was sent and the connection to the storage broke before its answer, and the
+    /// journal could not tell yet whether it landed: the change may have been applied.
+    case outcomeUnknown
 }
 
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.

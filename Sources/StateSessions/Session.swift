@@ -274,6 +274,8 @@ public final class Session: Sendable {
         case .contention:
             notify(.followUpNotStored(session: id, StorageError(.conflict, "other nodes kept changing the store")))
         case .unknownFeature, .sessionGone, .retired, .memoryFull: break
+        case .outcomeUnknown:
+            notify(.followUpNotStored(session: id, StorageError(.uncertain, "a follow-up's commit may or may not have landed")))
         }
     }
 
@@ -856,7 +858,21 @@ public final class Session: Sendable {
             version: prepared.encoded.version)
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let seq = hub.seq + 1
-        journal.record({ writes(prepared, store: store, seq: seq, key: remembered?.0) }) { [self] result in
+        // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
+        // builds nothing.
+        let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
+        let committed: @Sendable () -> Void = { [self] in
+            // Every change of this store goes through this pipeline, so it is still at the
+            // change's base version.
+            guard store.commit(prepared, startWork: true) else {
+                return finish(.failed(.store(StoreError(
+                    .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
+            }
+            if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
+            recount()
+            finish(.applied(prepared.encoded, reply: reply))
+        }
+        journal.record({ batch }) { [self] result in
             if case .failure(let error) = result, error.kind == .conflict, readsCatchUp, attempt < Self.conflictRetries {
                 // Another node committed this version or sequence number first: catch up with
                 // it and compute the change again on the fresh state.
@@ -873,6 +889,18 @@ public final class Session: Sendable {
             if case .failure(let error) = result, error.kind == .conflict, readsCatchUp {
                 return finish(.failed(.contention))
             }
+            if case .failure(let error) = result, error.kind == .uncertain, case .append(let entry, _)? = batch.first {
+                // The connection broke after the commit was sent: the journal says whether it
+                // landed. Never "nothing applied" unless that is known.
+                Task { [self] in
+                    switch await landed(entry) {
+                    case true?: committed()
+                    case false?: finish(.failed(.storage(StorageError(.unavailable, error.message))))
+                    case nil: finish(.failed(.outcomeUnknown))
+                    }
+                }
+                return
+            }
             if case .failure(let error) = result {
                 // Storage no longer has the session (deleted by another process or node, or
                 // by the TTL sweep): it is gone here too.
@@ -880,16 +908,18 @@ public final class Session: Sendable {
                 markGone()
                 return finish(.failed(.sessionGone))
             }
-            // Every change of this store goes through this pipeline, so it is still at the
-            // change's base version.
-            guard store.commit(prepared, startWork: true) else {
-                return finish(.failed(.store(StoreError(
-                    .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
-            }
-            if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
-            recount()
-            finish(.applied(prepared.encoded, reply: reply))
+            committed()
         }
+    }
+
+    /// Whether `entry` is in the journal (true), another change took its place so it can never
+    /// be (false), or that cannot be known now (nil: not there yet, or storage unreachable).
+    private func landed(_ entry: JournalEntry) async -> Bool? {
+        guard let storage, let found = try? await storage.journal(session: id, afterSeq: entry.seq - 1, limit: 1) else {
+            return nil
+        }
+        guard let first = found.first, first.seq == entry.seq else { return nil }
+        return first == entry
     }
 
     /// Journal bytes a store may gather since its last snapshot even when its state is smaller.
