@@ -9,7 +9,8 @@
 SWIFT        ?= swift
 # Build: libmicrohttpd-dev libsqlite3-dev pkg-config. Tests: curl, postgresql (initdb, pg_ctl, psql),
 # nginx-light, python3 and python3-venv (schemathesis, pytest, the OpenAPI client), procps (pkill in
-# scripts/test.sh). The browser step installs chromium and chromium-driver itself.
+# scripts/test.sh). The browser step installs chromium and chromium-driver itself, the metrics lint
+# step (scripts/metrics-lint.sh) Debian's prometheus package, for promtool.
 APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
@@ -44,8 +45,8 @@ run: release
 	.build/release/state-server --config config/state-server.yaml --storage sqlite:data/state-server.db
 
 # Every step (swift test, the HTTP suite on SQLite, schemathesis, the OpenAPI client check, the
-# browser), then a summary of each as the last lines; fails if any step failed. The Python tools
-# live in .cache/venv (scripts/python-env.sh), never in the system's Python.
+# metrics lint, the browser), then a summary of each as the last lines; fails if any step failed.
+# The Python tools live in .cache/venv (scripts/python-env.sh), never in the system's Python.
 test: deps
 	@bash scripts/test.sh
 

@@ -124,12 +124,12 @@ struct Server {
         let logger = Logger(label: "state-server")
         raiseFileLimit(logger: logger)
         let prometheus = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: prometheus))
+        MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
         let registry = try Features.registry(loginCheckDelay: settings.features.loginCheckDelay)
         let storage: (any SessionStorage)?
         do {
-            storage = try await settings.storage.open(logger: logger)
+            storage = try await settings.storage.open(logger: logger).map { TimedStorage($0) }
         } catch {
             logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage.kind)", "error": "\(error)"])
             StderrLogWriter.shared.flush()
@@ -208,25 +208,27 @@ struct Server {
     /// The HTTP server over the v1 routes, with metrics and the access log.
     private func makeHTTPServer(sessions: SessionManager, prometheus: PrometheusCollectorRegistry, logger: Logger) -> HTTPServer {
         let gauges = (
-            sessions: Gauge(label: "stateserver_sessions_in_memory"),
-            stores: Gauge(label: "stateserver_stores_in_memory"),
-            streams: Gauge(label: "stateserver_event_streams_open")
+            sessions: Gauge(label: MetricCatalog.sessionsInMemory),
+            stores: Gauge(label: MetricCatalog.storesInMemory),
+            streams: Gauge(label: MetricCatalog.eventStreamsOpen)
         )
+        let process = ProcessMetrics(registry: prometheus)
         let streamCount = Mutex<(@Sendable () -> Int)?>(nil)
         let responder = StateServerResponder(sessions: sessions, settings: settings.http.routes, logger: logger) {
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)
             gauges.streams.record(streamCount.withLock { $0 }?() ?? 0)
+            process?.update()
             return prometheus.emitToBuffer()
         }
         streamCount.withLock { $0 = { responder.streamCount } }
-        let dispatchTimer = Timer(label: "stateserver_dispatch_duration_seconds")
-        let requestCounters = RequestCounters()
+        let dispatchTimer = Timer(label: MetricCatalog.dispatchDuration)
+        let requestMetrics = RequestMetrics()
         return HTTPServer(configuration: settings.http.server, responder: responder) { record in
-            requestCounters.counter(route: record.route, status: record.status).increment()
+            requestMetrics.counter(route: record.route, status: record.status).increment()
+            requestMetrics.timer(route: record.route).record(duration: record.duration)
             if record.route == "/v1/sessions/{id}/dispatch" {
-                let (seconds, attoseconds) = record.duration.components
-                dispatchTimer.recordNanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+                dispatchTimer.record(duration: record.duration)
             }
             logger.info(
                 "request",
@@ -269,26 +271,37 @@ struct Server {
     }
 }
 
-/// `stateserver_http_requests_total{route,status}` counters, made once per label pair (making
-/// a `Counter` looks it up in the registry; this runs for every request). Found by status, then
-/// by route among the few seen with that status: routes are the table's templates, so
+/// `stateserver_http_requests_total{route,status}` counters and
+/// `stateserver_http_request_duration_seconds{route}` histograms, made once per label set
+/// (making a metric looks it up in the registry; this runs for every request). Found by status,
+/// then by route among the few seen with that status: routes are the table's templates, so
 /// comparing them is usually a pointer comparison, where hashing the route cost about a
 /// thousand instructions a request.
-private final class RequestCounters: Sendable {
+private final class RequestMetrics: Sendable {
     private let counters = Mutex<[Int: [(route: String, counter: CoreMetrics.Counter)]]>([:])
+    private let timers = Mutex<[(route: String, timer: CoreMetrics.Timer)]>([])
 
     func counter(route: String, status: Int) -> CoreMetrics.Counter {
         let found = counters.withLock { counters in
             counters[status]?.first { $0.route == route }?.counter
         }
         if let found { return found }
-        let counter = CoreMetrics.Counter(label: "stateserver_http_requests_total", dimensions: [("route", route), ("status", String(status))])
+        let counter = CoreMetrics.Counter(label: MetricCatalog.httpRequests, dimensions: [("route", route), ("status", String(status))])
         counters.withLock { counters in
             if counters[status]?.contains(where: { $0.route == route }) != true {
                 counters[status, default: []].append((route, counter))
             }
         }
         return counter
+    }
+
+    func timer(route: String) -> CoreMetrics.Timer {
+        if let found = timers.withLock({ timers in timers.first { $0.route == route }?.timer }) { return found }
+        let timer = CoreMetrics.Timer(label: MetricCatalog.httpRequestDuration, dimensions: [("route", route)])
+        timers.withLock { timers in
+            if !timers.contains(where: { $0.route == route }) { timers.append((route, timer)) }
+        }
+        return timer
     }
 }
 

@@ -10,6 +10,7 @@ Screenshots and the server's log go to test-artifacts/ (gitignored).
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import threading
@@ -179,6 +180,51 @@ def list_style(driver, prop):
 
 
 CALM_BACKGROUND = "rgb(244, 244, 245)"  # the page's own background (#f4f4f5), whatever the settings
+PAGE_TEXT = "rgb(17, 17, 17)"  # the page's own text colour (#111111)
+
+
+def css_rgb(hex_colour):
+    """"#RRGGBB" as the computed style writes it."""
+    value = int(hex_colour[1:], 16)
+    return f"rgb({value >> 16 & 255}, {value >> 8 & 255}, {value & 255})"
+
+
+def tint(hex_colour, share=0.12):
+    """The todo list's light tint of a background colour: `share` of it, the rest white (as the
+    page computes it, rounding halves up)."""
+    value = int(hex_colour[1:], 16)
+    channels = [value >> 16 & 255, value >> 8 & 255, value & 255]
+    r, g, b = (math.floor(255 - (255 - c) * share + 0.5) for c in channels)
+    return f"rgb({r}, {g}, {b})"
+
+
+def parse_rgb(css):
+    return [int(part) for part in css[css.index("(") + 1 : css.index(")")].split(",")[:3]]
+
+
+def contrast(a, b):
+    """WCAG contrast ratio of two computed `rgb(...)` colours."""
+
+    def luminance(css):
+        def channel(c):
+            c /= 255
+            return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+        r, g, b = (channel(c) for c in parse_rgb(css))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    light, dark = sorted((luminance(a), luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def chip_style(driver, prop):
+    return driver.execute_script(f"return getComputedStyle(document.getElementById('todo-colours')).{prop}")
+
+
+def keep_toasts(driver, milliseconds=600_000):
+    """Toasts of this page stay `milliseconds` (read when each is shown): long, for a test that
+    looks at a toast later; short, for one that waits for it to go."""
+    driver.execute_script("document.getElementById('toasts').dataset.dismissAfter = String(arguments[0])", milliseconds)
 
 
 def toasts(driver):
@@ -284,23 +330,41 @@ def test_two_windows_share_one_session(server, browser):
     b.find_element(By.ID, "decrement").click()
     wait(a, lambda d: text(d, "count") == "40", "A never showed B's decrement")
 
-    # Settings colour the todo list (and only the list): the seed settings first (#FF0000 on
-    # #FFFFFF); then B changes the background, A's list follows; A's picker changes the text colour.
+    # Settings colour the todo list (and only the list), calmly: the swatch shows the colours as
+    # set, the list a light tint of the background colour with a stripe of it, in a text colour
+    # that reads on the tint. The seed settings first (#FFFFFF on #FF0000: the page's text on a
+    # light red); then B changes the background, A's list follows; A's picker changes the text
+    # colour, to a light one (the list keeps the page's text) and then a dark one (the list uses it).
     for driver in (a, b):
-        assert list_style(driver, "backgroundColor") == "rgb(255, 0, 0)"
-        assert list_style(driver, "color") == "rgb(255, 255, 255)"
+        assert chip_style(driver, "backgroundColor") == "rgb(255, 0, 0)"
+        assert chip_style(driver, "color") == "rgb(255, 255, 255)"
+        assert list_style(driver, "backgroundColor") == tint("#FF0000") == "rgb(255, 224, 224)"
+        assert list_style(driver, "borderLeftColor") == "rgb(255, 0, 0)"
+        assert list_style(driver, "color") == PAGE_TEXT
         assert body_style(driver, "backgroundColor") == CALM_BACKGROUND
     submit_text(b, "bg-hex", "#1e3a8a")
-    wait(a, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's todo list never changed colour")
-    wait(b, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "B's todo list never changed colour")
+    # (The list's colours change with a short transition: wait for where they end.)
+    for driver, name in ((a, "A"), (b, "B")):
+        wait(driver, lambda d: list_style(d, "backgroundColor") == tint("#1E3A8A"), f"{name}'s todo list never changed colour")
+        wait(driver, lambda d: list_style(d, "borderLeftColor") == "rgb(30, 58, 138)", f"{name}'s stripe never changed colour")
+        assert chip_style(driver, "backgroundColor") == "rgb(30, 58, 138)"
     assert body_style(a, "backgroundColor") == CALM_BACKGROUND and body_style(b, "backgroundColor") == CALM_BACKGROUND
     assert a.find_element(By.ID, "bg-hex").get_attribute("value") == "#1E3A8A"
-    a.execute_script(
-        "const input = document.getElementById('fg-color');"
-        "input.value = '#fde68a'; input.dispatchEvent(new Event('change', {bubbles: true}));"
-    )
-    wait(b, lambda d: list_style(d, "color") == "rgb(253, 230, 138)", "B's todo text colour never changed")
-    assert body_style(b, "color") == "rgb(17, 17, 17)"
+    for colour, on_list in (("#fde68a", PAGE_TEXT), ("#7c2d12", "rgb(124, 45, 18)")):
+        a.execute_script(
+            "const input = document.getElementById('fg-color');"
+            "input.value = arguments[0]; input.dispatchEvent(new Event('change', {bubbles: true}));",
+            colour,
+        )
+        wait(b, lambda d, c=colour: chip_style(d, "color") == css_rgb(c), f"B's swatch never showed the text colour {colour}")
+        wait(b, lambda d, c=on_list: list_style(d, "color") == c, f"B's list text never became {on_list} for {colour}")
+        assert contrast(list_style(b, "color"), list_style(b, "backgroundColor")) >= 4.5
+    assert body_style(b, "color") == PAGE_TEXT
+
+    # The toasts below stay until this test closes them (they go by themselves after a few
+    # seconds otherwise, which test_toast_goes_away_by_itself_and_on_click checks).
+    for driver in (a, b):
+        keep_toasts(driver)
 
     # A wrong login in A: loading state in both windows, then the toast exactly once.
     a.find_element(By.ID, "login-username").send_keys("ada")
@@ -336,11 +400,13 @@ def test_two_windows_share_one_session(server, browser):
     wait_ready(a)
     assert a.current_url == url
     assert text(a, "count") == "40" and todo_titles(a) == ["Walk the dog"]
-    wait(a, lambda d: list_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's todo list lost its colour")
+    wait(a, lambda d: chip_style(d, "backgroundColor") == "rgb(30, 58, 138)", "A's todo list lost its colour")
+    wait(a, lambda d: list_style(d, "backgroundColor") == tint("#1E3A8A"), "A's todo list lost its tint")
     stream_caught_up(a)
     assert toasts_shown(a) == 0 and toasts(a) == [], "the toast came back after a reload"
 
     # B closes its toast (it covers the bottom of a phone screen).
+    assert len(toasts(b)) == 1
     b.find_element(By.CSS_SELECTOR, "#toasts .toast button").click()
     assert toasts(b) == [] and toasts_shown(b) == 1
 
@@ -412,6 +478,38 @@ def test_rejected_actions_are_shown(server, browser):
         "the first action never opened another session",
     )
     wait(page, lambda d: text(d, "count") == "1", "the new session's counter never showed 1")
+
+
+def test_toast_goes_away_by_itself_and_on_click(server, browser):
+    """A toast (the failed login's) leaves after its lifetime with nothing done (shortened here
+    through the page's data-dismiss-after), and at once when clicked anywhere."""
+    base, _ = server
+    page = browser(800, 700)
+    page.get(base + "/")
+    wait_loaded(page)
+    assert page.find_element(By.ID, "toasts").get_attribute("data-dismiss-after") == "6000"
+
+    def failed_login(shown):
+        page.find_element(By.ID, "login-username").clear()
+        page.find_element(By.ID, "login-username").send_keys("ada")
+        page.find_element(By.ID, "login-password").send_keys("short")
+        page.find_element(By.ID, "login-submit").click()
+        wait(page, lambda d: toasts_shown(d) == shown, f"toast {shown} never showed")
+
+    # By itself: a short lifetime, then the toast is gone without any input.
+    keep_toasts(page, 300)
+    failed_login(1)
+    wait(page, lambda d: toasts(d) == [], "the toast never went away by itself")
+    assert toasts_shown(page) == 1
+
+    # On a click on its text (not only its Close button), however long it would stay.
+    keep_toasts(page)
+    failed_login(2)
+    assert len(toasts(page)) == 1
+    page.find_element(By.CSS_SELECTOR, "#toasts .toast p").click()
+    wait(page, lambda d: toasts(d) == [], "a click on the toast did not dismiss it")
+    assert toasts_shown(page) == 2
+    assert severe_console_errors(page) == []
 
 
 def test_unknown_session_in_the_url_is_reported(server, browser):
@@ -677,13 +775,24 @@ def test_default_look(server, browser, size):
         submit_text(page, "todo-title", title)
         wait(page, lambda d, t=title: t in todo_titles(d), f"{title!r} never appeared")
     wait_ready(page)
-    assert list_style(page, "backgroundColor") == "rgb(255, 0, 0)"
-    assert list_style(page, "color") == "rgb(255, 255, 255)"
+    # The seed's #FF0000 is only a swatch and a stripe: the list is a light tint, its text reads.
+    assert chip_style(page, "backgroundColor") == "rgb(255, 0, 0)"
+    wait(page, lambda d: list_style(d, "backgroundColor") == tint("#FF0000"), "the todo list never took its tint")
+    assert min(parse_rgb(list_style(page, "backgroundColor"))) >= 200, "the todo list is not a light tint"
+    assert contrast(list_style(page, "color"), list_style(page, "backgroundColor")) >= 4.5
     assert body_style(page, "backgroundColor") == CALM_BACKGROUND
-    assert body_style(page, "color") == "rgb(17, 17, 17)"
-    for selector in ("header", "main", "section#counter", "footer"):
-        element = page.find_element(By.CSS_SELECTOR, selector)
-        assert element.value_of_css_property("background-color") != "rgba(255, 0, 0, 1)", selector
+    assert body_style(page, "color") == PAGE_TEXT
+    # Nothing larger than the swatch is a loud red (the stripe is 4 px wide).
+    loud = page.execute_script(
+        """
+        return [...document.querySelectorAll('body *')].filter((element) => {
+            const style = getComputedStyle(element);
+            const box = element.getBoundingClientRect();
+            return style.backgroundColor === 'rgb(255, 0, 0)' && box.width * box.height > 48 * 32;
+        }).map((element) => element.id || element.tagName);
+        """
+    )
+    assert loud == [], f"loud red areas: {loud}"
     assert page.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
     page.execute_script("window.scrollTo(0, 0)")
     screenshot(page, f"browser-default-{size}.png")

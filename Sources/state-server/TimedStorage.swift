@@ -1,0 +1,75 @@
+import CoreMetrics
+import Metrics
+import StatePersistence
+
+/// A storage that times each `commit` (`stateserver_storage_commit_latency_seconds`: from the
+/// call until the batch is durable or refused, waiting for a group commit included) and
+/// forwards everything else, unchanged, to the storage it wraps.
+///
+/// Every requirement of `SessionStorage` is forwarded, those with default implementations
+/// too (`isShared`, `notices`, `exclusively`, `ping`): the defaults would hide PostgreSQL's.
+struct TimedStorage: SessionStorage {
+    let base: any SessionStorage
+    private let commitTimer = Timer(label: MetricCatalog.storageCommitLatency)
+
+    init(_ base: any SessionStorage) {
+        self.base = base
+    }
+
+    var name: String { base.name }
+    var isShared: Bool { base.isShared }
+
+    func commit(_ batch: [StorageWrite]) async throws(StorageError) {
+        let started = ContinuousClock.now
+        defer { commitTimer.record(duration: ContinuousClock.now - started) }
+        try await base.commit(batch)
+    }
+
+    func session(id: String) async throws(StorageError) -> StoredSession? {
+        try await base.session(id: id)
+    }
+
+    func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
+        try await base.latestSnapshot(session: session, feature: feature)
+    }
+
+    func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
+        try await base.journal(session: session, feature: feature, afterVersion: afterVersion)
+    }
+
+    func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
+        try await base.journal(session: session, afterSeq: afterSeq, limit: limit)
+    }
+
+    func lastSeq(session: String) async throws(StorageError) -> Int {
+        try await base.lastSeq(session: session)
+    }
+
+    func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
+        try await base.reply(session: session, key: key)
+    }
+
+    func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {
+        try await base.sessions(inactiveBefore: time, limit: limit)
+    }
+
+    func sessionCount() async throws(StorageError) -> Int {
+        try await base.sessionCount()
+    }
+
+    func close() async {
+        await base.close()
+    }
+
+    func notices() -> AsyncStream<StorageNotice> {
+        base.notices()
+    }
+
+    func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
+        try await base.exclusively(job, body)
+    }
+
+    func ping() async throws(StorageError) {
+        try await base.ping()
+    }
+}
