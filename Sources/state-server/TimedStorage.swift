@@ -29,12 +29,12 @@ struct TimedStorage: SessionStorage {
         try await base.session(id: id)
     }
 
-    func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {
-        try await base.latestSnapshot(session: session, feature: feature)
+    func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
+        try await base.snapshot(session: session, feature: feature, atOrBefore: version)
     }
 
-    func journal(session: String, feature: String, afterVersion: Int) async throws(StorageError) -> [JournalEntry] {
-        try await base.journal(session: session, feature: feature, afterVersion: afterVersion)
+    func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
+        try await base.journal(session: session, feature: feature, afterVersion: afterVersion, through: through)
     }
 
     func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
@@ -45,8 +45,8 @@ struct TimedStorage: SessionStorage {
         try await base.lastSeq(session: session)
     }
 
-    func reply(session: String, key: String) async throws(StorageError) -> StoredReply? {
-        try await base.reply(session: session, key: key)
+    func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
+        try await base.rememberedKey(session: session, key: key)
     }
 
     func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {
