@@ -38,24 +38,37 @@ final class RequestContext: Sendable {
     /// nil when unknown. The target really ends where the version starts, one byte later; if
     /// not, the target held a raw NUL.
     let targetEnd: UInt?
+    /// Where the raw target starts in libmicrohttpd's buffer (for the request line's check).
+    let targetStart: UInt?
+    /// Query arguments in the raw target; past `SS_MAX_QUERY_ARGUMENTS` they were dropped and
+    /// the request is refused.
+    let queryArguments: Int
+    /// The raw target has a control character or a blank (a bare CR): refused.
+    let controlInTarget: Bool
     let started = ContinuousClock.now
     let head = Mutex(Head())
     let receiving = Mutex(Receiving())
     let phase = Mutex(Phase.head)
     let stream = Mutex<EventStream?>(nil)
 
-    init(targetEnd: UInt?) {
+    init(targetStart: UInt? = nil, targetEnd: UInt?, queryArguments: Int = 0, controlInTarget: Bool = false) {
+        self.controlInTarget = controlInTarget
+        self.targetStart = targetStart
         self.targetEnd = targetEnd
+        self.queryArguments = queryArguments
     }
 
     var method: String { head.withLock { $0.method } }
 }
 
-/// libmicrohttpd's URI log callback: called with the raw target, before the headers are read and
-/// before the target is split and percent-decoded in place. Makes the request's context.
-let uriLogged: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = { _, uri, _ in
+/// libmicrohttpd's URI log callback (through the shim's, which counts the query arguments):
+/// called with the raw target, before the headers are read and before the target is split and
+/// its arguments decoded in place. Makes the request's context.
+let uriLogged: ss_uri_log_callback = { uri, _, arguments, control in
     let end = uri.map { UInt(bitPattern: $0 + strlen($0)) }
-    return Unmanaged.passRetained(RequestContext(targetEnd: end)).toOpaque()
+    let context = RequestContext(
+        targetStart: uri.map { UInt(bitPattern: $0) }, targetEnd: end, queryArguments: arguments, controlInTarget: control != 0)
+    return Unmanaged.passRetained(context).toOpaque()
 }
 
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
@@ -83,7 +96,8 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         if let end = context.targetEnd, let version, UInt(bitPattern: version) == end + 1 {
             withUnsafeTemporaryAllocation(of: ss_field.self, capacity: RequestFields.stackCapacity) { buffer in
                 var head = ss_head()
-                ss_read_head(connection, method, version, buffer.baseAddress, buffer.count, &head)
+                let target = context.targetStart.flatMap { UnsafePointer<CChar>(bitPattern: $0) }
+                ss_read_head(connection, method, target, version, buffer.baseAddress, buffer.count, &head)
                 problem = RequestFraming.message(head.problem)
                 guard problem == nil else { return }
                 if head.has_content_length != 0 { declared = head.content_length }
@@ -101,6 +115,12 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         } else {
             problem = RequestFraming.nulInTarget
         }
+        if problem == nil, context.controlInTarget {
+            problem = RequestFraming.controlInTarget
+        }
+        if problem == nil, context.queryArguments > Int(SS_MAX_QUERY_ARGUMENTS) {
+            problem = RequestFraming.tooManyArguments
+        }
         context.head.withLock {
             $0.method = methodText
             $0.path = path
@@ -116,6 +136,26 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             context.phase.withLock { $0 = .answered }
             server.queue(tooLargeResponse(server), on: connection, context: context)
             return MHD_Result.YES
+        }
+        if headers.contains(where: { $0.name == "expect" && $0.value.lowercased().contains("100-continue") }) {
+            // libmicrohttpd sends `100 Continue` after this call unless a response is queued in
+            // it: refuse here what can be refused from the head, so that nobody is invited to
+            // send a body only to be told 413 or 401 (libmicrohttpd then closes the connection,
+            // the body never sent).
+            var refusal: HTTPResponse?
+            if let declared, declared > UInt64(max(0, server.configuration.bodyLimit)) {
+                refusal = tooLargeResponse(server)
+            } else {
+                let request = HTTPRequest(
+                    method: methodText, path: path, headers: headers, query: RequestFields.query(connection))
+                refusal = server.responder.refusalBeforeBody(request)
+                if refusal != nil { refusal?.headers.append(("Connection", "close")) }
+            }
+            if let refusal {
+                context.phase.withLock { $0 = .answered }
+                server.queue(refusal, on: connection, context: context)
+                return MHD_Result.YES
+            }
         }
         context.phase.withLock { $0 = .receiving }
         return MHD_Result.YES
