@@ -75,9 +75,10 @@ if [ "$failed" -eq 0 ]; then
     step "PostgreSQL storage" swift_test --skip-build --filter PostgresTests
     step "schemathesis" bash scripts/schemathesis.sh
     step "OpenAPI client check" bash scripts/openapi-client-check.sh
+    step "httplint" bash scripts/httplint.sh
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 else
-    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "browser"; do
+    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "browser"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

@@ -142,14 +142,13 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             // it: refuse here what can be refused from the head, so that nobody is invited to
             // send a body only to be told 413 or 401 (libmicrohttpd then closes the connection,
             // the body never sent).
-            var refusal: HTTPResponse?
-            if let declared, declared > UInt64(max(0, server.configuration.bodyLimit)) {
+            // In the order of checks: path, method, credentials, then the body's size.
+            let request = HTTPRequest(method: methodText, path: path, headers: headers, query: RequestFields.query(connection))
+            var refusal = server.responder.refusalBeforeBody(request)
+            if refusal != nil {
+                refusal?.headers.append(("Connection", "close"))
+            } else if let declared, declared > UInt64(max(0, server.configuration.bodyLimit)) {
                 refusal = tooLargeResponse(server)
-            } else {
-                let request = HTTPRequest(
-                    method: methodText, path: path, headers: headers, query: RequestFields.query(connection))
-                refusal = server.responder.refusalBeforeBody(request)
-                if refusal != nil { refusal?.headers.append(("Connection", "close")) }
             }
             if let refusal {
                 context.phase.withLock { $0 = .answered }
