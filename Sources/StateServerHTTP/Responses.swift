@@ -47,9 +47,10 @@ enum Reply {
     /// - `no-store`: the reply that hands out a session's token (OAuth's rule for token
     ///   replies), the replies to changes, errors, health and metrics: nothing to reuse.
     static let noStore = ("Cache-Control", "no-store")
-    /// - `private, no-cache`: state reads. A browser may keep them but must ask again each time
-    ///   (with `If-None-Match` on a feature's state, answered `304`); a shared cache must not
-    ///   keep a session's state.
+    /// - `private, no-cache`: a feature's state (with its `ETag`). A browser may keep it but
+    ///   must ask again each time (with `If-None-Match`, answered `304`); a shared cache must
+    ///   not keep a session's state. `GET .../state` (no validator) is `no-store`; the event
+    ///   stream keeps the contract's `no-cache`.
     static let privateRevalidate = ("Cache-Control", "private, no-cache")
     /// - `no-cache` with a strong `ETag`: the files compiled into the binary and the feature
     ///   list, the same for everyone until the server is upgraded; a reload is a `304`.

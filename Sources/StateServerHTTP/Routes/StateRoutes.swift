@@ -86,7 +86,8 @@ extension StateServerResponder {
             var body = JSONObjectWriter()
             body.string("session", session.id)
             body.raw("features", features.finish())
-            return Reply.json(200, body.finish(), route: route, headers: [Reply.privateRevalidate])
+            // No validator (it covers several stores): nothing a cache could reuse.
+            return Reply.json(200, body.finish(), route: route, headers: [Reply.noStore])
         } catch {
             throw .internalError(error)
         }
