@@ -217,19 +217,28 @@ struct ss_head_pass {
 
 /* Whether the buffer bytes from the previous string's end to `p` are all separators, then moves
    the end past `p`'s string. Pointers outside the head (none seen with 0.9.75) are not judged. */
-static void ss_check_gap(struct ss_head_pass *pass, const char *p, size_t length) {
+static void ss_check_gap(struct ss_head_pass *pass, const char *p, size_t length, int before_value) {
     if (p == NULL || pass->previous_end == NULL || p < pass->start || p >= pass->end) return;
     if (p < pass->previous_end) {
         /* Strings out of order: not the layout this check knows. */
         pass->hidden_bytes = 1;
         return;
     }
-    /* A line end is one or two NULs (LF, CR LF), the colon one; a value keeps its trailing
-       blanks. More NULs than two in one gap were sent as NULs. */
+    /* Before a name: the line end, one or two NULs (LF, CR LF); a value keeps its trailing
+       blanks, so a blank here came after a NUL sent inside the value. Before a value: the NUL
+       that replaced the colon, then the blanks libmicrohttpd skipped. */
     int nuls = 0;
+    int blanks = 0;
     for (const char *q = pass->previous_end; q < p; q++) {
-        if (*q == '\0') nuls++;
-        if ((*q != '\0' && *q != ' ' && *q != '\t') || nuls > 2) {
+        if (*q == '\0') {
+            nuls++;
+        } else if (*q == ' ' || *q == '\t') {
+            blanks++;
+        } else {
+            pass->hidden_bytes = 1;
+            break;
+        }
+        if (before_value ? (nuls > 1 || (nuls == 1 && blanks > 0 && *q == '\0')) : (nuls > 2 || blanks > 0)) {
             pass->hidden_bytes = 1;
             break;
         }
@@ -254,8 +263,8 @@ static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const c
     size_t value_length = value == NULL ? 0 : strlen(value);
     ss_track_end(pass, key, key_length);
     ss_track_end(pass, value, value_length);
-    ss_check_gap(pass, key, key_length);
-    if (value != NULL) ss_check_gap(pass, value, value_length);
+    ss_check_gap(pass, key, key_length, 0);
+    if (value != NULL) ss_check_gap(pass, value, value_length, 1);
     for (size_t i = 0; i < value_length; i++) {
         unsigned char c = (unsigned char)value[i];
         if ((c < 0x20 && c != '\t') || c == 0x7F) {

@@ -271,4 +271,20 @@ struct ExactHTTPTests {
         let session = try await api.createSession()
         try await expectRefused(Array((head + hiddenDispatch(session)).utf8), session: session, method: head.hasPrefix("P") ? "POST" : "GET")
     }
+
+    @Test("fuzz findings, not fixed: a line libmicrohttpd takes for the head's end, next to a bare LF", arguments: [
+        "GET /healthz HTTP/1.1\r\nHost: x\n:\r\n",
+        "GET /healthz HTTP/1.0\r\n\u{0}\n",
+    ])
+    func headEndNextToBareLF(_ head: String) async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        // libmicrohttpd 0.9.75 ends the head at ":" and leaves its buffer exactly as for
+        // "Host: x\r\n\r\n" (four NULs after the value), so the framing pass cannot tell; the
+        // documented deployment's nginx refuses the empty name itself. See docs/ARCHITECTURE.md.
+        await withKnownIssue("indistinguishable after libmicrohttpd's in-place parse") {
+            try await expectRefused(Array((head + hiddenDispatch(session)).utf8), session: session)
+        }
+    }
 }
+
