@@ -32,6 +32,8 @@ final class RequestContext: Sendable {
         var path = "/"
         /// Names lower-cased, read once with the framing check on the first call.
         var headers: [(name: String, value: String)] = []
+        /// The framing check's reason when the head was refused (for the access log).
+        var refusal: String?
     }
 
     /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
@@ -125,6 +127,7 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             $0.method = methodText
             $0.path = path
             $0.headers = headers
+            $0.refusal = problem
         }
         if let problem {
             context.phase.withLock { $0 = .answered }
@@ -301,7 +304,7 @@ extension HTTPServer {
         MHD_destroy_response(mhdResponse)
         accessLog(HTTPAccessRecord(
             method: context.method, route: response.route, status: response.status,
-            duration: ContinuousClock.now - context.started))
+            duration: ContinuousClock.now - context.started, refusal: context.head.withLock { $0.refusal }))
         return result
     }
 }

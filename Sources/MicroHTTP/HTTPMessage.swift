@@ -87,4 +87,6 @@ public struct HTTPAccessRecord: Sendable {
     public let route: String
     public let status: Int
     public let duration: Duration
+    /// Why the request head was refused before routing (the framing check's reason), or nil.
+    public var refusal: String? = nil
 }

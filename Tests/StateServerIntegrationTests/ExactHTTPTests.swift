@@ -106,6 +106,9 @@ struct ExactHTTPTests {
         #expect(response.status == 400, "\(response)")
         #expect(response.errorCode == "invalid_request", "\(response)")
         #expect(response.errorMessage?.contains("query arguments") == true, "\(response)")
+        let server = try #require(SharedServer.current)
+        let logged = try await eventually { server.output.stderrText.contains("http.refused=the request target has more than 64 query arguments") }
+        #expect(logged, "a log line says why: \(server.output.stderrText.suffix(2000))")
         let allowed = (0..<64).map { "a=\($0)" }.joined(separator: "&")
         let ok = try await api.request("GET", "/healthz?\(allowed)")
         #expect(ok.status == 200, "\(ok)")
