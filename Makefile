@@ -2,6 +2,7 @@
 #
 #   make run    install missing system packages, build release, serve on 127.0.0.1:8080
 #   make test   install missing system packages, build, run the whole test suite
+#   make fuzz   a bounded libFuzzer run over the request-head framing pass (FUZZ_SECONDS, 60)
 #   make bench  benchmarks (nginx baseline, wrk, SSE fan-out, memory); writes docs/PERFORMANCE.md
 #
 # System packages are installed with apt-get (as root, or through sudo).
@@ -16,7 +17,7 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it).
 RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test browser-test bench clean
+.PHONY: all deps build release run test browser-test bench fuzz clean
 
 all: build
 
@@ -53,6 +54,12 @@ test: deps
 # Benchmarks against nginx and a Python peer, in one run; writes docs/PERFORMANCE.md.
 bench: release
 	bash bench/run.sh
+
+# libFuzzer over the C shim's framing pass through the real libmicrohttpd (fuzz/framing_fuzz.c),
+# for FUZZ_SECONDS (default 60); prints the inputs run and the findings, fails on a finding.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
 
 browser-test: build
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh

@@ -75,11 +75,12 @@ if [ "$failed" -eq 0 ]; then
     step "PostgreSQL storage" swift_test --skip-build --filter PostgresTests
     step "schemathesis" bash scripts/schemathesis.sh
     step "OpenAPI client check" bash scripts/openapi-client-check.sh
+    step "httplint" bash scripts/httplint.sh
     # promtool (Prometheus's linter) on the real server's GET /metrics: no problem allowed.
     step "metrics lint" bash scripts/metrics-lint.sh
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 else
-    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "metrics lint" "browser"; do
+    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

@@ -16,11 +16,22 @@ static int ss_hex(char c) {
     return -1;
 }
 
-/* Percent-decoding of paths and query arguments that keeps "%00" as it is: a decoded NUL would
-   cut the C string that libmicrohttpd hands over, so "/healthz%00/x" would reach /healthz. */
+/* The raw target of the request this thread is reading: set by ss_uri_log, which libmicrohttpd
+   calls just before it decodes that request's path (in place, from the same address) on the
+   same thread. */
+static __thread const char *ss_raw_target;
+
+/* Percent-decoding of query arguments that keeps "%00" as it is: a decoded NUL would cut the C
+   string that libmicrohttpd hands over. The path itself is not decoded here: it is handed over
+   as sent, split at its "/" and then decoded segment by segment (MicroHTTP's router), so that
+   "/v1/sessions/ID%2Fstate" stays one segment "ID/state". */
 static size_t ss_unescape(void *cls, struct MHD_Connection *connection, char *text) {
     (void)cls;
     (void)connection;
+    if (text == ss_raw_target) {
+        ss_raw_target = NULL;
+        return strlen(text);
+    }
     char *read = text;
     char *write = text;
     while (*read != '\0') {
@@ -39,11 +50,38 @@ static size_t ss_unescape(void *cls, struct MHD_Connection *connection, char *te
     return (size_t)(write - text);
 }
 
+/* libmicrohttpd's URI log callback: counts the query arguments, hands the raw target to the
+   server's callback (which makes the request's context), then drops the arguments when there are
+   too many for the connection's memory pool (see SS_MAX_QUERY_ARGUMENTS). libmicrohttpd parses
+   the arguments in its own read buffer after this call, starting after the "?"; the buffer is
+   writable (libmicrohttpd writes NULs into it itself). */
+static void *ss_uri_log(void *cls, const char *uri, struct MHD_Connection *connection) {
+    ss_uri_log_callback callback = (ss_uri_log_callback)cls;
+    ss_raw_target = uri;
+    size_t arguments = 0;
+    int control = 0;
+    for (const char *p = uri; p != NULL && *p != '\0'; p++) {
+        if ((unsigned char)*p <= 0x20 || *p == 0x7F) {
+            control = 1;
+            break;
+        }
+    }
+    const char *query = uri == NULL ? NULL : strchr(uri, '?');
+    if (query != NULL && query[1] != '\0') {
+        arguments = 1;
+        for (const char *p = query + 1; *p != '\0'; p++) {
+            if (*p == '&') arguments++;
+        }
+    }
+    void *context = callback(uri, connection, arguments, control);
+    if (arguments > SS_MAX_QUERY_ARGUMENTS) ((char *)query)[1] = '\0';
+    return context;
+}
+
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
-                                   void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
-                                   void *uri_log_cls,
+                                   ss_uri_log_callback uri_log,
                                    char *error, size_t error_size) {
     struct addrinfo hints;
     struct addrinfo *found = NULL;
@@ -78,7 +116,7 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)config->connection_timeout, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL},
         {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)ss_unescape, NULL},
-        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_log, uri_log_cls},
+        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)ss_uri_log, (void *)uri_log},
         /* The last two entries are optional: END when not wanted. Without
            LISTENING_ADDRESS_REUSE, libmicrohttpd sets only SO_REUSEADDR, so a port another
            process listens on makes the start fail. */
@@ -167,7 +205,48 @@ struct ss_head_pass {
     const char *coding;
     size_t coding_size;
     size_t hosts;
+    const char *host;
+    size_t host_size;
+    size_t authorizations;
+    /* Where the previous string in the buffer ended: between it and the next field's name or
+       value only separators may be (NULs for line ends and the colon, blanks). */
+    const char *previous_end;
+    int hidden_bytes;
+    int control_in_value;
 };
+
+/* Whether the buffer bytes from the previous string's end to `p` are all separators, then moves
+   the end past `p`'s string. Pointers outside the head (none seen with 0.9.75) are not judged. */
+static void ss_check_gap(struct ss_head_pass *pass, const char *p, size_t length, int before_value) {
+    if (p == NULL || pass->previous_end == NULL || p < pass->start || p >= pass->end) return;
+    if (p < pass->previous_end) {
+        /* Strings out of order: not the layout this check knows. */
+        pass->hidden_bytes = 1;
+        return;
+    }
+    /* Before a name: the line end, one or two NULs (LF, CR LF); a value keeps its trailing
+       blanks, so a blank here came after a NUL sent inside the value. Before a value: the NUL
+       that replaced the colon, then the blanks libmicrohttpd skipped. */
+    int nuls = 0;
+    int blanks = 0;
+    for (const char *q = pass->previous_end; q < p; q++) {
+        if (*q == '\0') {
+            nuls++;
+        } else if (*q == ' ' || *q == '\t') {
+            blanks++;
+        } else {
+            pass->hidden_bytes = 1;
+            break;
+        }
+        if (before_value ? (nuls > 1 || (nuls == 1 && blanks > 0 && *q == '\0')) : (nuls > 2 || blanks > 0)) {
+            pass->hidden_bytes = 1;
+            break;
+        }
+    }
+    const char *stop = p + length;
+    if (stop > pass->end) stop = pass->end;
+    pass->previous_end = stop;
+}
 
 static void ss_track_end(struct ss_head_pass *pass, const char *p, size_t length) {
     if (p == NULL || p < pass->start || p >= pass->end) return;
@@ -184,6 +263,15 @@ static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const c
     size_t value_length = value == NULL ? 0 : strlen(value);
     ss_track_end(pass, key, key_length);
     ss_track_end(pass, value, value_length);
+    ss_check_gap(pass, key, key_length, 0);
+    if (value != NULL) ss_check_gap(pass, value, value_length, 1);
+    for (size_t i = 0; i < value_length; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7F) {
+            pass->control_in_value = 1;
+            break;
+        }
+    }
     if (pass->count < pass->capacity) {
         ss_field *field = &pass->fields[pass->count];
         field->name = key;
@@ -231,11 +319,57 @@ static enum MHD_Result ss_head_field(void *cls, enum MHD_ValueKind kind, const c
         }
     } else if (key_length == 4 && ss_equal_caseless(key, key_length, "host")) {
         pass->hosts++;
+        pass->host = text;
+        pass->host_size = value_length;
+    } else if (key_length == 13 && ss_equal_caseless(key, key_length, "authorization")) {
+        pass->authorizations++;
     }
     return MHD_YES;
 }
 
-void ss_read_head(struct MHD_Connection *connection, const char *method, const char *version,
+/* unreserved / sub-delims of RFC 3986, the bytes of a reg-name besides pct-encoded ones. */
+static int ss_host_byte(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+           c == '_' || c == '~' || c == '!' || c == '$' || c == '&' || c == '\'' || c == '(' || c == ')' ||
+           c == '*' || c == '+' || c == ',' || c == ';' || c == '=';
+}
+
+/* Whether `text` is a Host value: uri-host [ ":" port ] (RFC 9112 3.2, RFC 3986 3.2.2), where
+   uri-host is a bracketed IP literal or a reg-name (IPv4 addresses are reg-names by bytes), and
+   may be empty. Trailing blanks are allowed (libmicrohttpd trims only leading ones). */
+static int ss_valid_host(const char *text, size_t length) {
+    while (length > 0 && (text[length - 1] == ' ' || text[length - 1] == '\t')) length--;
+    size_t i = 0;
+    if (length > 0 && text[0] == '[') {
+        i = 1;
+        while (i < length && text[i] != ']') {
+            unsigned char c = (unsigned char)text[i];
+            if (!(ss_host_byte(c) || c == ':')) return 0;
+            i++;
+        }
+        if (i >= length || i == 1) return 0;
+        i++;
+    } else {
+        while (i < length && text[i] != ':') {
+            unsigned char c = (unsigned char)text[i];
+            if (c == '%') {
+                if (i + 2 >= length || ss_hex(text[i + 1]) < 0 || ss_hex(text[i + 2]) < 0) return 0;
+                i += 3;
+                continue;
+            }
+            if (!ss_host_byte(c)) return 0;
+            i++;
+        }
+    }
+    if (i == length) return 1;
+    if (text[i] != ':') return 0;
+    for (i++; i < length; i++) {
+        if (text[i] < '0' || text[i] > '9') return 0;
+    }
+    return 1;
+}
+
+void ss_read_head(struct MHD_Connection *connection, const char *method, const char *target, const char *version,
                   ss_field *fields, size_t capacity, ss_head *head) {
     memset(head, 0, sizeof *head);
     struct ss_head_pass pass;
@@ -250,7 +384,25 @@ void ss_read_head(struct MHD_Connection *connection, const char *method, const c
         pass.end = method + info->header_size;
         layout = version >= pass.start && version < pass.end;
     }
-    if (layout) pass.last = version + strnlen(version, (size_t)(pass.end - version));
+    if (layout) {
+        pass.last = version + strnlen(version, (size_t)(pass.end - version));
+        pass.previous_end = pass.last;
+        /* The request line: the method, then only separators up to the target. */
+        const char *method_end = method + strnlen(method, (size_t)(pass.end - method));
+        if (target == NULL || target < method_end || target >= pass.end) {
+            pass.hidden_bytes = target != NULL;
+        } else {
+            /* One NUL: the space libmicrohttpd replaced. */
+            int nuls = 0;
+            for (const char *q = method_end; q < target; q++) {
+                if (*q == '\0') nuls++;
+                if ((*q != '\0' && *q != ' ' && *q != '\t') || nuls > 1) {
+                    pass.hidden_bytes = 1;
+                    break;
+                }
+            }
+        }
+    }
     MHD_get_connection_values(connection, MHD_HEADER_KIND, ss_head_field, &pass);
     head->field_count = pass.count;
 
@@ -272,6 +424,11 @@ void ss_read_head(struct MHD_Connection *connection, const char *method, const c
         if (line_end_bytes < 2 || line_end_bytes > 4) clean = 0;
     }
 
+    if (clean && pass.hidden_bytes) clean = 0;
+    if (clean && pass.name_problem == SS_HEAD_OK) {
+        if (pass.control_in_value) pass.name_problem = SS_HEAD_CONTROL_IN_VALUE;
+    }
+
     if (pass.length != NULL) {
         head->has_content_length = 1;
         uint64_t length = 0;
@@ -286,14 +443,14 @@ void ss_read_head(struct MHD_Connection *connection, const char *method, const c
             length = length > (UINT64_MAX - digit) / 10 ? UINT64_MAX : length * 10 + digit;
         }
         head->content_length = length;
-        if (!clean) head->problem = SS_HEAD_MALFORMED_BLOCK;
+        if (!clean) head->problem = pass.hidden_bytes ? SS_HEAD_HIDDEN_BYTES : SS_HEAD_MALFORMED_BLOCK;
         else if (pass.name_problem != SS_HEAD_OK) head->problem = pass.name_problem;
         else if (pass.conflicting_lengths) head->problem = SS_HEAD_CONFLICTING_LENGTH;
         else if (!digits) head->problem = SS_HEAD_BAD_LENGTH;
         else if (pass.codings > 0) head->problem = SS_HEAD_LENGTH_WITH_CODING;
         if (head->problem != SS_HEAD_OK) return;
     } else if (!clean) {
-        head->problem = SS_HEAD_MALFORMED_BLOCK;
+        head->problem = pass.hidden_bytes ? SS_HEAD_HIDDEN_BYTES : SS_HEAD_MALFORMED_BLOCK;
         return;
     } else if (pass.name_problem != SS_HEAD_OK) {
         head->problem = pass.name_problem;
@@ -305,6 +462,21 @@ void ss_read_head(struct MHD_Connection *connection, const char *method, const c
         head->problem = SS_HEAD_MISSING_HOST;
     } else if (pass.hosts > 1) {
         head->problem = SS_HEAD_REPEATED_HOST;
+    } else if (pass.codings > 0 && version != NULL && strcmp(version, "HTTP/1.0") == 0) {
+        head->problem = SS_HEAD_CODING_IN_HTTP10;
+    } else if (pass.hosts == 1 && !ss_valid_host(pass.host, pass.host_size)) {
+        head->problem = SS_HEAD_BAD_HOST;
+    } else if (pass.authorizations > 1) {
+        head->problem = SS_HEAD_REPEATED_AUTHORIZATION;
+    } else if (method == NULL || method[0] == '\0') {
+        head->problem = SS_HEAD_BAD_METHOD;
+    } else {
+        for (const char *m = method; *m != '\0'; m++) {
+            if (!ss_token_bytes[(unsigned char)*m]) {
+                head->problem = SS_HEAD_BAD_METHOD;
+                break;
+            }
+        }
     }
 }
 

@@ -32,30 +32,45 @@ final class RequestContext: Sendable {
         var path = "/"
         /// Names lower-cased, read once with the framing check on the first call.
         var headers: [(name: String, value: String)] = []
+        /// The framing check's reason when the head was refused (for the access log).
+        var refusal: String?
     }
 
     /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
     /// nil when unknown. The target really ends where the version starts, one byte later; if
     /// not, the target held a raw NUL.
     let targetEnd: UInt?
+    /// Where the raw target starts in libmicrohttpd's buffer (for the request line's check).
+    let targetStart: UInt?
+    /// Query arguments in the raw target; past `SS_MAX_QUERY_ARGUMENTS` they were dropped and
+    /// the request is refused.
+    let queryArguments: Int
+    /// The raw target has a control character or a blank (a bare CR): refused.
+    let controlInTarget: Bool
     let started = ContinuousClock.now
     let head = Mutex(Head())
     let receiving = Mutex(Receiving())
     let phase = Mutex(Phase.head)
     let stream = Mutex<EventStream?>(nil)
 
-    init(targetEnd: UInt?) {
+    init(targetStart: UInt? = nil, targetEnd: UInt?, queryArguments: Int = 0, controlInTarget: Bool = false) {
+        self.controlInTarget = controlInTarget
+        self.targetStart = targetStart
         self.targetEnd = targetEnd
+        self.queryArguments = queryArguments
     }
 
     var method: String { head.withLock { $0.method } }
 }
 
-/// libmicrohttpd's URI log callback: called with the raw target, before the headers are read and
-/// before the target is split and percent-decoded in place. Makes the request's context.
-let uriLogged: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = { _, uri, _ in
+/// libmicrohttpd's URI log callback (through the shim's, which counts the query arguments):
+/// called with the raw target, before the headers are read and before the target is split and
+/// its arguments decoded in place. Makes the request's context.
+let uriLogged: ss_uri_log_callback = { uri, _, arguments, control in
     let end = uri.map { UInt(bitPattern: $0 + strlen($0)) }
-    return Unmanaged.passRetained(RequestContext(targetEnd: end)).toOpaque()
+    let context = RequestContext(
+        targetStart: uri.map { UInt(bitPattern: $0) }, targetEnd: end, queryArguments: arguments, controlInTarget: control != 0)
+    return Unmanaged.passRetained(context).toOpaque()
 }
 
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
@@ -83,7 +98,8 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         if let end = context.targetEnd, let version, UInt(bitPattern: version) == end + 1 {
             withUnsafeTemporaryAllocation(of: ss_field.self, capacity: RequestFields.stackCapacity) { buffer in
                 var head = ss_head()
-                ss_read_head(connection, method, version, buffer.baseAddress, buffer.count, &head)
+                let target = context.targetStart.flatMap { UnsafePointer<CChar>(bitPattern: $0) }
+                ss_read_head(connection, method, target, version, buffer.baseAddress, buffer.count, &head)
                 problem = RequestFraming.message(head.problem)
                 guard problem == nil else { return }
                 if head.has_content_length != 0 { declared = head.content_length }
@@ -101,10 +117,17 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         } else {
             problem = RequestFraming.nulInTarget
         }
+        if problem == nil, context.controlInTarget {
+            problem = RequestFraming.controlInTarget
+        }
+        if problem == nil, context.queryArguments > Int(SS_MAX_QUERY_ARGUMENTS) {
+            problem = RequestFraming.tooManyArguments
+        }
         context.head.withLock {
             $0.method = methodText
             $0.path = path
             $0.headers = headers
+            $0.refusal = problem
         }
         if let problem {
             context.phase.withLock { $0 = .answered }
@@ -116,6 +139,25 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             context.phase.withLock { $0 = .answered }
             server.queue(tooLargeResponse(server), on: connection, context: context)
             return MHD_Result.YES
+        }
+        if headers.contains(where: { $0.name == "expect" && $0.value.lowercased().contains("100-continue") }) {
+            // libmicrohttpd sends `100 Continue` after this call unless a response is queued in
+            // it: refuse here what can be refused from the head, so that nobody is invited to
+            // send a body only to be told 413 or 401 (libmicrohttpd then closes the connection,
+            // the body never sent).
+            // In the order of checks: path, method, credentials, then the body's size.
+            let request = HTTPRequest(method: methodText, path: path, headers: headers, query: RequestFields.query(connection))
+            var refusal = server.responder.refusalBeforeBody(request)
+            if refusal != nil {
+                refusal?.headers.append(("Connection", "close"))
+            } else if let declared, declared > UInt64(max(0, server.configuration.bodyLimit)) {
+                refusal = tooLargeResponse(server)
+            }
+            if let refusal {
+                context.phase.withLock { $0 = .answered }
+                server.queue(refusal, on: connection, context: context)
+                return MHD_Result.YES
+            }
         }
         context.phase.withLock { $0 = .receiving }
         return MHD_Result.YES
@@ -262,7 +304,7 @@ extension HTTPServer {
         MHD_destroy_response(mhdResponse)
         accessLog(HTTPAccessRecord(
             method: context.method, route: response.route, status: response.status,
-            duration: ContinuousClock.now - context.started))
+            duration: ContinuousClock.now - context.started, refusal: context.head.withLock { $0.refusal }))
         return result
     }
 }

@@ -1,7 +1,8 @@
 /// One HTTP request, with its whole (bounded) body.
 public struct HTTPRequest: Sendable {
     public let method: String
-    /// The path, percent-decoded by libmicrohttpd, without the query.
+    /// The path as sent, without the query, not percent-decoded: a router splits it at `/`
+    /// first, then decodes each segment (so `%2F` cannot make a new segment).
     public let path: String
     /// Header fields in arrival order, names lower-cased.
     public let headers: [(name: String, value: String)]
@@ -69,6 +70,15 @@ public enum HTTPResult: Sendable {
 /// Answers requests. Called on libmicrohttpd's event threads: `respond` must not block.
 public protocol HTTPResponder: Sendable {
     func respond(to request: HTTPRequest) -> HTTPResult
+
+    /// A refusal decided from the head alone (unknown path, wrong method, missing credentials),
+    /// asked before a request with `Expect: 100-continue` is invited to send its body; `nil`
+    /// lets it send the body. The request has no body yet. Must not block.
+    func refusalBeforeBody(_ request: HTTPRequest) -> HTTPResponse?
+}
+
+extension HTTPResponder {
+    public func refusalBeforeBody(_ request: HTTPRequest) -> HTTPResponse? { nil }
 }
 
 /// One finished request, for the access log.
@@ -77,4 +87,6 @@ public struct HTTPAccessRecord: Sendable {
     public let route: String
     public let status: Int
     public let duration: Duration
+    /// Why the request head was refused before routing (the framing check's reason), or nil.
+    public var refusal: String? = nil
 }

@@ -89,7 +89,7 @@ public final class HTTPServer: Sendable {
                 reuse_port: configuration.reusePort ? 1 : 0)
             let me = Unmanaged.passUnretained(self).toOpaque()
             return ss_start_daemon(
-                &config, accessHandler, me, requestCompleted, me, uriLogged, nil, &errorText, errorText.count)
+                &config, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
         }
         guard let daemon else {
             throw StartError(description: String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))

@@ -20,8 +20,16 @@ import CMicroHTTPDShim
 ///    without `Transfer-Encoding`.
 /// 5. `Transfer-Encoding` names one coding only: `chunked`, in any ASCII case.
 /// 6. An HTTP/1.1 request has a `Host` field; no request has more than one.
+/// 7. No bytes hide behind a NUL inside a field; no field value has a control character
+///    other than HTAB (a bare CR); the method is a token; an HTTP/1.0 request has no
+///    `Transfer-Encoding`; the `Host` value is `host[:port]`; at most one `Authorization`.
+/// 8. At most `SS_MAX_QUERY_ARGUMENTS` (64) query arguments (checked here, from the count the
+///    URI log callback made: past that libmicrohttpd runs out of connection memory and never
+///    answers, so the arguments are dropped unparsed and the request refused).
 enum RequestFraming {
     static let nulInTarget = "the request target contains a NUL byte"
+    static let controlInTarget = "the request target contains a control character or a blank"
+    static let tooManyArguments = "the request target has more than \(SS_MAX_QUERY_ARGUMENTS) query arguments"
 
     /// The reason given in the 400 for a problem `ss_read_head` reported, or nil for none.
     static func message(_ problem: Int32) -> String? {
@@ -36,6 +44,12 @@ enum RequestFraming {
         case SS_HEAD_UNSUPPORTED_CODING: "unsupported Transfer-Encoding (only chunked is accepted)"
         case SS_HEAD_MISSING_HOST: "an HTTP/1.1 request needs a Host header field"
         case SS_HEAD_REPEATED_HOST: "more than one Host header field"
+        case SS_HEAD_HIDDEN_BYTES: "a header field contains a NUL byte"
+        case SS_HEAD_CONTROL_IN_VALUE: "a header field value contains a control character (CR, LF, NUL or another one besides tab)"
+        case SS_HEAD_BAD_METHOD: "the method is not a token"
+        case SS_HEAD_CODING_IN_HTTP10: "Transfer-Encoding in an HTTP/1.0 request"
+        case SS_HEAD_BAD_HOST: "the Host header field is not a valid host[:port]"
+        case SS_HEAD_REPEATED_AUTHORIZATION: "more than one Authorization header field"
         default: "the request head is malformed"
         }
     }

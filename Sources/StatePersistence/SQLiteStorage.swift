@@ -32,6 +32,8 @@ public final class SQLiteStorage: SessionStorage {
     private let writer: Writer
     private let reader: Reader
     private let lock: ProcessLock
+    /// The open file is still the one at the path, and writable (SQLiteStorage+Health.swift).
+    let health: SQLiteHealth
 
     /// The schema version this code writes (`PRAGMA user_version`).
     static let schemaVersion = 2
@@ -94,6 +96,7 @@ public final class SQLiteStorage: SessionStorage {
         }
         writer = Writer(connection: connection)
         reader = Reader(connection: readConnection)
+        health = SQLiteHealth(path: path)
     }
 
     static let schema = """
@@ -244,6 +247,7 @@ public final class SQLiteStorage: SessionStorage {
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
+        try health.check()
         let result: Result<Void, StorageError> = await withCheckedContinuation { continuation in
             writer.submit(batch) { continuation.resume(returning: $0) }
         }
@@ -255,6 +259,7 @@ public final class SQLiteStorage: SessionStorage {
     /// For bulk loads, and for tests that need a group of a known shape.
     public func commit(group batches: [[StorageWrite]]) async -> [Result<Void, StorageError>] {
         guard !batches.isEmpty else { return [] }
+        if let problem = health.problem() { return batches.map { _ in .failure(problem) } }
         let collected = GroupResults(count: batches.count)
         return await withCheckedContinuation { continuation in
             writer.submit(group: batches) { index, result in

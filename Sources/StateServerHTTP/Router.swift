@@ -25,8 +25,10 @@ struct Route: Sendable {
     /// The template split at `/`: literals as UTF-8 bytes, and `nil` for a parameter.
     let segments: [[UInt8]?]
 
-    init(_ methods: [String], _ template: String, _ handler: @escaping Handler) {
-        self.methods = methods.contains("GET") && !methods.contains("HEAD") ? methods + ["HEAD"] : methods
+    /// - Parameter head: whether a GET route answers HEAD too (not the event stream: a HEAD
+    ///   answer must have no body bytes, and a stream's is chunked).
+    init(_ methods: [String], _ template: String, head: Bool = true, _ handler: @escaping Handler) {
+        self.methods = head && methods.contains("GET") && !methods.contains("HEAD") ? methods + ["HEAD"] : methods
         self.template = template
         self.handler = handler
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { part in
@@ -34,15 +36,20 @@ struct Route: Sendable {
         }
     }
 
-    /// The parameter values when the path matches the template. Literals are compared byte for
-    /// byte.
+    /// The parameter values when the path matches the template. The path is split at `/` as
+    /// sent, then each segment is percent-decoded (``PathSegments/decoded(_:)``) and literals
+    /// are compared byte for byte: `ID%2Fstate` is one segment, `ID/state`.
     func match(_ path: PathSegments) -> [String]? {
         guard path.count == segments.count else { return nil }
         var parameterCount = 0
         for (index, segment) in segments.enumerated() {
             let bounds = path.bounds(index)
             if let literal = segment {
-                guard path.bytes[bounds].elementsEqual(literal) else { return nil }
+                if path.isPlain(bounds) {
+                    guard path.bytes[bounds].elementsEqual(literal) else { return nil }
+                } else {
+                    guard path.decoded(bounds).elementsEqual(literal) else { return nil }
+                }
             } else {
                 guard !bounds.isEmpty else { return nil }
                 parameterCount += 1
@@ -51,7 +58,11 @@ struct Route: Sendable {
         var parameters: [String] = []
         parameters.reserveCapacity(parameterCount)
         for (index, segment) in segments.enumerated() where segment == nil {
-            parameters.append(String(decoding: path.bytes[path.bounds(index)], as: UTF8.self))
+            let bounds = path.bounds(index)
+            parameters.append(
+                path.isPlain(bounds)
+                    ? String(decoding: path.bytes[bounds], as: UTF8.self)
+                    : String(decoding: path.decoded(bounds), as: UTF8.self))
         }
         return parameters
     }
@@ -88,6 +99,42 @@ struct PathSegments {
         let start = index == 0 ? firstStart : Swift.min(ends[index - 1] + 1, ends[index])
         return start..<ends[index]
     }
+
+    /// Whether the segment has no `%` (nothing to decode): the common case, compared in place.
+    func isPlain(_ bounds: Range<Int>) -> Bool {
+        !bytes[bounds].contains(UInt8(ascii: "%"))
+    }
+
+    /// The segment percent-decoded: `%XX` (hex, any case) becomes its byte, except `%00`, which
+    /// stays the three characters (a NUL is no part of a name, id or token); an invalid escape
+    /// stays as it is. `+` is not a space in a path.
+    func decoded(_ bounds: Range<Int>) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(bounds.count)
+        var index = bounds.lowerBound
+        while index < bounds.upperBound {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%"), index + 2 < bounds.upperBound,
+                let high = Self.hex(bytes[index + 1]), let low = Self.hex(bytes[index + 2]), high | low != 0
+            {
+                out.append(high << 4 | low)
+                index += 3
+            } else {
+                out.append(byte)
+                index += 1
+            }
+        }
+        return out
+    }
+
+    private static func hex(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
 }
 
 /// The route table: what the server dispatches on, and what tests and the OpenAPI check
@@ -123,5 +170,29 @@ struct Router: Sendable {
             }
         }
         return .now(APIError.notFound.response(route: "-", logger))
+    }
+
+    /// What can be refused before the body of a request with `Expect: 100-continue` is read,
+    /// in the order of checks: the path (404), the method (405), then, on session routes,
+    /// missing credentials (401) and, when the answer is known without waiting (memory storage,
+    /// or the session already in memory), an unknown session or wrong token (404).
+    func refusalBeforeBody(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResponse? {
+        let logger = responder.log
+        let path = PathSegments(request.path)
+        guard let (route, parameters) = routes.lazy.compactMap({ route in route.match(path).map { (route, $0) } }).first else {
+            return APIError.notFound.response(route: "-", logger)
+        }
+        guard route.methods.contains(request.method) else {
+            return APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger)
+        }
+        guard route.template.hasPrefix("/v1/sessions/{id}"), let id = parameters.first else { return nil }
+        let allowQueryToken = route.template.hasSuffix("/events")
+        guard let token = Credentials.token(request, allowQueryToken: allowQueryToken) else {
+            return APIError.unauthorized.response(route: route.template, logger)
+        }
+        if responder.sessions.session(id: id, token: token) == nil, !responder.sessions.isDurable {
+            return APIError.sessionNotFound.response(route: route.template, logger)
+        }
+        return nil
     }
 }

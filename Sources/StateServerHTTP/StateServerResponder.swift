@@ -34,6 +34,7 @@ public final class StateServerResponder: HTTPResponder {
     /// Event streams open on this server: the one count (admission and the metric).
     let openStreams = Atomic<Int>(0)
     let featuresBody: [UInt8]
+    let featuresTag: String
     let metrics: (@Sendable () -> [UInt8])?
 
     /// - Parameter metrics: the Prometheus text exposition served at `GET /metrics`
@@ -57,7 +58,10 @@ public final class StateServerResponder: HTTPResponder {
         list.append(UInt8(ascii: "]"))
         var body = JSONObjectWriter()
         body.raw("features", list)
-        featuresBody = body.finish()
+        var features = body.finish()
+        features.append(0x0A)
+        featuresBody = features
+        featuresTag = Reply.contentTag(features)
     }
 
     /// The route table, in matching order.
@@ -73,5 +77,9 @@ public final class StateServerResponder: HTTPResponder {
 
     public func respond(to request: HTTPRequest) -> HTTPResult {
         Self.router.respond(to: request, self)
+    }
+
+    public func refusalBeforeBody(_ request: HTTPRequest) -> HTTPResponse? {
+        Self.router.refusalBeforeBody(request, self)
     }
 }

@@ -6,14 +6,18 @@ enum StaticAssets {
     static let indexHTML = PackageResources.index_html
     static let clientJS = PackageResources.client_js
     static let openAPI = PackageResources.openapi_json
+    static let indexTag = Reply.contentTag(indexHTML)
+    static let clientTag = Reply.contentTag(clientJS)
+    static let openAPITag = Reply.contentTag(openAPI)
 
-    static func response(_ bytes: [UInt8], type: String, route: String) -> HTTPResponse {
-        HTTPResponse(
-            status: 200,
+    /// The file with `Cache-Control: no-cache` and a strong ETag (its hash): a reload asks with
+    /// `If-None-Match` and gets `304` with no body.
+    static func response(_ request: HTTPRequest, _ bytes: [UInt8], etag: String, type: String, route: String) -> HTTPResponse {
+        Reply.validated(
+            request, bytes, etag: etag, route: route,
             headers: [
-                ("Content-Type", type), ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
+                ("Content-Type", type), ("X-Content-Type-Options", "nosniff"),
                 ("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:"),
-            ],
-            body: .bytes(bytes), route: route)
+            ])
     }
 }

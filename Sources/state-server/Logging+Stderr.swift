@@ -71,8 +71,10 @@ struct StderrLogHandler: LogHandler {
         let time = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date())
         switch format {
         case .text:
-            var line = "\(time) \(event.level) \(event.message)"
-            for (key, value) in all.sorted(by: { $0.key < $1.key }) { line += " \(key)=\(value)" }
+            // Control characters are escaped as the JSON format escapes them (`\u001b`, `\r`), so
+            // a value from a request (a method with CR or ESC) cannot forge or hide a log line.
+            var line = "\(time) \(event.level) \(Self.escaped("\(event.message)"))"
+            for (key, value) in all.sorted(by: { $0.key < $1.key }) { line += " \(Self.escaped(key))=\(Self.escaped("\(value)"))" }
             StderrLogWriter.shared.write(line)
         case .json:
             var object: [String: String] = ["time": time, "level": "\(event.level)", "message": "\(event.message)", "logger": label]
@@ -80,6 +82,30 @@ struct StderrLogHandler: LogHandler {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
             StderrLogWriter.shared.write(String(decoding: data, as: UTF8.self))
         }
+    }
+}
+
+extension StderrLogHandler {
+    /// `text` with its control characters (U+0000-U+001F, U+007F) escaped as in JSON
+    /// (`\n`, `\r`, `\t`, `\u001b`, ...) and a backslash doubled; the text unchanged (no copy
+    /// made) when it has none.
+    static func escaped(_ text: String) -> String {
+        guard text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") }) else { return text }
+        var out = ""
+        out.reserveCapacity(text.utf8.count + 8)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }
 

@@ -233,10 +233,24 @@ extension ConfigContent {
 enum Settings {
     /// `text` with the password of a URL (`scheme://user:password@host`) replaced by `***`:
     /// a refused value is quoted in errors, and a database URL may carry a password.
+    /// Query arguments whose values are secrets too (`?password=`, as libpq accepts it) are
+    /// shown as `password=***`.
     static func withoutPassword(_ text: String) -> String {
+        guard text.contains("://") else { return text }
+        var text = text
+        if let mark = text.firstIndex(of: "?") {
+            let arguments = text[text.index(after: mark)...].split(separator: "&", omittingEmptySubsequences: false).map { argument in
+                guard let equals = argument.firstIndex(of: "=") else { return String(argument) }
+                let key = argument[..<equals].lowercased()
+                let secret = ["pass", "secret", "token", "key"].contains { key.contains($0) }
+                return secret ? String(argument[...equals]) + "***" : String(argument)
+            }
+            text = String(text[...mark]) + arguments.joined(separator: "&")
+        }
         guard let scheme = text.range(of: "://") else { return text }
         let rest = text[scheme.upperBound...]
-        guard let at = rest.lastIndex(of: "@") else { return text }
+        let authority = rest.prefix { $0 != "?" }
+        guard let at = authority.lastIndex(of: "@") else { return text }
         let userinfo = rest[..<at]
         guard let colon = userinfo.firstIndex(of: ":") else { return text }
         return String(text[..<colon]) + ":***" + String(rest[at...])

@@ -230,13 +230,14 @@ struct Server {
             if record.route == "/v1/sessions/{id}/dispatch" {
                 dispatchTimer.record(duration: record.duration)
             }
-            logger.info(
-                "request",
-                metadata: [
-                    "http.method": "\(record.method)", "http.route": "\(record.route)",
-                    "http.status": "\(record.status)",
-                    "duration_ms": "\(Double(record.duration.components.attoseconds / 1_000_000_000_000) / 1000)",
-                ])
+            var metadata: Logger.Metadata = [
+                "http.method": "\(record.method)", "http.route": "\(record.route)",
+                "http.status": "\(record.status)",
+                "duration_ms": "\(Double(record.duration.components.attoseconds / 1_000_000_000_000) / 1000)",
+            ]
+            // A head refused before routing says why (a smuggling attempt, a broken client).
+            if let refusal = record.refusal { metadata["http.refused"] = "\(refusal)" }
+            logger.info("request", metadata: metadata)
         }
     }
 

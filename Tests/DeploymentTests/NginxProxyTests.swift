@@ -101,3 +101,41 @@ struct NginxProxyTests {
         #expect(dead.requestLines.contains { $0.hasPrefix("GET ") }, "no GET was tried on the dead node: \(dead.requestLines)")
     }
 }
+
+/// Issue 16 items 1 and 11 through the shipped nginx configuration.
+@Suite("Through nginx: exact HTTP")
+struct NginxExactHTTPTests {
+    @Test("11: the access log has no query strings (EventSource's access_token)")
+    func accessLogWithoutToken() async throws {
+        try await withCluster { nginx, _ in
+            let session = try await nginx.api.createSession()
+            let (stream, _) = try await session.subscribe(query: "access_token=\(session.token)")
+            stream.close()
+            let read = try await nginx.api.request("GET", "/v1/sessions/\(session.id)/state?access_token=\(session.token)&marker=1", headers: session.auth)
+            #expect(read.status == 200, "\(read)")
+            let log = nginx.prefix.appendingPathComponent("logs/access.log")
+            let text: () -> String = { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
+            let logged = try await eventually { text().contains("/v1/sessions/\(session.id)/state ") }
+            #expect(logged, "the access log has the request: \(text())")
+            #expect(!text().contains(session.token), "the token is in nginx's access log: \(text())")
+            #expect(!text().contains("marker=1"), "query strings are in nginx's access log: \(text())")
+        }
+    }
+
+    @Test("1: HEAD on the event stream through nginx's upstream keep-alive leaves the next replies intact")
+    func headOnEventsKeepsUpstreamFraming() async throws {
+        try await withCluster { nginx, _ in
+            let session = try await nginx.api.createSession()
+            for _ in 0..<5 {
+                let head = try await nginx.api.request("HEAD", "/v1/sessions/\(session.id)/events", headers: session.auth)
+                #expect(head.status == 405, "\(head)")
+                #expect(head.header("Allow") == "GET", "\(head)")
+                for _ in 0..<4 {
+                    let read = try await session.request("GET", "/state/counter")
+                    #expect(read.status == 200, "\(read)")
+                    #expect(read.json?["feature"]?.string == "counter", "\(read)")
+                }
+            }
+        }
+    }
+}

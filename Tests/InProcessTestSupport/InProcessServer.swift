@@ -78,7 +78,7 @@ package final class InProcessServer: Sendable {
         let bytes = body ?? []
         let tooLarge = bytes.count > settings.routes.bodyLimit
         return HTTPRequest(
-            method: method, path: Self.unescape(rawPath),
+            method: method, path: String(rawPath),
             headers: fields, query: Self.arguments(rawQuery),
             body: tooLarge ? [] : bytes, bodyTooLarge: tooLarge)
     }

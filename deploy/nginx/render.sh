@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Renders deploy/nginx/stateserver.conf.template to standard output.
 #
-#   deploy/nginx/render.sh [--listen ADDR] [--main] NODE...
+#   deploy/nginx/render.sh [--listen ADDR] [--access-log PATH] [--main] NODE...
 #
 #   NODE        host:port of a state-server node (one "server" line each, round robin)
 #   --listen    what nginx listens on (default 8080; e.g. 127.0.0.1:18080)
+#   --access-log  the access log's file (default /var/log/nginx/access.log; logs/access.log,
+#               under the prefix, with --main); written without query strings either way
 #   --main      wrap it in a complete nginx.conf for a private nginx started as
 #                   nginx -p PREFIX -c FILE -g 'daemon off;'
 #               (pid, temporary files and the access log under PREFIX, errors to stderr;
@@ -14,13 +16,15 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 listen=8080
+access_log=""
 main=0
 nodes=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --listen) listen="${2:?--listen needs an address}"; shift 2 ;;
+        --access-log) access_log="${2:?--access-log needs a path}"; shift 2 ;;
         --main) main=1; shift ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         -*) echo "render.sh: unknown option $1" >&2; exit 2 ;;
         *) nodes+=("$1"); shift ;;
     esac
@@ -36,6 +40,13 @@ for node in "${nodes[@]}"; do
         exit 2
     fi
 done
+if [ -z "$access_log" ]; then
+    if [ "$main" = 1 ]; then access_log=logs/access.log; else access_log=/var/log/nginx/access.log; fi
+fi
+if ! [[ "$access_log" =~ ^[A-Za-z0-9._/-]+$ ]]; then
+    echo "render.sh: not a plain file path: $access_log" >&2
+    exit 2
+fi
 if ! [[ "$listen" =~ ^([A-Za-z0-9.-]+:|\[[0-9A-Fa-f:.]+\]:)?[0-9]+$ ]]; then
     echo "render.sh: not a listen address: $listen" >&2
     exit 2
@@ -47,6 +58,7 @@ body() {
         if [[ "$line" == *@NODE@* ]]; then
             for node in "${nodes[@]}"; do printf '%s\n' "${line//@NODE@/$node}"; done
         else
+            line="${line//@ACCESS_LOG@/$access_log}"
             printf '%s\n' "${line//@LISTEN@/$listen}"
         fi
     done < "$here/stateserver.conf.template"
@@ -63,7 +75,6 @@ events {
 }
 http {
     default_type application/octet-stream;
-    access_log logs/access.log;
     client_body_temp_path tmp/body;
     proxy_temp_path tmp/proxy;
     fastcgi_temp_path tmp/fastcgi;

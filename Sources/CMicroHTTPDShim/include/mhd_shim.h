@@ -24,13 +24,27 @@ typedef struct ss_daemon_config {
     int reuse_port;
 } ss_daemon_config;
 
+/// At most this many query arguments are handed over. libmicrohttpd 0.9.75 stores each argument
+/// in the connection's memory pool when it reads the request line; when the pool runs out it
+/// neither answers nor calls the access handler (the connection hangs until its timeout, about
+/// 110 short arguments with 8 KiB per connection). Past this count the arguments are dropped
+/// before libmicrohttpd parses them, and the request is refused (400).
+#define SS_MAX_QUERY_ARGUMENTS 64
+
+/// Called with the raw request target (before libmicrohttpd splits and decodes it) and the
+/// number of query arguments in it (pieces between `&` after the first `?`); returns the
+/// request's context (`*con_cls`). When `query_arguments` > SS_MAX_QUERY_ARGUMENTS, the
+/// arguments are dropped after the call. `control_in_target` is nonzero when the raw target has
+/// a control character or a blank (bytes 0x01-0x20, 0x7F; libmicrohttpd keeps a bare CR in it).
+typedef void *(*ss_uri_log_callback)(const char *uri, struct MHD_Connection *connection, size_t query_arguments,
+                                     int control_in_target);
+
 /// Starts an epoll daemon with suspend/resume enabled. On failure returns NULL and writes a
 /// reason into `error` (at most `error_size` bytes, NUL-terminated).
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
-                                   void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
-                                   void *uri_log_cls,
+                                   ss_uri_log_callback uri_log,
                                    char *error, size_t error_size);
 
 /// One header field or query argument of a request, as libmicrohttpd keeps it: pointers into
@@ -56,6 +70,18 @@ enum {
     SS_HEAD_UNSUPPORTED_CODING = 7,
     SS_HEAD_MISSING_HOST = 8,
     SS_HEAD_REPEATED_HOST = 9,
+    /// Bytes hidden from the header list behind a NUL inside a field (`Content-Length: 0\0 38`).
+    SS_HEAD_HIDDEN_BYTES = 10,
+    /// A field value with a control character other than HTAB (a bare CR, ESC, ...).
+    SS_HEAD_CONTROL_IN_VALUE = 11,
+    /// The method is not a token (control characters, separators).
+    SS_HEAD_BAD_METHOD = 12,
+    /// Transfer-Encoding on an HTTP/1.0 request (RFC 9112 6.1: faulty framing).
+    SS_HEAD_CODING_IN_HTTP10 = 13,
+    /// A Host value that is not `host[:port]` (RFC 9112 3.2, RFC 3986 3.2.2).
+    SS_HEAD_BAD_HOST = 14,
+    /// More than one Authorization field (which one would count is ambiguous).
+    SS_HEAD_REPEATED_AUTHORIZATION = 15,
 };
 
 /// What ss_read_head found.
@@ -88,7 +114,21 @@ typedef struct ss_head {
 /// - Transfer-Encoding fields, split at commas and trimmed of blanks, name one coding only:
 ///   `chunked`, in any ASCII case.
 /// - An HTTP/1.1 request has a Host field; no request has more than one.
-void ss_read_head(struct MHD_Connection *connection, const char *method, const char *version,
+/// - Between the fields libmicrohttpd lists only separators remain (NULs, blanks): bytes a NUL
+///   inside a field hid from the list (`Content-Length: 0\0 38`, `chunked\0, gzip`) break it
+///   (libmicrohttpd 0.9.75 cuts each value at its first NUL and reports that length, also
+///   through MHD_get_connection_values_n, so only the buffer shows the rest).
+/// - No field value has a control character other than HTAB (a bare CR is kept inside the
+///   value by libmicrohttpd, and would end the line for the next reader).
+/// - The method is a token.
+/// - An HTTP/1.0 request has no Transfer-Encoding.
+/// - The Host value is `host[:port]` (reg-name, IPv4 or a bracketed IP literal), possibly empty.
+/// - At most one Authorization field.
+///
+/// `target` is the raw request target as the URI log callback saw it (NULL: unknown): between
+/// the end of the method and it only blanks or NULs may be, or a NUL in the method hid bytes
+/// (`PD\0OST /x`), which breaks the rule above on hidden bytes.
+void ss_read_head(struct MHD_Connection *connection, const char *method, const char *target, const char *version,
                   ss_field *fields, size_t capacity, ss_head *head);
 
 /// Lists the values of `kind` (query arguments, header fields) of the current request into

@@ -33,8 +33,9 @@ extension StateServerResponder {
         }
         var key: String?
         if let header = request.header("idempotency-key") {
-            guard !header.isEmpty, header.count <= settings.maxIdempotencyKeyLength else {
-                throw .invalidRequest("the header 'Idempotency-Key' must have 1 to \(settings.maxIdempotencyKeyLength) characters")
+            // Bytes of UTF-8, not characters: `a` and 1,500 combining marks are one character.
+            guard !header.isEmpty, header.utf8.count <= settings.maxIdempotencyKeyLength else {
+                throw .invalidRequest("the header 'Idempotency-Key' must have 1 to \(settings.maxIdempotencyKeyLength) bytes")
             }
             key = header
         }

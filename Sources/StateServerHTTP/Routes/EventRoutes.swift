@@ -5,7 +5,9 @@ import StateStore
 /// `GET /v1/sessions/{id}/events`: a session's changes as server-sent events.
 extension StateServerResponder {
     static let eventRoutes: [Route] = [
-        Route(["GET"], "/v1/sessions/{id}/events") { responder, request throws(APIError) in
+        // No HEAD: `405` with `Allow: GET` (a HEAD answer has no body bytes, and a stream's
+        // chunked terminator behind a keep-alive proxy would be read as the next reply's start).
+        Route(["GET"], "/v1/sessions/{id}/events", head: false) { responder, request throws(APIError) in
             try responder.withSession(request, allowQueryToken: true) { session throws(APIError) in
                 let requested = request.http.queryValues("feature")
                 for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }

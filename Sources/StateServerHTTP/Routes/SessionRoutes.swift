@@ -19,7 +19,7 @@ extension StateServerResponder {
                     body.string("id", session.id)
                     body.string("token", token)
                     return Reply.json(
-                        201, body.finish(), route: "/v1/sessions", headers: [("Location", "/v1/sessions/\(session.id)")])
+                        201, body.finish(), route: "/v1/sessions", headers: [("Location", "/v1/sessions/\(session.id)"), Reply.noStore])
                 } catch {
                     switch error {
                     case .limitReached: throw .sessionLimit
@@ -37,7 +37,7 @@ extension StateServerResponder {
                     } catch {
                         throw .session(error)
                     }
-                    return Reply.empty(204, route: request.template)
+                    return Reply.empty(204, route: request.template, headers: [Reply.noStore])
                 }
             }
         },
@@ -138,9 +138,9 @@ extension StateServerResponder {
     static func reply(_ outcome: ChangeOutcome, route: String) throws(APIError) -> HTTPResponse {
         switch outcome {
         case .applied(_, let reply):
-            return Reply.json(200, reply.body, route: route, headers: [Reply.etag(reply.version)])
+            return Reply.json(200, reply.body, route: route, headers: [Reply.etag(reply.version), Reply.noStore])
         case .replayed(let reply):
-            var headers = reply.status == 200 ? [Reply.etag(reply.version)] : []
+            var headers = reply.status == 200 ? [Reply.etag(reply.version), Reply.noStore] : [Reply.noStore]
             headers.append(("Idempotent-Replayed", "true"))
             return Reply.json(reply.status, reply.body, route: route, headers: headers)
         case .failed(let failure):

@@ -86,7 +86,8 @@ extension StateServerResponder {
             var body = JSONObjectWriter()
             body.string("session", session.id)
             body.raw("features", features.finish())
-            return Reply.json(200, body.finish(), route: route)
+            // No validator (it covers several stores): nothing a cache could reuse.
+            return Reply.json(200, body.finish(), route: route, headers: [Reply.noStore])
         } catch {
             throw .internalError(error)
         }
@@ -104,12 +105,12 @@ extension StateServerResponder {
             throw .internalError(error)
         }
         if let condition = EntityTagCondition(request, "if-none-match", weak: true), condition.matches(version) {
-            return Reply.empty(304, route: route, headers: [Reply.etag(version)])
+            return Reply.empty(304, route: route, headers: [Reply.etag(version), Reply.privateRevalidate])
         }
         var body = JSONObjectWriter(capacity: state.count + 64)
         body.string("feature", feature)
         body.int("version", version)
         body.raw("state", state)
-        return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version)])
+        return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version), Reply.privateRevalidate])
     }
 }

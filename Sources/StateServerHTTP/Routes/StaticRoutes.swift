@@ -4,17 +4,17 @@ import StatePersistence
 /// The page, its client, the OpenAPI description, health, metrics and the feature list.
 extension StateServerResponder {
     static let staticRoutes: [Route] = [
-        Route(["GET"], "/") { _, _ in
-            .now(StaticAssets.response(StaticAssets.indexHTML, type: "text/html; charset=utf-8", route: "/"))
+        Route(["GET"], "/") { _, request in
+            .now(StaticAssets.response(request.http, StaticAssets.indexHTML, etag: StaticAssets.indexTag, type: "text/html; charset=utf-8", route: "/"))
         },
         Route(["GET"], "/healthz") { _, _ in
-            .now(Reply.json(200, Reply.statusOK, route: "/healthz"))
+            .now(Reply.json(200, Reply.statusOK, route: "/healthz", headers: [Reply.noStore]))
         },
         // Readiness for load balancers and Kubernetes: can this node reach its storage (and,
         // with several nodes, does it hear the others' changes)?
         Route(["GET"], "/readyz") { responder, _ throws(APIError) in
             guard let storage = responder.sessions.storage else {
-                return .now(Reply.json(200, Reply.statusOK, route: "/readyz"))
+                return .now(Reply.json(200, Reply.statusOK, route: "/readyz", headers: [Reply.noStore]))
             }
             return .later { () throws(APIError) in
                 do throws(StorageError) {
@@ -23,23 +23,27 @@ extension StateServerResponder {
                     throw .storage(error)
                 }
                 guard responder.sessions.isFollowing else { throw .notFollowing }
-                return Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz")
+                return Reply.json(200, Array(#"{"status":"ok"}"#.utf8), route: "/readyz", headers: [Reply.noStore])
             }
         },
         Route(["GET"], "/metrics") { responder, _ throws(APIError) in
             guard let metrics = responder.metrics else { throw .notFound }
             return .now(HTTPResponse(
-                status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"), Reply.noStore],
                 body: .bytes(metrics()), route: "/metrics"))
         },
-        Route(["GET"], "/openapi.json") { _, _ in
-            .now(Reply.json(200, StaticAssets.openAPI, route: "/openapi.json"))
+        Route(["GET"], "/openapi.json") { _, request in
+            .now(Reply.validated(
+                request.http, StaticAssets.openAPI, etag: StaticAssets.openAPITag, route: "/openapi.json",
+                headers: [Reply.jsonType]))
         },
-        Route(["GET"], "/client.js") { _, _ in
-            .now(StaticAssets.response(StaticAssets.clientJS, type: "text/javascript; charset=utf-8", route: "/client.js"))
+        Route(["GET"], "/client.js") { _, request in
+            .now(StaticAssets.response(request.http, StaticAssets.clientJS, etag: StaticAssets.clientTag, type: "text/javascript; charset=utf-8", route: "/client.js"))
         },
-        Route(["GET"], "/v1/features") { responder, _ in
-            .now(Reply.json(200, responder.featuresBody, route: "/v1/features"))
+        Route(["GET"], "/v1/features") { responder, request in
+            .now(Reply.validated(
+                request.http, responder.featuresBody, etag: responder.featuresTag, route: "/v1/features",
+                headers: [Reply.jsonType]))
         },
     ]
 }
