@@ -7,7 +7,8 @@
 #
 # Scenarios (wrk -t2 -c64, keep-alive, 127.0.0.1, memory storage): GET /healthz, GET
 # state/counter over 1,000 sessions, POST dispatch over 1,000 sessions. Knobs: AB_ROUNDS (runs
-# of each binary per scenario, 3), AB_DURATION (seconds per run, 5).
+# of each binary per scenario, 3), AB_DURATION (seconds per run, 5), AB_STORAGE (`sqlite`: each
+# binary on a fresh SQLite database of its own, fsync on: durable dispatch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] && [ -x "$1" ] && [ -x "$2" ] || { echo "usage: bench/ab.sh BINARY_A BINARY_B" >&2; exit 2; }
@@ -21,7 +22,9 @@ trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; r
 start() { # start NAME BINARY -> sets PORT_NAME
     local name=$1 binary=$2
     cp -p "$binary" "$TMP/ab-$name"
-    STATE_SERVER_LOG_LEVEL=warning "$TMP/ab-$name" --port 0 > "$TMP/$name.out" 2> "$TMP/$name.err" &
+    local storage=()
+    [ "${AB_STORAGE:-memory}" = sqlite ] && storage=(--storage "sqlite:$TMP/$name.db")
+    STATE_SERVER_LOG_LEVEL=warning "$TMP/ab-$name" --port 0 "${storage[@]}" > "$TMP/$name.out" 2> "$TMP/$name.err" &
     PIDS+=($!)
     for _ in $(seq 100); do grep -q listening "$TMP/$name.out" 2>/dev/null && break; sleep 0.1; done
     local port; port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$TMP/$name.out" | head -1)

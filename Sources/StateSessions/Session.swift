@@ -78,6 +78,9 @@ public final class Session: Sendable {
             case refresh(@Sendable (Result<Void, SessionFailure>) -> Void)
             /// Shared storage: another node's commit was heard; catch up if still behind it.
             case pull(@Sendable (Result<Void, SessionFailure>) -> Void)
+            /// Shared storage: loads a store, ordered with catch-ups (a load outside the
+            /// pipeline could install a copy older than what a catch-up already published).
+            case load(String, @Sendable (Result<Void, SessionFailure>) -> Void)
         }
 
         var running = false
@@ -194,6 +197,21 @@ public final class Session: Sendable {
     /// then its journal replayed through the reducer with side effects off). `nil` for an
     /// unknown feature.
     public func store(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
+        if let store = loadedStore(feature) { return store }
+        guard storage != nil, registry[feature] != nil else { return nil }
+        guard readsCatchUp else { return try await loadStore(feature) }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SessionFailure>, Never>) in
+            enqueue(.load(feature) { continuation.resume(returning: $0) })
+        }
+        try result.get()
+        if let store = loadedStore(feature) { return store }
+        // Dropped again meanwhile (a catch-up found a gap): load it once more, in turn.
+        return try await store(feature)
+    }
+
+    /// Loads a store from storage unless it is in memory (see ``store(_:)``); inside the
+    /// pipeline with shared storage.
+    private func loadStore(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
         guard let storage, let definition = registry[feature] else { return nil }
         await loadLock.lock()
@@ -685,7 +703,7 @@ public final class Session: Sendable {
     private static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
         switch job {
         case .change(_, let done): done(.failed(failure))
-        case .delete(let done), .refresh(let done), .pull(let done): done(.failure(failure))
+        case .delete(let done), .refresh(let done), .pull(let done), .load(_, let done): done(.failure(failure))
         }
     }
 
@@ -726,6 +744,18 @@ public final class Session: Sendable {
     /// caller that resumes never finds the session still busy with its own request.
     private func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
         switch job {
+        case .load(let feature, let done):
+            Task { [self] in
+                let result: Result<Void, SessionFailure>
+                do throws(SessionFailure) {
+                    _ = try await loadStore(feature)
+                    result = .success(())
+                } catch {
+                    result = .failure(error)
+                }
+                completion()
+                done(result)
+            }
         case .refresh(let done):
             catchUpThen(checkingExistence: true, completion: completion, done: done)
         case .pull(let done):
@@ -774,10 +804,11 @@ public final class Session: Sendable {
     private func execute(_ request: ChangeRequest, attempt: Int = 0, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
         guard registry[request.feature] != nil else { return finish(.failed(.unknownFeature(request.feature))) }
         guard let store = loadedStore(request.feature) else {
-            // Durable mode, a store not loaded yet (callers normally load it first).
+            // Durable mode, a store not loaded yet (callers normally load it first). Inside the
+            // pipeline: load it here, not as another job behind this one.
             Task { [self] in
                 do throws(SessionFailure) {
-                    guard let store = try await store(request.feature) else {
+                    guard let store = try await loadStore(request.feature) else {
                         return finish(.failed(.unknownFeature(request.feature)))
                     }
                     checkKey(request, store, attempt: attempt, finish: finish)

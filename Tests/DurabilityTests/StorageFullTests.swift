@@ -71,12 +71,17 @@ struct StorageFullTests {
         }
     }
 
-    /// A `PUT` body of about 60 KB: a todo list of 115 long items.
-    static let largeTodos: [UInt8] = {
-        let title = String(repeating: "y", count: 480)
+    /// A `PUT` body of about 60 KB: a todo list of 115 long items, every title of `letter`.
+    /// Alternating letters make each change touch every title, so the journal keeps whole
+    /// states (a patch would not be smaller) and the database fills.
+    static func largeTodos(_ letter: Character) -> [UInt8] {
+        let title = String(repeating: letter, count: 480)
         let items = (1...115).map { #"{"id":"\#($0)","title":"\#(title)","done":false}"# }.joined(separator: ",")
         return Array(#"{"state":{"items":[\#(items)],"nextId":116}}"#.utf8)
-    }()
+    }
+
+    static let largeTodos = largeTodos("y")
+    static let otherLargeTodos = largeTodos("z")
 
     @Test("a full database inside a group commit: every 503 left nothing, every 200 is stored, and the session recovers once there is room")
     func fullWhileConcurrent() async throws {
@@ -95,8 +100,11 @@ struct StorageFullTests {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for _ in 0..<3 {
                         group.addTask {
+                            var round = 0
                             while !stop.isSet {
-                                let put = try await filler.request("PUT", "/state/todos", body: Self.largeTodos)
+                                round += 1
+                                let put = try await filler.request(
+                                    "PUT", "/state/todos", body: round % 2 == 0 ? Self.largeTodos : Self.otherLargeTodos)
                                 if put.status != 200 {
                                     expectError(put, 503, "storage_unavailable")
                                     fillerRefusals.append(put.status)
