@@ -315,8 +315,8 @@ public final class Session: Sendable {
         case .success(let (state, version)):
             var restored: (any AnyStateStore)?
             do throws(StoreError) {
-                restored = try definition.restoreStore(
-                    state: state, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
+                restored = try state.restore(
+                    definition, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
                     onFollowUpRejected: onRejected)
             } catch {
                 let base = snapshot.map { "the snapshot at version \($0.version)" } ?? "the journal"
@@ -341,8 +341,8 @@ public final class Session: Sendable {
         if all.first?.version == 1, let last = all.last?.version, last >= snapshotVersion {
             var rebuilt: (any AnyStateStore)?
             if case .success(let (state, version)) = Self.roll(all, from: nil) {
-                rebuilt = try? definition.restoreStore(
-                    state: state, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
+                rebuilt = try? state.restore(
+                    definition, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
             }
             if rebuilt == nil {
                 let replayed = definition.makeStore(onFollowUpRejected: onRejected)
@@ -429,22 +429,71 @@ public final class Session: Sendable {
         let message: String
     }
 
+    /// A state rolled forward from a base: still the stored bytes (no patch on the way), parsed
+    /// (patches applied to one tree, parsed once), or none (the journal's start, no change).
+    enum Rolled {
+        case none
+        case bytes([UInt8])
+        case tree(JSONValue)
+
+        func restore(
+            _ definition: AnyFeature, stateVersion: Int, version: Int,
+            onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
+        ) throws(StoreError) -> any AnyStateStore {
+            switch self {
+            case .none:
+                return try definition.restoreStore(
+                    state: nil, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            case .bytes(let bytes):
+                return try definition.restoreStore(
+                    state: bytes, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            case .tree(let json):
+                return try definition.restoreStore(
+                    json: json, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            }
+        }
+    }
+
     /// The state after `entries` applied in order to `base` (a version and its state; nil for
     /// the start of the journal), and its version; why not, when a version is missing or a
-    /// patch does not apply.
+    /// patch does not apply. However many patches, the state is parsed once.
     private static func roll(
         _ entries: [JournalEntry], from base: (version: Int, state: [UInt8])?
-    ) -> Result<(state: [UInt8]?, version: Int), RollFailure> {
-        var state = base?.state
+    ) -> Result<(state: Rolled, version: Int), RollFailure> {
+        var state = Rolled.none
+        if let base { state = Rolled.bytes(base.state) }
         var version = base?.version ?? 0
         for entry in entries {
             guard entry.version == version + 1 else {
-                return .failure(RollFailure(message: "the journal of \(entry.feature) jumps from version \(version) to \(entry.version)"))
+                let message = "the journal of \(entry.feature) jumps from version \(version) to \(entry.version)"
+                return .failure(RollFailure(message: message))
             }
-            do throws(StorageError) {
-                state = try entry.delta.state(after: state)
-            } catch {
-                return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) does not apply: \(error.message)"))
+            switch entry.delta {
+            case .state(let bytes):
+                state = Rolled.bytes(bytes)
+            case .patch(let patch):
+                var tree: JSONValue
+                switch state {
+                case .none:
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) is a patch with nothing before it"))
+                case .bytes(let bytes):
+                    guard let parsed = JSONCoding.parse(bytes) else {
+                        return .failure(RollFailure(message: "the state before version \(entry.version) of \(entry.feature) is not JSON"))
+                    }
+                    tree = parsed
+                case .tree(let current):
+                    tree = current
+                }
+                state = Rolled.none  // the tree is edited in place, not copied
+                guard let operations = JSONCoding.parse(patch) else {
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) has a patch that is not JSON"))
+                }
+                do throws(JSONPatch.Failure) {
+                    try JSONPatch.apply(operations, to: &tree)
+                } catch {
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) does not apply: \(error.message)"))
+                }
+                state = Rolled.tree(tree)
             }
             version = entry.version
         }

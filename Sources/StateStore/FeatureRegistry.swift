@@ -10,7 +10,7 @@ public struct AnyFeature: Sendable {
     /// The version of the feature's state shape (see ``Feature/stateVersion``).
     public let stateVersion: Int
     private let restoreBody: @Sendable (
-        _ state: [UInt8]?, _ stateVersion: Int, _ version: Int,
+        _ state: JSONValue?, _ stateVersion: Int, _ version: Int,
         _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
     ) throws(StoreError) -> any AnyStateStore
 
@@ -19,12 +19,9 @@ public struct AnyFeature: Sendable {
         initialStateJSON = try JSONCoding.encode(feature.initialState)
         stateVersion = feature.stateVersion
         make = { onRejected in DefaultStateStore(feature: feature, onFollowUpRejected: onRejected) }
-        restoreBody = { bytes, savedVersion, version, onRejected throws(StoreError) in
-            guard let bytes else {
+        restoreBody = { saved, savedVersion, version, onRejected throws(StoreError) in
+            guard var json = saved else {
                 return DefaultStateStore(feature: feature, version: version, onFollowUpRejected: onRejected)
-            }
-            guard var json = JSONCoding.parse(bytes) else {
-                throw StoreError(.invalidState, "the saved state of \(feature.name) is not JSON", currentVersion: version)
             }
             if savedVersion != feature.stateVersion {
                 do throws(ActionRejected) {
@@ -53,7 +50,20 @@ public struct AnyFeature: Sendable {
         state: [UInt8]?, stateVersion: Int, version: Int,
         onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
     ) throws(StoreError) -> any AnyStateStore {
-        try restoreBody(state, stateVersion, version, onFollowUpRejected)
+        guard let state else { return try restoreBody(nil, stateVersion, version, onFollowUpRejected) }
+        guard let json = JSONCoding.parse(state) else {
+            throw StoreError(.invalidState, "the saved state of \(name) is not JSON", currentVersion: version)
+        }
+        return try restoreBody(json, stateVersion, version, onFollowUpRejected)
+    }
+
+    /// ``restoreStore(state:stateVersion:version:onFollowUpRejected:)`` from a state already
+    /// parsed (a journal's patches applied to it), without encoding and parsing it again.
+    public func restoreStore(
+        json: JSONValue, stateVersion: Int, version: Int,
+        onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
+    ) throws(StoreError) -> any AnyStateStore {
+        try restoreBody(json, stateVersion, version, onFollowUpRejected)
     }
 
     /// A new store at the initial state, version 0.
