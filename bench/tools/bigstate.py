@@ -65,10 +65,10 @@ def stop(proc):
         proc.wait()
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS:"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1])
     return 0
 
@@ -122,9 +122,9 @@ def run(binary, label, storage, size):
         request(base, "GET", "/healthz")
         for _ in range(3):
             request(base, "GET", f"/v1/sessions/{small['id']}/state/todos", token=small["token"])
-        rss0 = rss_kib(proc.pid)
+        rss0, anon0, file0 = rss_kib(proc.pid), rss_kib(proc.pid, "RssAnon:"), rss_kib(proc.pid, "RssFile:")
         status, body = request(base, "GET", f"/v1/sessions/{sid}/state/todos", token=token)
-        rss1 = rss_kib(proc.pid)
+        rss1, anon1, file1 = rss_kib(proc.pid), rss_kib(proc.pid, "RssAnon:"), rss_kib(proc.pid, "RssFile:")
         loaded = json.loads(body)
         status2, replay = request(base, "POST", f"/v1/sessions/{sid}/dispatch",
                                   {"feature": "todos", "action": {"type": "toggle", "id": "1"}}, token,
@@ -134,6 +134,7 @@ def run(binary, label, storage, size):
     record = {
         "binary": label, "storage": storage.split(":", 1)[0], "state_bytes": state_bytes,
         "toggles_db_bytes": grown, "reload_rss_bytes": (rss1 - rss0) * 1024,
+        "reload_anon_bytes": (anon1 - anon0) * 1024, "reload_file_bytes": (file1 - file0) * 1024,
         "toggles_per_s": TOGGLES / toggles_s, "version": loaded["version"],
         "replayed_version": json.loads(replay)["version"],
     }
@@ -159,7 +160,8 @@ def main():
     for r in records:
         print(f"{r['binary']:>24} {r['storage']:>8}: state {r['state_bytes'] / 1e3:.0f} KB; 40 keyed toggles added "
               f"{r['toggles_db_bytes'] / 1e6:.2f} MB; one reload added {r['reload_rss_bytes'] / 1e6:.1f} MB RSS "
-              f"({r['reload_rss_bytes'] / r['state_bytes']:.1f}x the state); {r['toggles_per_s']:.0f} toggles/s; "
+              f"({r['reload_rss_bytes'] / r['state_bytes']:.1f}x the state: {r['reload_anon_bytes'] / 1e6:.1f} MB heap, "
+              f"{r['reload_file_bytes'] / 1e6:.1f} MB file pages); {r['toggles_per_s']:.0f} toggles/s; "
               f"version {r['version']}, key replayed at {r['replayed_version']}")
     if args.json:
         with open(args.json, "a") as f:
