@@ -155,10 +155,12 @@ let package = Package(
         // MARK: The executable
         // SIGTERM/SIGINT handlers that write to a pipe, read by one thread (no signal lost).
         .target(name: "CTerminationSignals"),
+        // glibc's allocator settings (mallopt), applied once at start.
+        .target(name: "CAllocator"),
         .executableTarget(
             name: "state-server",
             dependencies: [
-                "CTerminationSignals",
+                "CTerminationSignals", "CAllocator",
                 "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

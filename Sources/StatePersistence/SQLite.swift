@@ -30,6 +30,18 @@ final class SQLiteConnection: @unchecked Sendable {
 
     var errorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// Gives the page cache back to the allocator when it holds more than `bytes`: after a
+    /// large read (a store's base state spans many overflow pages) the cache would otherwise
+    /// keep a copy of it for as long as the connection lives.
+    func releaseCache(above bytes: Int) {
+        var used: Int32 = 0
+        var highwater: Int32 = 0
+        guard sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &used, &highwater, 0) == SQLITE_OK,
+            Int(used) > bytes
+        else { return }
+        sqlite3_db_release_memory(handle)
+    }
+
     /// Rows changed by the last INSERT, UPDATE or DELETE.
     var changes: Int { Int(sqlite3_changes(handle)) }
 

@@ -689,14 +689,22 @@ extension SQLiteStorage {
             self.connection = connection
         }
 
+        /// Bytes of page cache the reader keeps between reads.
+        static let cacheKept = 256 << 10
+
         func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws(StorageError) -> T) async throws(StorageError) -> T {
             let result: Result<T, StorageError> = await withCheckedContinuation { continuation in
                 queue.async { [connection] in
+                    let result: Result<T, StorageError>
                     do throws(StorageError) {
-                        continuation.resume(returning: .success(try body(connection)))
+                        result = .success(try body(connection))
                     } catch {
-                        continuation.resume(returning: .failure(error))
+                        result = .failure(error)
                     }
+                    // Loads are read once per store: what they bring into the cache is not
+                    // read again soon (the writer's connection keeps its own).
+                    connection.releaseCache(above: Self.cacheKept)
+                    continuation.resume(returning: result)
                 }
             }
             return try result.get()

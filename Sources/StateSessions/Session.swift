@@ -115,8 +115,6 @@ public final class Session: Sendable {
 
     private var storage: (any SessionStorage)? { journal.storage }
 
-    /// Whether the session's changes are kept in storage (loads and commits wait for it).
-    public var isDurable: Bool { journal.storage != nil }
 
     /// Compares SHA-256 of `candidate` with the stored hash in constant time.
     public func verify(token candidate: String) -> Bool {
@@ -262,6 +260,22 @@ public final class Session: Sendable {
             }
             notify(.waitingWorkChecked(session: id, feature: feature, settled: settled))
         }
+    }
+
+    /// Whether a read of `features` (`nil`: all) can be answered from memory now, without
+    /// waiting: every store is in memory (memory mode makes them on first use) and no other
+    /// node's changes must be read first. Otherwise the caller waits for ``loadAll(_:)`` and
+    /// ``refresh()``. The routes ask this, never which storage the server runs on.
+    public func isReady(for features: [String]? = nil) -> Bool {
+        guard !readsCatchUp else { return false }
+        return (features ?? registry.names).allSatisfy { loadedStore($0) != nil || registry[$0] == nil }
+    }
+
+    /// Whether a stream resuming after `lastEventID` needs events rebuilt from storage first
+    /// (see ``backfill(after:)``); never without storage.
+    public func needsBackfill(after lastEventID: Int?) -> Bool {
+        guard storage != nil, let lastEventID else { return false }
+        return hub.missing(after: lastEventID) != nil
     }
 
     /// Loads every store (so snapshots and full-state reads show stored versions).
@@ -568,7 +582,13 @@ public final class Session: Sendable {
     /// Runs `request` when its turn comes and calls `done` with the outcome. With a journal
     /// that keeps nothing and a loaded store, `done` runs before `submit` returns.
     public func submit(_ request: ChangeRequest, done: @escaping @Sendable (ChangeOutcome) -> Void) {
-        enqueue(.change(request, done))
+        // A change counts as use when it ends, not only when its request looked the session
+        // up: one that waited or committed slowly must not leave the session looking idle
+        // (the TTL sweep judges loaded sessions by this time).
+        enqueue(.change(request, { [self] outcome in
+            lastUsed.store(WallClock.now, ordering: .relaxed)
+            done(outcome)
+        }))
     }
 
     /// ``submit(_:done:)`` for async callers.

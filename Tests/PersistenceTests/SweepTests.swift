@@ -49,6 +49,9 @@ struct SweepTests {
         try await withStorage(backend) { fixture in
             let settings = testSettings(idleTimeout: .seconds(3_600), ttl: .seconds(10))
             let first = try exampleManager(fixture.storage, settings: settings)
+            // Sweep times are taken relative to the sessions' first activity, not to when the
+            // sweep runs: a slow machine cannot push them past the TTL early.
+            let start = WallClock.now
             let (loaded, loadedToken) = try await first.create()
             let (stored, storedToken) = try await first.create()
             for session in [loaded, stored] {
@@ -61,7 +64,7 @@ struct SweepTests {
             #expect(try await inMemory.current("counter").version == 1)
             #expect(!second.isLoaded(id: stored.id))
 
-            let early = await second.sweep(now: WallClock.now + 5_000)
+            let early = await second.sweep(now: start + 5_000)
             #expect(early.purged == 0, "still within the TTL")
 
             let swept = await second.sweep(now: WallClock.now + 20_000)

@@ -11,7 +11,10 @@ extension StateServerResponder {
             try responder.withSession(request, allowQueryToken: true) { session throws(APIError) in
                 let requested = request.http.queryValues("feature")
                 for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }
-                guard session.isDurable else { return .now(try responder.events(request, session)) }
+                let lastEventID = StateServerResponder.lastEventID(request)
+                if session.isReady(for: requested.isEmpty ? nil : requested), !session.needsBackfill(after: lastEventID) {
+                    return .now(try responder.events(request, session))
+                }
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
                         try await session.loadAll(requested.isEmpty ? nil : requested)
@@ -19,7 +22,7 @@ extension StateServerResponder {
                     } catch {
                         throw .session(error)
                     }
-                    if let lastEventID = StateServerResponder.lastEventID(request) { await session.backfill(after: lastEventID) }
+                    if let lastEventID { await session.backfill(after: lastEventID) }
                     return try responder.events(request, session)
                 }
             }

@@ -8,7 +8,7 @@ extension StateServerResponder {
     static let stateRoutes: [Route] = [
         Route(["GET"], "/v1/sessions/{id}/state") { responder, request throws(APIError) in
             try responder.withSession(request) { session throws(APIError) in
-                guard session.isDurable else { return .now(try allState(session, route: request.template)) }
+                if session.isReady() { return .now(try allState(session, route: request.template)) }
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
                         try await session.loadAll()

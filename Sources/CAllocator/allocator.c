@@ -1,0 +1,10 @@
+#include "allocator.h"
+
+#include <malloc.h>
+#include <stdlib.h>
+
+int ss_tune_allocator(int arenas, int threshold) {
+    if (getenv("GLIBC_TUNABLES") != NULL) return 0;
+    int ok = mallopt(M_ARENA_MAX, arenas) && mallopt(M_MMAP_THRESHOLD, threshold) && mallopt(M_TRIM_THRESHOLD, threshold);
+    return ok ? 1 : -1;
+}
