@@ -8,3 +8,7 @@ int ss_tune_allocator(int arenas, int threshold) {
     int ok = mallopt(M_ARENA_MAX, arenas) && mallopt(M_MMAP_THRESHOLD, threshold) && mallopt(M_TRIM_THRESHOLD, threshold);
     return ok ? 1 : -1;
 }
+
+void ss_release_free_memory(void) {
+    malloc_trim(0);
+}

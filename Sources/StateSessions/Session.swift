@@ -21,6 +21,10 @@ public enum SessionNotice: Sendable {
     /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
     /// change) came first.
     case waitingWorkChecked(session: String, feature: String, settled: Bool)
+    /// A store was loaded from storage; `bytes` is its state's JSON size. Building it parsed,
+    /// patched and decoded copies of that state that are garbage now: a server may give such
+    /// memory back to the system after large loads.
+    case storeLoaded(session: String, feature: String, bytes: Int)
 }
 
 /// One client session: a store per registered feature (created or loaded on first use), an
@@ -224,11 +228,14 @@ public final class Session: Sendable {
             throw .storage(error)
         }
         attach(store, feature: feature)
+        var bytes = 0
         if let (state, version) = try? store.currentJSON() {
             hub.seed(feature: feature, version: version, state: state)
+            bytes = state.count
         }
         stores.withLock { $0[feature] = store }
         recount()
+        notify(.storeLoaded(session: id, feature: feature, bytes: bytes))
         // Work that was running in a previous process never comes back: settle its state now,
         // through the change path like any change. With several nodes the work may still run
         // on another node: give it `recoveryDelay`, then settle only if nothing changed.

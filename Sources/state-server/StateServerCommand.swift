@@ -158,6 +158,10 @@ struct Server {
                     metadata: ["session.id": "\(session)", "feature": "\(feature)"])
             case .waitingWorkChecked:
                 break
+            case .storeLoaded(_, _, let bytes):
+                // A large load leaves freed copies of its state in the allocator's arenas:
+                // give them back (a 500 KB reload: about 2x its state in RSS, 0.9x after).
+                if bytes >= Self.trimAfterLoadBytes { ss_release_free_memory() }
             case .following(true):
                 logger.info("hearing other nodes' changes", metadata: ["storage": "\(settings.storage.kind)"])
             case .following(false):
@@ -246,6 +250,9 @@ struct Server {
             logger.info("request", metadata: metadata)
         }
     }
+
+    /// A store loaded with at least this much state is followed by giving free memory back.
+    static let trimAfterLoadBytes = 256 << 10
 
     /// Files the server opens besides its connections: standard streams, the listening socket,
     /// an epoll descriptor and wake-up pipe per HTTP thread, the SQLite database, its journal

@@ -13,4 +13,9 @@
 /// wins). Returns 1 when the settings were applied, 0 when left alone, -1 on a refusal.
 int ss_tune_allocator(int arenas, int threshold);
 
+/// Gives free memory inside the allocator's heaps back to the system (malloc_trim): whole free
+/// pages anywhere in every arena, not only at the top. Costs a walk over the heaps: call it
+/// after rare large frees, not per request.
+void ss_release_free_memory(void);
+
 #endif
