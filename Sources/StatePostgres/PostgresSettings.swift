@@ -8,8 +8,10 @@ extension PostgresStorage {
     /// `redacted`, the mirror and the storage's `name` show `***` in its place, and no error
     /// built from settings contains it.
     ///
-    /// URL query parameters: `sslmode` (`disable`, `prefer` — the default —, `require`) and
-    /// `pool_size` (connections, default 10).
+    /// URL query parameters: `sslmode` (`disable`, `prefer` — the default —, `require`),
+    /// `pool_size` (connections, 2 to 1000, default 10: the sweep holds one while its own
+    /// queries use another) and `statement_timeout` (milliseconds a statement may run before
+    /// PostgreSQL cancels it, default 10000, 0 = no limit).
     public struct Settings: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible,
         CustomReflectable
     {
@@ -29,10 +31,15 @@ extension PostgresStorage {
         /// How long a request waits for a connection before it fails as `.unavailable`
         /// (PostgreSQL down or every connection busy).
         public var connectionWait: Duration
+        /// PostgreSQL's `statement_timeout` on every pooled connection: a statement stuck behind
+        /// a lock or on a struggling server fails (and its session can answer) instead of
+        /// holding a connection for as long as TCP takes to notice. `.zero`: no limit.
+        public var statementTimeout: Duration
 
         public init(
             host: String, port: Int = 5432, user: String, password: String? = nil, database: String,
-            tls: TLSMode = .prefer, poolSize: Int = 10, connectionWait: Duration = .seconds(5)
+            tls: TLSMode = .prefer, poolSize: Int = 10, connectionWait: Duration = .seconds(5),
+            statementTimeout: Duration = .seconds(10)
         ) {
             self.host = host
             self.port = port
@@ -42,6 +49,7 @@ extension PostgresStorage {
             self.tls = tls
             self.poolSize = poolSize
             self.connectionWait = connectionWait
+            self.statementTimeout = statementTimeout
         }
 
         /// Whether `text` names PostgreSQL storage (starts with `postgres://` or `postgresql://`).
@@ -116,6 +124,7 @@ extension PostgresStorage {
 
             var tls = TLSMode.prefer
             var poolSize = 10
+            var statementTimeout = Duration.seconds(10)
             for pair in query.split(separator: "&") where !pair.isEmpty {
                 let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 let key = parts[0]
@@ -125,13 +134,22 @@ extension PostgresStorage {
                     guard let mode = TLSMode(rawValue: String(value)) else { throw bad("sslmode must be disable, prefer or require") }
                     tls = mode
                 case "pool_size":
-                    guard let size = Int(value), (1...1000).contains(size) else { throw bad("pool_size must be a number from 1 to 1000") }
+                    guard let size = Int(value), (2...1000).contains(size) else {
+                        throw bad("pool_size must be a number from 2 to 1000 (the sweep holds one connection while it uses another)")
+                    }
                     poolSize = size
+                case "statement_timeout":
+                    guard let millis = Int(value), (0...3_600_000).contains(millis) else {
+                        throw bad("statement_timeout must be milliseconds from 0 (no limit) to 3600000")
+                    }
+                    statementTimeout = .milliseconds(millis)
                 default:
                     throw bad("unknown parameter \(Self.printable(key))")
                 }
             }
-            self.init(host: String(host), port: port, user: user, password: password, database: database, tls: tls, poolSize: poolSize)
+            self.init(
+                host: String(host), port: port, user: user, password: password, database: database, tls: tls, poolSize: poolSize,
+                statementTimeout: statementTimeout)
         }
 
         /// The URL with `***` for the password: safe for logs, errors and `--print-config`.

@@ -73,6 +73,9 @@ public final class PostgresStorage: SessionStorage {
         configuration.options.maximumConnections = max(1, settings.poolSize)
         configuration.options.minimumConnections = 0
         configuration.options.connectTimeout = settings.connectionWait
+        let (seconds, attoseconds) = settings.statementTimeout.components
+        let timeoutMillis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        configuration.options.additionalStartupParameters = [("statement_timeout", "\(timeoutMillis)")]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         runner = Task { await client.run() }
@@ -575,15 +578,23 @@ public final class PostgresStorage: SessionStorage {
 
     // MARK: - Notices and turns
 
+    /// How often a listening node sends a heartbeat on ``channel`` through its pool; a LISTEN
+    /// connection that hears nothing at all for ``silenceLimit`` is taken as lost.
+    static let heartbeat = Duration.seconds(2)
+    static let silenceLimit = Duration.seconds(6)
+
     /// Every commit and delete of every node, heard on a connection of its own that LISTENs on
     /// ``channel``. A broken connection is `.lost`; it reconnects by itself (after 0.1 s, then
-    /// doubling up to 5 s) and says `.listening` again. Idle, it costs nothing: PostgreSQL
-    /// pushes, nothing polls.
+    /// doubling up to 5 s) and says `.listening` again. A half-open connection (PostgreSQL gone
+    /// without a reset, a black-holed network) would stay silent for as long as TCP takes to
+    /// notice: while listening, the node NOTIFYs a heartbeat every ``heartbeat`` through its
+    /// pool, and a connection that hears nothing — not even that — for ``silenceLimit`` is
+    /// closed and counts as lost (streams end and `/readyz` fails until it is back).
     public func notices() -> AsyncStream<StorageNotice> {
         let (stream, continuation) = AsyncStream<StorageNotice>.makeStream()
         let settings = settings
         let logger = logger
-        let task = Task {
+        let task = Task { [self] in
             var delay = Duration.milliseconds(100)
             var listening = false
             while !Task.isCancelled {
@@ -595,7 +606,26 @@ public final class PostgresStorage: SessionStorage {
                         listening = true
                         delay = .milliseconds(100)
                         continuation.yield(.listening)
+                        let heard = Mutex(ContinuousClock.now)
+                        let watchdog = Task { [self] in
+                            while !Task.isCancelled {
+                                try? await Task.sleep(for: Self.heartbeat)
+                                if Task.isCancelled { return }
+                                _ = try? await perform("send a heartbeat") { connection, logger in
+                                    _ = try await connection.query("SELECT pg_notify(\(Self.channel), 'H')", logger: logger)
+                                }
+                                if ContinuousClock.now - heard.withLock({ $0 }) > Self.silenceLimit {
+                                    logger.warning(
+                                        "the LISTEN connection heard nothing, not even its own heartbeat: reconnecting",
+                                        metadata: ["silence.limit": "\(Self.silenceLimit)"])
+                                    try? await opened.close()
+                                    return
+                                }
+                            }
+                        }
+                        defer { watchdog.cancel() }
                         for try await notification in notifications {
+                            heard.withLock { $0 = ContinuousClock.now }
                             if let notice = Self.notice(notification.payload) { continuation.yield(notice) }
                         }
                     }
