@@ -111,6 +111,37 @@ struct PostgresStorageTests {
         }
     }
 
+    @Test("a statement blocked past statement_timeout fails as unavailable (57014) instead of waiting for the lock")
+    func statementTimeout() async throws {
+        let server = try TestPostgres.shared()
+        let url = try server.makeDatabase()
+        var settings = try TestPostgres.settings(url)
+        settings.statementTimeout = .milliseconds(300)
+        let storage = try await PostgresStorage.open(settings: settings)
+        try await storage.commit([.createSession(session("locked"))])
+        // Another client holds the sessions table for 5 s (far past the 300 ms).
+        let holder = Task.detached {
+            try? server.sql("BEGIN; LOCK TABLE state_sessions IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); COMMIT;", in: url)
+        }
+        let held = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            + "WHERE c.relname = 'state_sessions' AND l.mode = 'AccessExclusiveLock' AND l.granted"
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try server.sql(held, in: url) != "1", ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try #require(try server.sql(held, in: url) == "1", "the lock was never taken")
+        let failure = await caught { () async throws(StorageError) in
+            try await storage.commit([.append(entry("locked", seq: 1, version: 1), idempotencyKey: nil)])
+        }
+        #expect(failure?.kind == .unavailable, "\(String(describing: failure))")
+        #expect(failure?.message.contains("57014") == true, "cancelled by statement_timeout: \(String(describing: failure))")
+        _ = await holder.value
+        // Nothing was written: the next append still starts the journal.
+        try await storage.commit([.append(entry("locked", seq: 1, version: 1), idempotencyKey: nil)])
+        #expect(try await storage.journal(session: "locked", afterSeq: 0, limit: 10).map(\.seq) == [1])
+        await storage.close()
+    }
+
     @Test("a database whose schema is newer than the server knows is a clear start-up error")
     func newerSchema() async throws {
         let server = try TestPostgres.shared()
@@ -287,6 +318,10 @@ struct PostgresURLTests {
         #expect(short.password == nil)
         #expect(short.tls == .disable)
         #expect(short.poolSize == 3)
+        #expect(full.statementTimeout == .seconds(10), "bounded by default")
+        let bounded = try PostgresStorage.Settings(url: "postgres://bob@localhost/app?statement_timeout=250")
+        #expect(bounded.statementTimeout == .milliseconds(250))
+        #expect(try PostgresStorage.Settings(url: "postgres://bob@localhost/app?statement_timeout=0").statementTimeout == .zero)
         #expect(short.redacted == "postgres://bob@localhost:5432/app")
         let v6 = try PostgresStorage.Settings(url: "postgres://u:p@[::1]:5433/d")
         #expect(v6.host == "::1")
@@ -311,6 +346,9 @@ struct PostgresURLTests {
         "mysql://u:hunter2-xyz@h/d", "postgres://u:hunter2-xyz@h", "postgres://u:hunter2-xyz@h:99999/d",
         "postgres://u:hunter2-xyz@/d", "postgres://h:5432/d", "postgres://u:hunter2-xyz@h/d?sslmode=maybe",
         "postgres://u:hunter2-xyz%zz@h/d",
+        // One connection deadlocked the sweep (its lock holds the connection its queries need).
+        "postgres://u:hunter2-xyz@h/d?pool_size=1", "postgres://u:hunter2-xyz@h/d?statement_timeout=-1",
+        "postgres://u:hunter2-xyz@h/d?statement_timeout=soon",
     ])
     func badURLs(_ url: String) {
         do {
