@@ -215,7 +215,16 @@ if [ "$smoke" = 1 ]; then
 fi
 
 echo "StateServer cluster: $url  ($nodes nodes, storage ${storage%%:*}; Ctrl-C stops it)"
-# Until Ctrl-C, or until any process of the cluster ends by itself.
+# Until Ctrl-C (or SIGTERM), or until any process of the cluster ends by itself. Ctrl-C reaches
+# the nodes and nginx too (one process group), so one of them may end before this shell runs
+# its trap: the trap only records the request, and the request is what is reported.
+stop_request=""
+trap 'stop_request=SIGINT' INT
+trap 'stop_request=SIGTERM' TERM
 wait -n "${pids[@]}" || true
-say "a process of the cluster ended; stopping"
+case $stop_request in
+    SIGINT) say "stopping on request (Ctrl-C)"; exit 130 ;;
+    SIGTERM) say "stopping on request (SIGTERM)"; exit 143 ;;
+esac
+say "a process of the cluster ended by itself; stopping"
 exit 1

@@ -31,6 +31,20 @@ step() { # step NAME COMMAND...
     names+=("$name")
 }
 
+# Ends the process PID and every process below it (children first found, then ended parents
+# first, so none is re-parented out of reach), by id: never by name, which would also hit the
+# tests of another checkout running on the same machine.
+kill_tree() { # kill_tree PID
+    local pid=$1 child
+    local children
+    children=$(pgrep -P "$pid" || true)
+    kill -STOP "$pid" 2>/dev/null || true
+    for child in $children; do
+        kill_tree "$child"
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
 # `swift test` with a watchdog for one thing only: on this Linux toolchain the test process
 # sometimes stays alive after printing its final "Test run with N tests ... passed/failed" line
 # (its main thread parked by libdispatch, nothing left running; seen about once in five runs,
@@ -49,8 +63,7 @@ swift_test() {
         fi
         if { [ "$summary_at" -gt 0 ] && [ $((SECONDS - summary_at)) -gt 60 ]; } || [ "$SECONDS" -gt "$deadline" ]; then
             echo "swift test: the test process did not exit after its summary; stopping it"
-            pkill -f "StateServerPackageTests.xctest" || true
-            sleep 1
+            kill_tree "$pipeline"
             break
         fi
         sleep 1
