@@ -74,7 +74,11 @@ struct StateServerCommand: AsyncParsableCommand {
             print(settings.json)
             return
         }
-        try await Server(settings: settings).run()
+        // The open-file limit raised, and `http.connectionLimit: 0` fitted to it (FileLimit).
+        let fileLimit = FileLimit.fit(connectionLimit: settings.http.server.connectionLimit)
+        var fitted = settings
+        fitted.http.server.connectionLimit = fileLimit.connectionLimit
+        try await Server(settings: fitted, fileLimit: fileLimit).run()
     }
 
     /// A flag's word as the setting's enum, or the setting's error.
@@ -117,12 +121,14 @@ enum StateServerVersion {
 /// until SIGTERM or SIGINT.
 struct Server {
     let settings: ServerSettings
+    /// How the open-file limit and the connection limit were fitted; its warning is logged.
+    var fileLimit: FileLimit.Outcome?
 
     func run() async throws {
         let termination = Termination.catch()
         settings.log.bootstrap()
         let logger = Logger(label: "state-server")
-        raiseFileLimit(logger: logger)
+        fileLimit?.log(to: logger)
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
@@ -177,7 +183,7 @@ struct Server {
                     server: server, settings: settings.http, logger: logger,
                     metadata: [
                         "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
-                        "storage": "\(settings.storage.kind)",
+                        "storage": "\(settings.storage.kind)", "http.connectionLimit": "\(settings.http.server.connectionLimit)",
                     ],
                     // Several nodes: serve once other nodes' changes are heard (or after a few
                     // seconds; /readyz and event streams answer 503 until then).
@@ -239,36 +245,6 @@ struct Server {
             if let refusal = record.refusal { metadata["http.refused"] = "\(refusal)" }
             logger.info("request", metadata: metadata)
         }
-    }
-
-    /// Files the server opens besides its connections: standard streams, the listening socket,
-    /// an epoll descriptor and wake-up pipe per HTTP thread, the SQLite database, its journal
-    /// and shared memory, the signal pipe — about 20 — with room to spare.
-    static let fileLimitReserve = 64
-
-    /// Each connection, event streams included, holds a descriptor: when the soft open-file
-    /// limit is below `http.connectionLimit` plus what the server opens itself, raise it to the
-    /// hard limit (and the hard limit too, where the process may); warn, saying what to do,
-    /// only when it is still too low.
-    private func raiseFileLimit(logger: Logger) {
-        let resource = Int32(RLIMIT_NOFILE.rawValue)
-        let needed = settings.http.server.connectionLimit + Self.fileLimitReserve
-        var limit = rlimit()
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
-        if limit.rlim_max < rlim_t(needed) {
-            var raised = rlimit(rlim_cur: rlim_t(needed), rlim_max: rlim_t(needed))
-            if setrlimit(resource, &raised) == 0 { return }  // allowed to (CAP_SYS_RESOURCE)
-        }
-        limit.rlim_cur = limit.rlim_max
-        _ = setrlimit(resource, &limit)
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
-        let fitting = max(0, Int(limit.rlim_cur) - Self.fileLimitReserve)
-        logger.warning(
-            "open-file limit too low for http.connectionLimit: raise it (ulimit -n) or lower http.connectionLimit",
-            metadata: [
-                "nofile": "\(limit.rlim_cur)", "nofile.needed": "\(needed)",
-                "http.connectionLimit": "\(settings.http.server.connectionLimit)", "http.connectionLimit.fitting": "\(fitting)",
-            ])
     }
 }
 
