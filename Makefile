@@ -13,7 +13,6 @@ SWIFT        ?= swift
 # scripts/test.sh). The browser step installs chromium and chromium-driver itself, the metrics lint
 # step (scripts/metrics-lint.sh) Debian's prometheus package, for promtool.
 APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps
-SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The release build, shared word for word with the Dockerfile (a test checks it; `$$` is the
 # Makefile's `$`). It runs in an environment of PATH and HOME only: SwiftPM re-plans the build
 # when the environment its manifests are evaluated in changes (make's MAKEFLAGS, the shell's `_`,
@@ -24,13 +23,9 @@ RELEASE_BUILD := env -i PATH="$$PATH" HOME="$$HOME" swift build -c release --pro
 
 all: build
 
+# scripts/lib/apt-install.sh installs the missing ones quietly (the scripts use it too).
 deps:
-	@missing=""; \
-	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing system packages:$$missing"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@bash scripts/lib/apt-install.sh $(APT_PACKAGES)
 
 build: deps
 	$(SWIFT) build

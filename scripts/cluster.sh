@@ -56,10 +56,7 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_packages+=(ng
 command -v curl >/dev/null 2>&1 || need_packages+=(curl)
 if [ ${#need_packages[@]} -gt 0 ]; then
     say "installing ${need_packages[*]}"
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_packages[@]}" >/dev/null
+    bash scripts/lib/apt-install.sh "${need_packages[@]}"
     pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"

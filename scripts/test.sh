@@ -3,6 +3,7 @@
 # run) as the last lines of the output. Exits non-zero when any step failed.
 #
 #   bash scripts/test.sh
+#   VERBOSE=1 bash scripts/test.sh    # also every passing test's line (swift test without --quiet)
 #
 # A step that fails does not stop the later ones (their results are worth having), except the
 # build: without it nothing else can run.
@@ -10,6 +11,10 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 SWIFT=${SWIFT:-swift}
+# Every suite is Swift Testing: --disable-xctest spares XCTest's "Executed 0 tests" lines, and
+# --quiet leaves the failures and the summary (VERBOSE=1 keeps every passing test's line).
+SWIFT_TEST_OPTIONS=(--disable-xctest)
+[ "${VERBOSE:-0}" = 1 ] || SWIFT_TEST_OPTIONS+=(--quiet)
 
 names=()
 results=()
@@ -54,7 +59,7 @@ kill_tree() { # kill_tree PID
 swift_test() {
     local log
     log=$(mktemp)
-    (set -o pipefail; "$SWIFT" test "$@" 2>&1 | tee "$log") &
+    (set -o pipefail; "$SWIFT" test "${SWIFT_TEST_OPTIONS[@]}" "$@" 2>&1 | tee "$log") &
     local pipeline=$!
     local deadline=$((SECONDS + 1800)) summary_at=0
     while kill -0 "$pipeline" 2>/dev/null; do
