@@ -105,8 +105,8 @@ struct FeaturesCommand: ParsableCommand {
     }
 }
 
-/// The features this server hosts. Register your own here (see README, "Write your own
-/// feature"); `serve` and `features` both use this list.
+/// The features this server hosts. Register your own here (see docs/FEATURES.md); `serve`
+/// and `features` both use this list.
 enum Features {
     static func registry(loginCheckDelay seconds: Double) throws -> FeatureRegistry {
         try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(seconds * 1000)))
