@@ -61,7 +61,7 @@ enum FileLimit {
                 if setrlimit(resource, &raised) == 0 { limit = raised }
             }
         }
-        let soft = limit.rlim_cur == RLIM_INFINITY ? Int.max : Int(clamping: limit.rlim_cur)
+        let soft = limit.rlim_cur == rlim_t.max ? Int.max : Int(clamping: limit.rlim_cur)
         let fitting = max(0, soft - reserve)
         if requested == 0 {
             let chosen = min(automaticMaximum, max(minimum, fitting))
