@@ -33,7 +33,7 @@ struct ReadmeTests {
             let indented = line.hasPrefix(" ")
             let text = line.drop { $0 == " " }
             // A continuation of the description column starts far to the right.
-            if indented && line.prefix { $0 == " " }.count > 4 { continue }
+            if indented && line.prefix(while: { $0 == " " }).count > 4 { continue }
             guard let column = text.components(separatedBy: "  ").first, !column.isEmpty else { continue }
             for name in column.components(separatedBy: ", ") {
                 let name = name.trimmingCharacters(in: .whitespaces)
