@@ -17,19 +17,15 @@ struct HealthcheckCommand: AsyncParsableCommand {
         commandName: "healthcheck",
         abstract: "Exit 0 when the server on the configured host and port answers GET /readyz with 200, else 1.",
         discussion: """
-            The host and port come from the same places as the server's: these flags, \
-            STATE_SERVER_HOST and STATE_SERVER_PORT, the file given by --config or STATE_SERVER_CONFIG. \
-            A wildcard host (0.0.0.0, ::) is asked on loopback.
+            The host and port come from the same places as the server's: the server's --host, \
+            --port and --config (`state-server healthcheck --port 9000`), STATE_SERVER_HOST and \
+            STATE_SERVER_PORT, the file given by --config or STATE_SERVER_CONFIG. A wildcard host \
+            (0.0.0.0, ::) is asked on loopback.
             """)
 
-    @Option(help: "Host the server listens on (default: the setting 'host'). Env: STATE_SERVER_HOST.")
-    var host: String?
-
-    @Option(help: "Port the server listens on (default: the setting 'port'). Env: STATE_SERVER_PORT.")
-    var port: Int?
-
-    @Option(help: "YAML configuration file. Env: STATE_SERVER_CONFIG.")
-    var config: String?
+    /// `--host`, `--port` and `--config` are the server command's own: ArgumentParser gives an
+    /// option to the command that declares it, wherever it stands on the line.
+    @ParentCommand var server: StateServerCommand
 
     @Option(help: "The route to ask: /readyz (ready to serve) or /healthz (the process answers).")
     var path = "/readyz"
@@ -39,9 +35,9 @@ struct HealthcheckCommand: AsyncParsableCommand {
 
     func run() async throws {
         var flags = FlagValues()
-        flags.set(HTTPSettings.host, host)
-        flags.set(HTTPSettings.port, port)
-        let file = config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
+        flags.set(HTTPSettings.host, server.host)
+        flags.set(HTTPSettings.port, server.port)
+        let file = server.config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
         let settings: ServerSettings
         do {
             settings = try ServerSettings(try await Settings.reader(flags: flags, file: file))

@@ -127,7 +127,7 @@ struct ReadmeTests {
                 rest = rest[close...]
                 guard !target.isEmpty, !target.contains("://"), !target.hasPrefix("mailto:"), !target.contains(" ") else { continue }
                 let path = folder == "." ? target : "\(folder)/\(target)"
-                let resolved = URL(fileURLWithPath: path, relativeTo: Repository.root).standardized.path
+                let resolved = Repository.url(path).standardized.path
                 #expect(FileManager.default.fileExists(atPath: resolved), "\(document) links to \(target), which does not exist")
             }
         }
