@@ -90,6 +90,7 @@ wait_for() {
 work="$(mktemp -d "${TMPDIR:-/tmp}/stateserver-cluster.XXXXXX")"
 chmod 755 "$work"
 pids=()
+names=()  # by pid: "node 1", "nginx"
 pg_running=0
 as_pg=()
 cleanup() {
@@ -151,6 +152,7 @@ for i in $(seq 1 "$nodes"); do
     env -u STATE_SERVER_PORT -u STATE_SERVER_HOST -u STATE_SERVER_STORAGE \
         "$binary" --host 127.0.0.1 --port 0 --storage "$node_storage" >"$out" 2>"$work/node$i.log" &
     pids+=($!)
+    names[$!]="node $i"
     deadline=$((SECONDS + 30))
     until head -n 1 "$out" 2>/dev/null | grep -q '^listening on http://'; do
         if ! kill -0 "${pids[-1]}" 2>/dev/null; then
@@ -178,6 +180,7 @@ bash "$repo/deploy/nginx/render.sh" --main --listen "127.0.0.1:$nginx_port" "${n
     || { cat "$work/nginx/test.log" >&2; die "nginx rejected the configuration"; }
 "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/error.log" &
 pids+=($!)
+names[$!]="nginx"
 url="http://127.0.0.1:$nginx_port"
 wait_for 15 "nginx" curl -fsS "$url/healthz"
 
@@ -215,13 +218,23 @@ echo "StateServer cluster: $url  ($nodes nodes, storage ${storage%%:*}; Ctrl-C s
 # Until Ctrl-C (or SIGTERM), or until any process of the cluster ends by itself. Ctrl-C reaches
 # the nodes and nginx too (one process group), so one of them may end before this shell runs
 # its trap: the trap only records the request, and the request is what is reported.
+# A shell started with SIGINT ignored (in the background of another script) never runs that
+# trap: then a node or nginx that ended with status 0 was asked to stop (they stop cleanly on
+# SIGINT or SIGTERM, and exit non-zero when they fail).
 stop_request=""
 trap 'stop_request=SIGINT' INT
 trap 'stop_request=SIGTERM' TERM
-wait -n "${pids[@]}" || true
+ended=""
+status=0
+wait -n -p ended "${pids[@]}" || status=$?
 case $stop_request in
     SIGINT) say "stopping on request (Ctrl-C)"; exit 130 ;;
     SIGTERM) say "stopping on request (SIGTERM)"; exit 143 ;;
 esac
-say "a process of the cluster ended by itself; stopping"
+name=${names[${ended:-0}]:-a process of the cluster}
+if [ "$status" -eq 0 ]; then
+    say "$name stopped on request (a signal sent to it, such as Ctrl-C); stopping the others"
+    exit 0
+fi
+say "$name ended by itself (status $status, log in $work); stopping the others"
 exit 1
