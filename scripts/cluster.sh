@@ -236,5 +236,5 @@ if [ "$status" -eq 0 ]; then
     say "$name stopped on request (a signal sent to it, such as Ctrl-C); stopping the others"
     exit 0
 fi
-say "$name ended by itself (status $status, log in $work); stopping the others"
+say "$name ended by itself (status $status; CLUSTER_KEEP=1 keeps the logs in $work); stopping the others"
 exit 1
