@@ -59,7 +59,10 @@ kill_tree() { # kill_tree PID
 swift_test() {
     local log
     log=$(mktemp)
-    (set -o pipefail; "$SWIFT" test "${SWIFT_TEST_OPTIONS[@]}" "$@" 2>&1 | tee "$log") &
+    # stdbuf: `swift test` forwards the test process's output through a block buffer, so the
+    # summary of a run whose process then stays alive would never reach the log (and the
+    # watchdog below); line-buffered, each line arrives when it is printed.
+    (set -o pipefail; stdbuf -oL -eL "$SWIFT" test "${SWIFT_TEST_OPTIONS[@]}" "$@" 2>&1 | tee "$log") &
     local pipeline=$!
     local deadline=$((SECONDS + 1800)) summary_at=0
     while kill -0 "$pipeline" 2>/dev/null; do
