@@ -9,25 +9,23 @@
 
 SWIFT        ?= swift
 # Build: libmicrohttpd-dev libsqlite3-dev pkg-config. Tests: curl, postgresql (initdb, pg_ctl, psql),
-# nginx-light, python3 and python3-venv (schemathesis, pytest, the OpenAPI client), procps (pkill in
+# nginx-light, python3 and python3-venv (schemathesis, pytest, the OpenAPI client), procps (pgrep in
 # scripts/test.sh). The browser step installs chromium and chromium-driver itself, the metrics lint
 # step (scripts/metrics-lint.sh) Debian's prometheus package, for promtool.
 APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps
-SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# The release build, shared word for word with the Dockerfile (a test checks it).
-RELEASE_BUILD := swift build -c release --product state-server --static-swift-stdlib
+# The release build, shared word for word with the Dockerfile (a test checks it; `$$` is the
+# Makefile's `$`). It runs in an environment of PATH and HOME only: SwiftPM re-plans the build
+# when the environment its manifests are evaluated in changes (make's MAKEFLAGS, the shell's `_`,
+# a terminal's variables), and then recompiled swift-configuration's module on every `make run`.
+RELEASE_BUILD := env -i PATH="$$PATH" HOME="$$HOME" swift build -c release --product state-server --static-swift-stdlib
 
 .PHONY: all deps build release run test browser-test bench fuzz clean
 
 all: build
 
+# scripts/lib/apt-install.sh installs the missing ones quietly (the scripts use it too).
 deps:
-	@missing=""; \
-	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing system packages:$$missing"; \
-		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@bash scripts/lib/apt-install.sh $(APT_PACKAGES)
 
 build: deps
 	$(SWIFT) build
@@ -64,5 +62,7 @@ fuzz: deps
 browser-test: build
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 
+# Everything the build and the tests leave: the debug and release builds and .cache (the test
+# tools' Python environment). Keeps data/ (the sessions of `make run`).
 clean:
-	rm -rf .build
+	rm -rf .build .build-release .cache

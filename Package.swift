@@ -37,7 +37,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(
             url: "https://github.com/apple/swift-configuration", from: "1.4.0",
-            traits: [.defaults, "YAML"]
+            // Named, not `.defaults`: the package computes its default traits from the environment.
+            traits: ["JSON", "YAML"]
         ),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.

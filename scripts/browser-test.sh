@@ -12,20 +12,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-
-missing=""
-for package in chromium chromium-driver; do
-	dpkg -s "$package" >/dev/null 2>&1 || missing="$missing $package"
-done
-if [ -n "$missing" ]; then
-	echo "installing system packages:$missing"
-	$SUDO apt-get update -qq
-	# shellcheck disable=SC2086
-	# Without recommended packages (no printing system, no avahi): headless Chromium needs none.
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
-fi
+# Without recommended packages (no printing system, no avahi): headless Chromium needs none.
+bash scripts/lib/apt-install.sh chromium chromium-driver
 
 export PYTHONDONTWRITEBYTECODE=1 # keep __pycache__ out of the repository
 # selenium and pytest live in the test tools' virtual environment (.cache/venv), not the system's.

@@ -56,10 +56,7 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_packages+=(ng
 command -v curl >/dev/null 2>&1 || need_packages+=(curl)
 if [ ${#need_packages[@]} -gt 0 ]; then
     say "installing ${need_packages[*]}"
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_packages[@]}" >/dev/null
+    bash scripts/lib/apt-install.sh "${need_packages[@]}"
     pg_bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
@@ -93,6 +90,7 @@ wait_for() {
 work="$(mktemp -d "${TMPDIR:-/tmp}/stateserver-cluster.XXXXXX")"
 chmod 755 "$work"
 pids=()
+names=()  # by pid: "node 1", "nginx"
 pg_running=0
 as_pg=()
 cleanup() {
@@ -154,6 +152,7 @@ for i in $(seq 1 "$nodes"); do
     env -u STATE_SERVER_PORT -u STATE_SERVER_HOST -u STATE_SERVER_STORAGE \
         "$binary" --host 127.0.0.1 --port 0 --storage "$node_storage" >"$out" 2>"$work/node$i.log" &
     pids+=($!)
+    names[$!]="node $i"
     deadline=$((SECONDS + 30))
     until head -n 1 "$out" 2>/dev/null | grep -q '^listening on http://'; do
         if ! kill -0 "${pids[-1]}" 2>/dev/null; then
@@ -181,6 +180,7 @@ bash "$repo/deploy/nginx/render.sh" --main --listen "127.0.0.1:$nginx_port" "${n
     || { cat "$work/nginx/test.log" >&2; die "nginx rejected the configuration"; }
 "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/error.log" &
 pids+=($!)
+names[$!]="nginx"
 url="http://127.0.0.1:$nginx_port"
 wait_for 15 "nginx" curl -fsS "$url/healthz"
 
@@ -215,7 +215,26 @@ if [ "$smoke" = 1 ]; then
 fi
 
 echo "StateServer cluster: $url  ($nodes nodes, storage ${storage%%:*}; Ctrl-C stops it)"
-# Until Ctrl-C, or until any process of the cluster ends by itself.
-wait -n "${pids[@]}" || true
-say "a process of the cluster ended; stopping"
+# Until Ctrl-C (or SIGTERM), or until any process of the cluster ends by itself. Ctrl-C reaches
+# the nodes and nginx too (one process group), so one of them may end before this shell runs
+# its trap: the trap only records the request, and the request is what is reported.
+# A shell started with SIGINT ignored (in the background of another script) never runs that
+# trap: then a node or nginx that ended with status 0 was asked to stop (they stop cleanly on
+# SIGINT or SIGTERM, and exit non-zero when they fail).
+stop_request=""
+trap 'stop_request=SIGINT' INT
+trap 'stop_request=SIGTERM' TERM
+ended=""
+status=0
+wait -n -p ended "${pids[@]}" || status=$?
+case $stop_request in
+    SIGINT) say "stopping on request (Ctrl-C)"; exit 130 ;;
+    SIGTERM) say "stopping on request (SIGTERM)"; exit 143 ;;
+esac
+name=${names[${ended:-0}]:-a process of the cluster}
+if [ "$status" -eq 0 ]; then
+    say "$name stopped on request (a signal sent to it, such as Ctrl-C); stopping the others"
+    exit 0
+fi
+say "$name ended by itself (status $status; CLUSTER_KEEP=1 keeps the logs in $work); stopping the others"
 exit 1

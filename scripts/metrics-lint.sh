@@ -19,11 +19,7 @@ if [ ! -x "$BIN" ]; then
 fi
 
 if ! command -v promtool >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-    echo "installing system packages: prometheus (for promtool)"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    bash scripts/lib/apt-install.sh prometheus  # for promtool
 fi
 
 WORK=$(mktemp -d)

@@ -16,11 +16,7 @@ PYTHON=${PYTHON:-python3}
 
 if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c 'import ensurepip' >/dev/null 2>&1; then
-        SUDO=""
-        if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-        echo "installing system package: python3-venv" >&2
-        $SUDO apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >&2
+        bash scripts/lib/apt-install.sh python3-venv >&2
     fi
     echo "creating the test tools' Python environment in $VENV" >&2
     rm -rf "$VENV"

@@ -103,6 +103,12 @@ include-operation-id = "deleteSession"
 headers = { Authorization = "Bearer $DOOMED_TOKEN" }
 parameters = { "path.id" = "$DOOMED_ID" }
 
+# A PUT is accepted only when the state fits the feature in the path: the counter's, here, so
+# that generated states (one branch of RehydrateRequest's anyOf is CounterState) get through.
+[[operations]]
+include-operation-id = "rehydrateFeatureState"
+parameters = { "path.feature" = "counter" }
+
 [[operations]]
 include-operation-id = "dispatchAction"
 checks = { negative_data_rejection = { enabled = false } }

@@ -3,6 +3,7 @@
 # run) as the last lines of the output. Exits non-zero when any step failed.
 #
 #   bash scripts/test.sh
+#   VERBOSE=1 bash scripts/test.sh    # also every passing test's line (swift test without --quiet)
 #
 # A step that fails does not stop the later ones (their results are worth having), except the
 # build: without it nothing else can run.
@@ -10,6 +11,10 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 SWIFT=${SWIFT:-swift}
+# Every suite is Swift Testing: --disable-xctest spares XCTest's "Executed 0 tests" lines, and
+# --quiet leaves the failures and the summary (VERBOSE=1 keeps every passing test's line).
+SWIFT_TEST_OPTIONS=(--disable-xctest)
+[ "${VERBOSE:-0}" = 1 ] || SWIFT_TEST_OPTIONS+=(--quiet)
 
 names=()
 results=()
@@ -31,6 +36,20 @@ step() { # step NAME COMMAND...
     names+=("$name")
 }
 
+# Ends the process PID and every process below it (children first found, then ended parents
+# first, so none is re-parented out of reach), by id: never by name, which would also hit the
+# tests of another checkout running on the same machine.
+kill_tree() { # kill_tree PID
+    local pid=$1 child
+    local children
+    children=$(pgrep -P "$pid" || true)
+    kill -STOP "$pid" 2>/dev/null || true
+    for child in $children; do
+        kill_tree "$child"
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
 # `swift test` with a watchdog for one thing only: on this Linux toolchain the test process
 # sometimes stays alive after printing its final "Test run with N tests ... passed/failed" line
 # (its main thread parked by libdispatch, nothing left running; seen about once in five runs,
@@ -40,7 +59,10 @@ step() { # step NAME COMMAND...
 swift_test() {
     local log
     log=$(mktemp)
-    (set -o pipefail; "$SWIFT" test "$@" 2>&1 | tee "$log") &
+    # stdbuf: `swift test` forwards the test process's output through a block buffer, so the
+    # summary of a run whose process then stays alive would never reach the log (and the
+    # watchdog below); line-buffered, each line arrives when it is printed.
+    (set -o pipefail; stdbuf -oL -eL "$SWIFT" test "${SWIFT_TEST_OPTIONS[@]}" "$@" 2>&1 | tee "$log") &
     local pipeline=$!
     local deadline=$((SECONDS + 1800)) summary_at=0
     while kill -0 "$pipeline" 2>/dev/null; do
@@ -49,8 +71,7 @@ swift_test() {
         fi
         if { [ "$summary_at" -gt 0 ] && [ $((SECONDS - summary_at)) -gt 60 ]; } || [ "$SECONDS" -gt "$deadline" ]; then
             echo "swift test: the test process did not exit after its summary; stopping it"
-            pkill -f "StateServerPackageTests.xctest" || true
-            sleep 1
+            kill_tree "$pipeline"
             break
         fi
         sleep 1

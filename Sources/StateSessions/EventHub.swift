@@ -207,7 +207,7 @@ public final class EventHub: Sendable {
             let heldSize = state.replaySize
             state.replay = Deque(frames.map { Frame(seq: $0.seq, feature: $0.feature, content: .data($0.data)) })
             state.replaySize = state.replay.reduce(0) { $0 + $1.size }
-            budget?.add(state.replaySize)
+            _ = budget?.add(state.replaySize)
             state.replay.append(contentsOf: held)
             state.replaySize += heldSize
             var total = budget?.bytes ?? 0

@@ -136,16 +136,16 @@ public struct Send<Action: Sendable>: Sendable {
 /// The identity of a piece of asynchronous work, for ``Dispatcher/cancel(id:)``: any
 /// `Hashable & Sendable` value (a string, an enum case, a type).
 public struct WorkID: Hashable, Sendable {
-    // `AnyHashable` is not `Sendable`, but it only ever wraps a `Sendable` value here (the
-    // initializer requires one), and it is never mutated.
-    private nonisolated(unsafe) let base: AnyHashable
+    // Kept as a `Sendable` existential (`AnyHashable` is not `Sendable`); compared and hashed
+    // through `AnyHashable`, which gives values of different types as different ids.
+    private let base: any Hashable & Sendable
 
     public init(_ id: some Hashable & Sendable) {
-        base = AnyHashable(id)
+        base = id
     }
 
-    public static func == (lhs: WorkID, rhs: WorkID) -> Bool { lhs.base == rhs.base }
-    public func hash(into hasher: inout Hasher) { hasher.combine(base) }
+    public static func == (lhs: WorkID, rhs: WorkID) -> Bool { AnyHashable(lhs.base) == AnyHashable(rhs.base) }
+    public func hash(into hasher: inout Hasher) { hasher.combine(AnyHashable(base)) }
 }
 
 /// Handed to a reducer so it can declare asynchronous work, and cancel work declared earlier.

@@ -17,7 +17,7 @@ import StateServerHTTP
 /// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
 /// | `streams.shutdownRetry` | seconds a client waits before reconnecting after a shutdown | `1` |
 /// | `http.threads` | event threads, 0 = one per core | `0` |
-/// | `http.connectionLimit` | connections | `20000` |
+/// | `http.connectionLimit` | connections, 0 = what the open-file limit fits, at most 20000 (`FileLimit`) | `0` |
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
 /// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
 /// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
@@ -33,7 +33,7 @@ struct HTTPSettings: Sendable {
     static let shutdownRetry = Setting(
         "streams.shutdownRetry", default: 1.0, in: 0...3600, "shutdown retry hint, seconds")
     static let threads = Setting("http.threads", default: 0, in: 0...256, "threads, 0 = cores")
-    static let connectionLimit = Setting("http.connectionLimit", default: 20_000, in: 16...1_000_000, "max connections")
+    static let connectionLimit = Setting("http.connectionLimit", default: 0, in: 0...1_000_000, "max connections, 0 = fit nofile")
     static let connectionTimeout = Setting("http.connectionTimeout", default: 60, in: 0...86_400, "idle connection seconds")
     static let connectionMemoryLimit = Setting(
         "http.connectionMemoryLimit", default: 8192, in: 4096...(16 << 20), "buffer bytes/connection")

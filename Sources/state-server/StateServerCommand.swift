@@ -24,7 +24,7 @@ struct StateServerCommand: AsyncParsableCommand {
         abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
         discussion: ServerSettings.helpText,
         version: StateServerVersion.current,
-        subcommands: [FeaturesCommand.self])
+        subcommands: [FeaturesCommand.self, HealthcheckCommand.self])
 
     @Option(help: "Address to listen on (default 127.0.0.1). Env: STATE_SERVER_HOST.")
     var host: String?
@@ -75,7 +75,11 @@ struct StateServerCommand: AsyncParsableCommand {
             print(settings.json)
             return
         }
-        try await Server(settings: settings).run()
+        // The open-file limit raised, and `http.connectionLimit: 0` fitted to it (FileLimit).
+        let fileLimit = FileLimit.fit(connectionLimit: settings.http.server.connectionLimit)
+        var fitted = settings
+        fitted.http.server.connectionLimit = fileLimit.connectionLimit
+        try await Server(settings: fitted, fileLimit: fileLimit).run()
     }
 
     /// A flag's word as the setting's enum, or the setting's error.
@@ -102,8 +106,8 @@ struct FeaturesCommand: ParsableCommand {
     }
 }
 
-/// The features this server hosts. Register your own here (see README, "Write your own
-/// feature"); `serve` and `features` both use this list.
+/// The features this server hosts. Register your own here (see docs/FEATURES.md); `serve`
+/// and `features` both use this list.
 enum Features {
     static func registry(loginCheckDelay seconds: Double) throws -> FeatureRegistry {
         try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(seconds * 1000)))
@@ -118,6 +122,8 @@ enum StateServerVersion {
 /// until SIGTERM or SIGINT.
 struct Server {
     let settings: ServerSettings
+    /// How the open-file limit and the connection limit were fitted; its warning is logged.
+    var fileLimit: FileLimit.Outcome?
 
     func run() async throws {
         // Before any thread allocates: see Sources/CAllocator/include/allocator.h. A reload of
@@ -128,7 +134,7 @@ struct Server {
         settings.log.bootstrap()
         let logger = Logger(label: "state-server")
         if tuned < 0 { logger.warning("the allocator refused its settings (mallopt); running with glibc's defaults") }
-        raiseFileLimit(logger: logger)
+        fileLimit?.log(to: logger)
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
@@ -187,7 +193,7 @@ struct Server {
                     server: server, settings: settings.http, logger: logger,
                     metadata: [
                         "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
-                        "storage": "\(settings.storage.kind)",
+                        "storage": "\(settings.storage.kind)", "http.connectionLimit": "\(settings.http.server.connectionLimit)",
                     ],
                     // Several nodes: serve once other nodes' changes are heard (or after a few
                     // seconds; /readyz and event streams answer 503 until then).
@@ -253,36 +259,6 @@ struct Server {
 
     /// A store loaded with at least this much state is followed by giving free memory back.
     static let trimAfterLoadBytes = 256 << 10
-
-    /// Files the server opens besides its connections: standard streams, the listening socket,
-    /// an epoll descriptor and wake-up pipe per HTTP thread, the SQLite database, its journal
-    /// and shared memory, the signal pipe — about 20 — with room to spare.
-    static let fileLimitReserve = 64
-
-    /// Each connection, event streams included, holds a descriptor: when the soft open-file
-    /// limit is below `http.connectionLimit` plus what the server opens itself, raise it to the
-    /// hard limit (and the hard limit too, where the process may); warn, saying what to do,
-    /// only when it is still too low.
-    private func raiseFileLimit(logger: Logger) {
-        let resource = Int32(RLIMIT_NOFILE.rawValue)
-        let needed = settings.http.server.connectionLimit + Self.fileLimitReserve
-        var limit = rlimit()
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
-        if limit.rlim_max < rlim_t(needed) {
-            var raised = rlimit(rlim_cur: rlim_t(needed), rlim_max: rlim_t(needed))
-            if setrlimit(resource, &raised) == 0 { return }  // allowed to (CAP_SYS_RESOURCE)
-        }
-        limit.rlim_cur = limit.rlim_max
-        _ = setrlimit(resource, &limit)
-        guard getrlimit(resource, &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
-        let fitting = max(0, Int(limit.rlim_cur) - Self.fileLimitReserve)
-        logger.warning(
-            "open-file limit too low for http.connectionLimit: raise it (ulimit -n) or lower http.connectionLimit",
-            metadata: [
-                "nofile": "\(limit.rlim_cur)", "nofile.needed": "\(needed)",
-                "http.connectionLimit": "\(settings.http.server.connectionLimit)", "http.connectionLimit.fitting": "\(fitting)",
-            ])
-    }
 }
 
 /// `stateserver_http_requests_total{route,status}` counters and

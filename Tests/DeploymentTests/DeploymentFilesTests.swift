@@ -58,6 +58,8 @@ struct DeploymentFilesTests {
             #expect(condition == "service_healthy", "\(name) does not wait for a healthy postgres")
             let check = (node.map("healthcheck")?.list("test") ?? []).compactMap { $0 as? String }.joined(separator: " ")
             #expect(check.contains("/readyz"), "\(name) healthcheck: \(check)")
+            // The image's own check (HealthcheckCommandTests): the runtime image has no curl.
+            #expect(check.contains("state-server healthcheck"), "\(name) healthcheck: \(check)")
         }
     }
 

@@ -22,7 +22,7 @@ struct StorageFailureTests {
 
         storage.failNextCommits(3)
         let dispatch = await sessionFailure { () async throws(SessionFailure) in
-            let store = try await session.knownStore("counter")
+            _ = try await session.knownStore("counter")
             let action = json(#"{"type":"increment","by":10}"#)
             _ = try await session.change("counter", .dispatch(action), key: "retry-me")
         }

@@ -3,7 +3,7 @@ import HTTPTestSupport
 import Testing
 
 /// `config/state-server.yaml` restates the built-in defaults, and every setting is documented
-/// in the file and in the README's configuration table.
+/// in the file and in docs/CONFIGURATION.md's table.
 @Suite("Configuration file and defaults")
 struct ConfigurationFileTests {
     static let configPath = "config/state-server.yaml"
@@ -37,20 +37,37 @@ struct ConfigurationFileTests {
         }
     }
 
-    @Test("every setting has a row in the README's configuration table, with its environment variable")
-    func everyKeyInReadme() throws {
+    static let documentPath = "docs/CONFIGURATION.md"
+
+    @Test("every setting has a row in docs/CONFIGURATION.md's table, with its environment variable and default")
+    func everyKeyDocumented() throws {
         let printed = try ServerBinary.printedConfig()
-        let readme = try Repository.text("README.md")
-        let tableRows = readme.split(separator: "\n").filter { $0.hasPrefix("|") }
+        let document = try Repository.text(Self.documentPath)
+        let tableRows = document.split(separator: "\n").filter { $0.hasPrefix("| `") }
         for key in printed.keys.sorted() {
-            let row = tableRows.first { $0.contains("`\(key)`") }
+            let row = tableRows.first { $0.hasPrefix("| `\(key)` |") }
             guard let row else {
-                Issue.record("README.md has no table row for `\(key)`")
+                Issue.record("\(Self.documentPath) has no table row for `\(key)`")
                 continue
             }
             let variable = YAMLKeys.environmentVariable(for: key)
-            #expect(row.contains(variable), "README.md's row for `\(key)` does not name \(variable): \(row)")
+            #expect(row.contains(variable), "\(Self.documentPath)'s row for `\(key)` does not name \(variable): \(row)")
+            // The default column: the value --print-config gives with no settings.
+            let columns = row.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            if columns.count >= 3, let value = printed[key] {
+                var accepted = ["`\(value)`"]
+                if let number = value as? Double { accepted.append("`\(Self.number(number))`") }
+                if let flag = value as? Bool { accepted.append("`\(flag)`") }
+                #expect(
+                    accepted.contains(columns[2]),
+                    "\(Self.documentPath)'s default for `\(key)` is \(columns[2]), the server's is \(value)")
+            }
         }
+    }
+
+    /// 15.0 as 15, 0.2 as 0.2.
+    static func number(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
     }
 
     @Test("environment variable names follow the STATE_SERVER_ + upper snake case rule")

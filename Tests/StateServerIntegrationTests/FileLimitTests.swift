@@ -6,8 +6,9 @@ import Testing
 import Glibc
 #endif
 
-/// The open-file limit at start-up: the server raises it to what `http.connectionLimit` needs
-/// (connections plus the server's own files) where it may, and otherwise warns, saying what to do.
+/// The open-file limit at start-up: the server raises the soft limit toward the hard one;
+/// `http.connectionLimit: 0` (the default) takes what fits, silently; a limit set by the user is
+/// kept, raised for where the process may, and otherwise warned about, saying what to do.
 /// The server runs under `prlimit` (util-linux) with a small limit; as root, also as `nobody`
 /// through `setpriv`, which may not raise a hard limit (no CAP_SYS_RESOURCE).
 private let fileLimitToolsPresent = FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")
@@ -21,7 +22,7 @@ struct FileLimitTests {
     /// `unprivileged` and root), waits for its `listening on` log line (logged after the
     /// file-limit check, from the same queue) and returns its stderr and its soft and hard
     /// open-file limits, read from /proc.
-    private func start(soft: Int, hard: Int, connectionLimit: Int, unprivileged: Bool) async throws
+    private func start(soft: Int, hard: Int, connectionLimit: Int?, unprivileged: Bool) async throws
         -> (stderr: String, soft: Int, hard: Int)
     {
         let binary = try #require(ServerBinary.locate())
@@ -31,7 +32,7 @@ struct FileLimitTests {
         }
         let (process, output) = try ServerProcess.launch(
             command[0], arguments: Array(command.dropFirst()),
-            environment: ["STATE_SERVER_HTTP_CONNECTION_LIMIT": String(connectionLimit)])
+            environment: connectionLimit.map { ["STATE_SERVER_HTTP_CONNECTION_LIMIT": String($0)] } ?? [:])
         defer {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
@@ -59,6 +60,40 @@ struct FileLimitTests {
             let mask = UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16)
         else { return false }
         return mask & (1 << 24) != 0
+    }
+
+    /// The connection limit the `listening on` line reports.
+    static func connectionLimit(in stderr: String) -> Int? {
+        guard let line = stderr.split(separator: "\n").first(where: { $0.contains("listening on") }),
+            let range = line.range(of: "http.connectionLimit=")
+        else { return nil }
+        return Int(line[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    @Test("the default (0) fits the connection limit to a low limit, with no warning")
+    func automaticLowLimit() async throws {
+        let result = try await start(soft: 256, hard: 256, connectionLimit: nil, unprivileged: true)
+        #expect(result.soft == 256)
+        #expect(!result.stderr.contains("warning"), "\(result.stderr)")
+        #expect(Self.connectionLimit(in: result.stderr) == 256 - 64, "\(result.stderr)")
+    }
+
+    @Test("the default (0) raises the soft limit to the hard one and takes what fits, at most 20000")
+    func automaticRaised() async throws {
+        let low = try await start(soft: 128, hard: 4096, connectionLimit: 0, unprivileged: true)
+        #expect(low.soft == 4096, "\(low)")
+        #expect(!low.stderr.contains("warning"), "\(low.stderr)")
+        #expect(Self.connectionLimit(in: low.stderr) == 4096 - 64, "\(low.stderr)")
+
+        // A hard limit above 20000 + 64 where this process may set one (CAP_SYS_RESOURCE), else
+        // this process's own hard limit.
+        var own = rlimit()
+        try #require(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &own) == 0)
+        let hard = Self.mayRaiseHardLimit ? 65536 : Int(min(own.rlim_max, 1 << 20))
+        let high = try await start(soft: 1024, hard: hard, connectionLimit: nil, unprivileged: !Self.mayRaiseHardLimit)
+        #expect(high.soft == hard, "\(high)")
+        #expect(Self.connectionLimit(in: high.stderr) == min(20_000, hard - 64), "\(high.stderr)")
+        #expect(!high.stderr.contains("warning"), "\(high.stderr)")
     }
 
     @Test("a soft limit below the need is raised to the hard limit, silently")

@@ -76,8 +76,9 @@ final class TestPostgres: Sendable {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("pg-script-\(UUID().uuidString)")
         let outPath = base.path + ".out"
         let errPath = base.path + ".err"
-        FileManager.default.createFile(atPath: outPath, contents: nil)
-        FileManager.default.createFile(atPath: errPath, contents: nil)
+        guard FileManager.default.createFile(atPath: outPath, contents: nil), FileManager.default.createFile(atPath: errPath, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
         defer {
             try? FileManager.default.removeItem(atPath: outPath)
             try? FileManager.default.removeItem(atPath: errPath)

@@ -76,3 +76,50 @@ struct Dockerfile {
         return stages
     }
 }
+
+/// A `.dockerignore` read as Docker reads it, enough for the paths the tests ask about: one
+/// pattern a line (`#` comments), `*` and `?` within a path component, `!` re-including; the
+/// last pattern that matches a path or one of its parent folders decides.
+struct DockerIgnore {
+    let patterns: [(pattern: [Substring], include: Bool)]
+
+    init(_ text: String) {
+        patterns = text.split(separator: "\n").compactMap { raw in
+            var line = raw.trimmingCharacters(in: .whitespaces)
+            guard !line.isEmpty, !line.hasPrefix("#") else { return nil }
+            let include = line.hasPrefix("!")
+            if include { line.removeFirst() }
+            while line.hasPrefix("/") || line.hasPrefix("./") { line.removeFirst(line.hasPrefix("/") ? 1 : 2) }
+            while line.hasSuffix("/") { line.removeLast() }
+            return (line.split(separator: "/"), include)
+        }
+    }
+
+    /// Whether `path` (relative to the context) is left out of the build context.
+    func excludes(_ path: String) -> Bool {
+        let components = path.split(separator: "/")
+        var excluded = false
+        for (pattern, include) in patterns {
+            // The pattern matches the path itself or one of its parents.
+            let matches = (1...max(1, components.count)).contains { length in
+                length <= components.count && length == pattern.count
+                    && zip(pattern, components.prefix(length)).allSatisfy { Self.glob(Array($0), Array($1)) }
+            }
+            if matches { excluded = !include }
+        }
+        return excluded
+    }
+
+    /// `*` (any run) and `?` (one character) within one path component.
+    static func glob(_ pattern: [Character], _ name: [Character]) -> Bool {
+        guard let first = pattern.first else { return name.isEmpty }
+        switch first {
+        case "*":
+            return (0...name.count).contains { glob(Array(pattern.dropFirst()), Array(name.dropFirst($0))) }
+        case "?":
+            return !name.isEmpty && glob(Array(pattern.dropFirst()), Array(name.dropFirst()))
+        default:
+            return name.first == first && glob(Array(pattern.dropFirst()), Array(name.dropFirst()))
+        }
+    }
+}

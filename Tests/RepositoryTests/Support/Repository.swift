@@ -13,6 +13,11 @@ enum Repository {
         root.appendingPathComponent(path)
     }
 
+    /// Whether a file or folder exists at `path` (relative to the root).
+    static func exists(_ path: String) -> Bool {
+        FileManager.default.fileExists(atPath: url(path).path)
+    }
+
     /// The text of a file at `path` (relative to the root).
     static func text(_ path: String) throws -> String {
         let url = url(path)
