@@ -111,34 +111,22 @@ struct PostgresStorageTests {
         }
     }
 
-    @Test("a statement blocked past statement_timeout fails as unavailable (57014) instead of waiting for the lock")
+    @Test("statement_timeout reaches PostgreSQL: with 1 ms every statement is cancelled (57014); the default lets the same database open")
     func statementTimeout() async throws {
         let server = try TestPostgres.shared()
         let url = try server.makeDatabase()
         var settings = try TestPostgres.settings(url)
-        settings.statementTimeout = .milliseconds(300)
-        let storage = try await PostgresStorage.open(settings: settings)
-        try await storage.commit([.createSession(session("locked"))])
-        // Another client holds the sessions table for 5 s (far past the 300 ms).
-        let holder = Task.detached {
-            try? server.sql("BEGIN; LOCK TABLE state_sessions IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); COMMIT;", in: url)
-        }
-        let held = "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-            + "WHERE c.relname = 'state_sessions' AND l.mode = 'AccessExclusiveLock' AND l.granted"
-        let deadline = ContinuousClock.now + .seconds(20)
-        while try server.sql(held, in: url) != "1", ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        try #require(try server.sql(held, in: url) == "1", "the lock was never taken")
+        settings.statementTimeout = .milliseconds(1)
+        // Creating the schema takes far longer than 1 ms: PostgreSQL cancels it.
         let failure = await caught { () async throws(StorageError) in
-            try await storage.commit([.append(entry("locked", seq: 1, version: 1), idempotencyKey: nil)])
+            let storage = try await PostgresStorage.open(settings: settings)
+            await storage.close()
         }
         #expect(failure?.kind == .unavailable, "\(String(describing: failure))")
         #expect(failure?.message.contains("57014") == true, "cancelled by statement_timeout: \(String(describing: failure))")
-        _ = await holder.value
-        // Nothing was written: the next append still starts the journal.
-        try await storage.commit([.append(entry("locked", seq: 1, version: 1), idempotencyKey: nil)])
-        #expect(try await storage.journal(session: "locked", afterSeq: 0, limit: 10).map(\.seq) == [1])
+        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(url))
+        try await storage.commit([.createSession(session("bounded"))])
+        #expect(try await storage.session(id: "bounded") != nil)
         await storage.close()
     }
 
