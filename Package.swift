@@ -217,7 +217,10 @@ let package = Package(
         ),
         .testTarget(
             name: "PersistenceTests",
-            dependencies: ["StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "StorageTestSupport"],
+            dependencies: [
+                "StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "StorageTestSupport",
+                "HTTPTestSupport",
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -70,6 +70,31 @@ enum RequestFields {
         return headers
     }
 
+    /// The query arguments of a raw query string (after `?`), as libmicrohttpd hands them to the
+    /// server: split at `&`, then at the first `=` (none: no value), `+` as a space, then each
+    /// part percent-decoded by libmicrohttpd's own `MHD_http_unescape` (an invalid escape stays
+    /// as it is; a decoded NUL ends the text). For callers without a connection — the
+    /// in-process test server builds its requests with it.
+    package static func queryArguments(_ query: Substring?) -> [(name: String, value: String?)] {
+        guard let query, !query.isEmpty else { return [] }
+        return query.split(separator: "&", omittingEmptySubsequences: true).map { argument in
+            guard let equals = argument.firstIndex(of: "=") else { return (unescape(argument), nil) }
+            return (unescape(argument[..<equals]), unescape(argument[argument.index(after: equals)...]))
+        }
+    }
+
+    /// `+` as a space, then `MHD_http_unescape`.
+    static func unescape(_ text: Substring) -> String {
+        var bytes = Array(text.utf8).map { $0 == UInt8(ascii: "+") ? UInt8(ascii: " ") : $0 }
+        bytes.append(0)
+        let length = bytes.withUnsafeMutableBufferPointer { buffer -> Int in
+            guard let base = buffer.baseAddress else { return 0 }
+            return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) { MHD_http_unescape($0) }
+        }
+        let decoded = bytes[..<min(length, bytes.count - 1)]
+        return String(decoding: decoded.prefix { $0 != 0 }, as: UTF8.self)
+    }
+
     /// The query arguments of the current request, in arrival order.
     static func query(_ connection: OpaquePointer) -> [(name: String, value: String?)] {
         withUnsafeTemporaryAllocation(of: ss_field.self, capacity: stackCapacity) { buffer in

@@ -7,11 +7,19 @@ enum Answer: Sendable {
     case later(@Sendable () async throws(APIError) -> HTTPResponse)
 }
 
-/// A request matched to a route: the request and the path's `{parameter}` values in order.
+/// A request matched to a route: the request and the path's `{parameter}` values, read by
+/// name (`request["feature"]` for `/v1/sessions/{id}/state/{feature}`).
 struct RouteRequest: Sendable {
     let http: HTTPRequest
+    /// The values in the template's order (``Route/names`` holds their names).
     let parameters: [String]
+    let names: [String]
     let template: String
+
+    /// The value of the path parameter `{name}`; `nil` when the template has none of that name.
+    subscript(_ name: String) -> String? {
+        names.firstIndex(of: name).flatMap { parameters.indices.contains($0) ? parameters[$0] : nil }
+    }
 }
 
 /// One row of the route table: a method set and a path template (`/v1/sessions/{id}/state`)
@@ -24,6 +32,8 @@ struct Route: Sendable {
     let handler: Handler
     /// The template split at `/`: literals as UTF-8 bytes, and `nil` for a parameter.
     let segments: [[UInt8]?]
+    /// The parameters' names in the template's order (`["id", "feature"]`).
+    let names: [String]
 
     /// - Parameter head: whether a GET route answers HEAD too (not the event stream: a HEAD
     ///   answer must have no body bytes, and a stream's is chunked).
@@ -31,9 +41,9 @@ struct Route: Sendable {
         self.methods = head && methods.contains("GET") && !methods.contains("HEAD") ? methods + ["HEAD"] : methods
         self.template = template
         self.handler = handler
-        self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { part in
-            part.hasPrefix("{") && part.hasSuffix("}") ? nil : Array(part.utf8)
-        }
+        let parts = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        self.segments = parts.map { part in part.hasPrefix("{") && part.hasSuffix("}") ? nil : Array(part.utf8) }
+        self.names = parts.filter { $0.hasPrefix("{") && $0.hasSuffix("}") }.map { String($0.dropFirst().dropLast()) }
     }
 
     /// The parameter values when the path matches the template. The path is split at `/` as
@@ -152,7 +162,7 @@ struct Router: Sendable {
             guard route.methods.contains(request.method) else {
                 return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
             }
-            let routed = RouteRequest(http: request, parameters: parameters, template: route.template)
+            let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
             do throws(APIError) {
                 switch try route.handler(responder, routed) {
                 case .now(let response): return .now(response)

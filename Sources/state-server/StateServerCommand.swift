@@ -32,7 +32,7 @@ struct StateServerCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one (default 8080). Env: STATE_SERVER_PORT.")
     var port: Int?
 
-    @Option(help: "Where sessions live: memory (default) or sqlite:PATH. Env: STATE_SERVER_STORAGE.")
+    @Option(help: "Where sessions live: memory (default), sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB. Env: STATE_SERVER_STORAGE.")
     var storage: String?
 
     @Option(help: "YAML configuration file. Env: STATE_SERVER_CONFIG.")
@@ -147,9 +147,7 @@ struct Server {
             StderrLogWriter.shared.flush()
             throw ExitCode(1)
         }
-        let sessions = SessionManager(
-            registry: registry, settings: settings.sessions.manager, storage: storage, events: ServerSentEvents()
-        ) { notice in
+        let notify: @Sendable (SessionNotice) -> Void = { notice in
             switch notice {
             case .followUpRejected(let session, let error):
                 logger.warning("follow-up action rejected", metadata: ["session.id": "\(session)", "error": "\(error)"])
@@ -175,7 +173,9 @@ struct Server {
                     metadata: ["storage": "\(settings.storage.kind)"])
             }
         }
-        let server = makeHTTPServer(sessions: sessions, prometheus: prometheus, logger: logger)
+        let application = makeApplication(registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify)
+        let sessions = application.sessions
+        let server = makeHTTPServer(application.responder, logger: logger)
 
         // Started in this order, stopped in reverse: HTTP first (no new requests, streams
         // ended), then the follower of other nodes, the sweeper, then the storage (pending commits written, then closed).
@@ -222,22 +222,31 @@ struct Server {
     }
 
     /// The HTTP server over the v1 routes, with metrics and the access log.
-    private func makeHTTPServer(sessions: SessionManager, prometheus: PrometheusCollectorRegistry, logger: Logger) -> HTTPServer {
+    /// The application (StateServerHTTP's builder, shared with the in-process tests), with
+    /// `GET /metrics` rendered from Prometheus.
+    private func makeApplication(
+        registry: FeatureRegistry, storage: (any SessionStorage)?, prometheus: PrometheusCollectorRegistry, logger: Logger,
+        notify: @escaping @Sendable (SessionNotice) -> Void
+    ) -> StateServerApplication {
         let gauges = (
             sessions: Gauge(label: MetricCatalog.sessionsInMemory),
             stores: Gauge(label: MetricCatalog.storesInMemory),
             streams: Gauge(label: MetricCatalog.eventStreamsOpen)
         )
         let process = ProcessMetrics(registry: prometheus)
-        let streamCount = Mutex<(@Sendable () -> Int)?>(nil)
-        let responder = StateServerResponder(sessions: sessions, settings: settings.http.routes, logger: logger) {
+        return StateServerApplication(
+            registry: registry, sessions: settings.sessions.manager, routes: settings.http.routes, storage: storage,
+            logger: logger, notify: notify
+        ) { sessions, streams in
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)
-            gauges.streams.record(streamCount.withLock { $0 }?() ?? 0)
+            gauges.streams.record(streams)
             process?.update()
             return prometheus.emitToBuffer()
         }
-        streamCount.withLock { $0 = { responder.streamCount } }
+    }
+
+    private func makeHTTPServer(_ responder: StateServerResponder, logger: Logger) -> HTTPServer {
         let dispatchTimer = Timer(label: MetricCatalog.dispatchDuration)
         let requestMetrics = RequestMetrics()
         return HTTPServer(configuration: settings.http.server, responder: responder) { record in

@@ -3,8 +3,8 @@
 // (`.inProcessServer` trait); the suites that need what only a socket shows — event streams
 // over time, transport limits, raw bytes, signals — start the real binary (`.localServer`).
 //
-// The server is wired as `state-server` wires it (StateServerCommand.swift): the example
-// features, a `SessionManager` over memory — or, with STATE_SERVER_TEST_STORAGE=sqlite, over a
+// The server is wired by the same builder `state-server` uses (`StateServerApplication`): the
+// example features, a `SessionManager` over memory — or, with STATE_SERVER_TEST_STORAGE=sqlite, over a
 // fresh SQLite database in a temporary directory — and a `StateServerResponder`. Requests are
 // `HTTPRequest` values given to `respond(to:)`, built as MicroHTTP builds them from the wire
 // (Connection.swift): path percent-decoded, query arguments split and decoded, header names
@@ -57,9 +57,11 @@ package final class InProcessServer: Sendable {
             self.storage = nil
         }
         let registry = try ExampleFeatures.registry(loginCheckDelay: settings.loginCheckDelay)
-        sessions = SessionManager(registry: registry, settings: settings.sessions, storage: storage, events: ServerSentEvents())
         let logger = Logger(label: "state-server-in-process") { _ in SwiftLogNoOpLogHandler() }
-        responder = StateServerResponder(sessions: sessions, settings: settings.routes, logger: logger)
+        let application = StateServerApplication(
+            registry: registry, sessions: settings.sessions, routes: settings.routes, storage: storage, logger: logger)
+        sessions = application.sessions
+        responder = application.responder
     }
 
     package var api: API { API(transport: InProcessTransport(server: self)) }
@@ -90,48 +92,10 @@ package final class InProcessServer: Sendable {
 
     static func split(_ target: String) -> (path: Substring, query: Substring?) { split(target[...]) }
 
-    /// Query arguments as libmicrohttpd parses them: split at `&`, then at the first `=` (no
-    /// `=`: no value), `+` as a space, then percent-decoded.
+    /// Query arguments as libmicrohttpd parses them (MicroHTTP's own parser, over
+    /// `MHD_http_unescape`).
     static func arguments(_ query: Substring?) -> [(name: String, value: String?)] {
-        guard let query, !query.isEmpty else { return [] }
-        return query.split(separator: "&", omittingEmptySubsequences: true).map { argument in
-            guard let equals = argument.firstIndex(of: "=") else {
-                return (unescape(plus(argument)), nil)
-            }
-            return (unescape(plus(argument[..<equals])), unescape(plus(argument[argument.index(after: equals)...])))
-        }
-    }
-
-    private static func plus(_ text: Substring) -> Substring {
-        Substring(text.replacingOccurrences(of: "+", with: " "))
-    }
-
-    /// `%XX` decoded as libmicrohttpd's `MHD_http_unescape` does (an invalid escape stays as
-    /// it is); the result is a C string, so it ends at a decoded NUL.
-    static func unescape(_ text: Substring) -> String {
-        var out: [UInt8] = []
-        var bytes = Array(text.utf8)[...]
-        while let byte = bytes.popFirst() {
-            if byte == UInt8(ascii: "%"), bytes.count >= 2,
-                let high = hexValue(bytes[bytes.startIndex]), let low = hexValue(bytes[bytes.startIndex + 1])
-            {
-                out.append(high << 4 | low)
-                bytes = bytes.dropFirst(2)
-            } else {
-                out.append(byte)
-            }
-        }
-        if let nul = out.firstIndex(of: 0) { out.removeSubrange(nul...) }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
+        RequestFields.queryArguments(query)
     }
 
     /// The responder's answer, awaiting a `later` one as MicroHTTP's task does.

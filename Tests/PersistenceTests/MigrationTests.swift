@@ -130,6 +130,10 @@ struct MigrationTests {
             let session = try #require(try await release2.load(id: id, token: token))
             #expect(try await session.current("profile") == Snapshot(3, #"{"displayName":"Linus","initials":"L"}"#))
             #expect(notices.all.isEmpty, "a migration is not a recovery: \(notices.description)")
+            // The load itself is reported, with its state's size (the server trims its heap after
+            // large ones).
+            #expect(notices.loads.map(\.feature) == ["profile"])
+            #expect(notices.loads.first?.bytes == #"{"displayName":"Linus","initials":"L"}"#.utf8.count)
 
             // The next snapshot is written in the new shape, with the new stateVersion.
             try await session.dispatch("profile", #"{"type":"rename","to":"Barbara"}"#)

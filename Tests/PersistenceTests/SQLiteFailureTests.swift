@@ -1,5 +1,6 @@
-import StorageTestSupport
 import Foundation
+import HTTPTestSupport
+import StorageTestSupport
 @testable import StatePersistence
 import Testing
 

@@ -1,9 +1,10 @@
 import ExampleFeatures
 import Foundation
+import HTTPTestSupport
 import StatePersistence
-import StorageTestSupport
 import StateSessions
 import StateStore
+import StorageTestSupport
 import Testing
 
 /// Sessions over storage, as a restarted server sees them: a new `SessionManager` over the same

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import StatePersistence
 import StateServerHTTP
 import StateSessions
@@ -11,7 +12,7 @@ import Testing
 @Suite("Several nodes on one shared storage")
 struct SeveralNodesTests {
     /// Two nodes over one shared in-memory storage, with a session both have loaded.
-    static func twoNodes() async throws -> (storage: InMemoryStorage, a: Session, b: Session) {
+    static func twoNodes() async throws -> (storage: InMemoryStorage, a: StateSessions.Session, b: StateSessions.Session) {
         let storage = InMemoryStorage(shared: true)
         let nodeA = try exampleManager(storage)
         let nodeB = try exampleManager(storage)
@@ -23,7 +24,7 @@ struct SeveralNodesTests {
     }
 
     /// One increment, tried again on `.contention` as a client does on 503 write_contention.
-    static func increment(_ node: Session) async throws {
+    static func increment(_ node: StateSessions.Session) async throws {
         while true {
             do throws(SessionFailure) {
                 _ = try await node.change("counter", .dispatch(json(#"{"type":"increment"}"#)))
@@ -130,7 +131,7 @@ struct SeveralNodesTests {
 
     /// Two nodes that follow each other's commits through the storage's notices.
     static func followingNodes() async throws -> (
-        storage: InMemoryStorage, nodeA: SessionManager, nodeB: SessionManager, a: Session, b: Session
+        storage: InMemoryStorage, nodeA: SessionManager, nodeB: SessionManager, a: StateSessions.Session, b: StateSessions.Session
     ) {
         let storage = InMemoryStorage(shared: true)
         let nodeA = try exampleManager(storage)
@@ -165,7 +166,7 @@ struct SeveralNodesTests {
             try await group.waitForAll()
         }
         for sink in [onA, onB] {
-            let all = await eventually { sink.events.filter { $0.event == "state" }.count >= 2 * count }
+            let all = try await eventually { sink.events.filter { $0.event == "state" }.count >= 2 * count }
             #expect(all, "\(sink.events.count) events")
             let events = sink.events.filter { $0.event == "state" }
             #expect(events.map(\.seq) == Array(1...(2 * count)).map { Optional($0) }, "each change once, in order")
@@ -182,7 +183,7 @@ struct SeveralNodesTests {
         let sink = RecordingSink()
         _ = b.hub.subscribe(features: nil, lastEventID: 0, sink: sink)
         #expect(sink.events.filter { $0.event == "state" }.isEmpty)
-        let heard = await eventually {
+        let heard = try await eventually {
             b.pullIfBehind()
             return sink.events.contains { $0.seq == 1 }
         }
@@ -196,7 +197,7 @@ struct SeveralNodesTests {
         let sink = RecordingSink()
         _ = b.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
         try await nodeA.delete(a)
-        #expect(await eventually { sink.isClosed }, "B's stream ends without any request on B")
+        #expect(try await eventually { sink.isClosed }, "B's stream ends without any request on B")
         #expect(!nodeB.isLoaded(id: b.id))
         #expect(b.isGone)
     }
@@ -208,10 +209,10 @@ struct SeveralNodesTests {
         let sink = RecordingSink()
         _ = b.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
         storage.loseNotices()
-        #expect(await eventually { sink.isClosed }, "the stream ends rather than miss changes silently")
+        #expect(try await eventually { sink.isClosed }, "the stream ends rather than miss changes silently")
         #expect(!nodeB.isFollowing)
         storage.resumeNotices()
-        #expect(await eventually { nodeB.isFollowing })
+        #expect(try await eventually { nodeB.isFollowing })
         let again = RecordingSink()
         guard case .subscribed = b.hub.subscribe(features: nil, lastEventID: nil, sink: again) else {
             Issue.record("a new stream is welcome once the channel is back")
@@ -251,9 +252,9 @@ struct SeveralNodesTests {
 
     /// The `settled` of the first `.waitingWorkChecked` notice, once there is one (10 s at most).
     static func waitingWorkChecked(_ notices: NoticeLog) async -> Bool? {
-        let found = await eventually(timeout: .seconds(10)) {
+        let found = (try? await eventually(timeout: .seconds(10)) {
             notices.all.contains { if case .waitingWorkChecked = $0 { true } else { false } }
-        }
+        }) ?? false
         guard found else { return nil }
         for case .waitingWorkChecked(_, _, let settled) in notices.all { return settled }
         return nil

@@ -1,5 +1,6 @@
 import ExampleFeatures
 import Foundation
+import HTTPTestSupport
 import StatePersistence
 import StateSessions
 import StateStore
@@ -106,7 +107,7 @@ struct StorageFailureTests {
         let (session, token) = try await manager.create()
         try await session.dispatch("login", #"{"type":"submit","username":"ada","password":"long enough"}"#)
         storage.failNextCommits(1)  // the check's `succeeded`, 100 ms from now
-        let reported = await eventually { notices.followUpsNotStored == 1 }
+        let reported = try await eventually { notices.followUpsNotStored == 1 }
         #expect(reported, "\(notices.description)")
         #expect(try await session.current("login").state["isLoading"] == .bool(true), "memory did not run ahead of the disk")
         #expect(try await session.current("login").version == 1)

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import StatePersistence
 import StateSessions
 import StateStore

@@ -35,10 +35,10 @@ struct PostgresStorageTests {
             let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
             try await nodeA.commit([.createSession(session("s"))])
             for version in 1...20 {
-                async let a = caught { () async throws(StorageError) in
+                async let a = storageError { () async throws(StorageError) in
                     try await nodeA.commit([.append(entry("s", seq: version, version: version), idempotencyKey: nil)])
                 }
-                async let b = caught { () async throws(StorageError) in
+                async let b = storageError { () async throws(StorageError) in
                     try await nodeB.commit([.append(entry("s", seq: version, version: version), idempotencyKey: nil)])
                 }
                 let outcomes = await [a, b]
@@ -63,7 +63,7 @@ struct PostgresStorageTests {
                 .append(entry("n", seq: 1, version: 1), idempotencyKey: nil), .append(entry("n", seq: 2, version: 2), idempotencyKey: nil),
             ])
             // A conflict rolls back: no notice for it.
-            _ = await caught { () async throws(StorageError) in
+            _ = await storageError { () async throws(StorageError) in
                 try await nodeB.commit([.append(entry("n", seq: 2, version: 2), idempotencyKey: nil)])
             }
             try await nodeB.commit([.append(entry("n", seq: 3, version: 3), idempotencyKey: nil)])
@@ -101,7 +101,7 @@ struct PostgresStorageTests {
             let nodeB = try await PostgresStorage.open(settings: TestPostgres.settings(url))
             try await nodeA.commit([.createSession(session("s"))])
             try await nodeA.commit([.append(entry("s", seq: 1, version: 1), idempotencyKey: "key")])
-            let second = await caught { () async throws(StorageError) in
+            let second = await storageError { () async throws(StorageError) in
                 try await nodeB.commit([.append(entry("s", seq: 2, feature: "todos", version: 1), idempotencyKey: "key")])
             }
             #expect(second?.kind == .conflict, "\(String(describing: second))")
@@ -118,7 +118,7 @@ struct PostgresStorageTests {
         var settings = try TestPostgres.settings(url)
         settings.statementTimeout = .milliseconds(1)
         // Creating the schema takes far longer than 1 ms: PostgreSQL cancels it.
-        let failure = await caught { () async throws(StorageError) in
+        let failure = await storageError { () async throws(StorageError) in
             let storage = try await PostgresStorage.open(settings: settings)
             await storage.close()
         }
@@ -136,7 +136,7 @@ struct PostgresStorageTests {
         try await withPostgresStorage { storage, url in
             #expect(try server.sql("SELECT max(version) FROM state_schema", in: url) == "\(PostgresStorage.schemaVersion)")
             try server.sql("INSERT INTO state_schema (version) VALUES (\(PostgresStorage.schemaVersion + 1))", in: url)
-            let error = await caught { () async throws(StorageError) in
+            let error = await storageError { () async throws(StorageError) in
                 _ = try await PostgresStorage.open(settings: TestPostgres.settings(url))
             }
             #expect(error?.kind == .unusable, "\(String(describing: error))")
@@ -183,7 +183,7 @@ struct PostgresStorageTests {
         #expect(try await storage.latestSnapshot(session: "kept", feature: "counter")?.version == 1)
         #expect(try await storage.rememberedKey(session: "kept", key: "k") == RememberedKey(feature: "counter", version: 2, time: 11))
         #expect(try await storage.lastSeq(session: "kept") == 2)
-        let stale = await caught { () async throws(StorageError) in
+        let stale = await storageError { () async throws(StorageError) in
             try await storage.commit([.append(entry("kept", seq: 2, version: 2), idempotencyKey: nil)])
         }
         #expect(stale?.kind == .conflict, "\(String(describing: stale))")
@@ -207,7 +207,7 @@ struct PostgresStorageTests {
         let server = try TestPostgres.shared()
         var settings = try TestPostgres.settings(server.url)
         settings.password = "not-the-Secret-42"
-        let error = await caught { () async throws(StorageError) in
+        let error = await storageError { () async throws(StorageError) in
             _ = try await PostgresStorage.open(settings: settings)
         }
         #expect(error?.kind == .unusable, "\(String(describing: error))")
@@ -226,11 +226,11 @@ struct PostgresOutageTests {
         try await storage.commit([.createSession(session("s")), .append(entry("s", seq: 1, version: 1), idempotencyKey: nil)])
 
         try server.stop()
-        let commit = await caught { () async throws(StorageError) in
+        let commit = await storageError { () async throws(StorageError) in
             try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
         }
         #expect(commit?.kind == .unavailable, "\(String(describing: commit))")
-        let read = await caught { () async throws(StorageError) in _ = try await storage.lastSeq(session: "s") }
+        let read = await storageError { () async throws(StorageError) in _ = try await storage.lastSeq(session: "s") }
         #expect(read?.kind == .unavailable, "\(String(describing: read))")
         let password = try #require(try PostgresStorage.Settings(url: server.url).password)
         #expect(commit.map { !$0.message.contains(password) } == true)
@@ -240,7 +240,7 @@ struct PostgresOutageTests {
         let deadline = ContinuousClock.now + .seconds(30)
         var last: StorageError?
         repeat {
-            last = await caught { () async throws(StorageError) in
+            last = await storageError { () async throws(StorageError) in
                 try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
             }
             if last == nil { break }
@@ -282,7 +282,7 @@ struct PostgresOutageTests {
         // Port 1: nothing listens there.
         var settings = try TestPostgres.settings("postgres://u:secret-pw@127.0.0.1:1/db")
         settings.connectionWait = .seconds(1)
-        let error = await caught { () async throws(StorageError) in
+        let error = await storageError { () async throws(StorageError) in
             _ = try await PostgresStorage.open(settings: settings)
         }
         #expect(error?.kind == .unavailable, "\(String(describing: error))")

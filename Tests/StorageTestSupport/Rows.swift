@@ -32,3 +32,13 @@ package func storageError(_ body: () async throws(StorageError) -> Void) async -
         return error
     }
 }
+
+/// The `StorageError` a synchronous `body` throws, or nil when it does not throw.
+package func storageErrorSync(_ body: () throws(StorageError) -> Void) -> StorageError? {
+    do {
+        try body()
+        return nil
+    } catch {
+        return error
+    }
+}

@@ -50,7 +50,7 @@ extension StateServerResponder {
         _ request: RouteRequest, allowQueryToken: Bool = false,
         _ body: @escaping @Sendable (Session) throws(APIError) -> Answer
     ) throws(APIError) -> Answer {
-        guard let id = request.parameters.first else { throw .notFound }
+        guard let id = request["id"] else { throw .notFound }
         guard let token = Credentials.token(request.http, allowQueryToken: allowQueryToken) else { throw .unauthorized }
         let tooLarge = request.http.bodyTooLarge
         let limit = settings.bodyLimit

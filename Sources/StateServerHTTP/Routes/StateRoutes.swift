@@ -22,7 +22,7 @@ extension StateServerResponder {
         },
         Route(["GET", "PUT", "DELETE"], "/v1/sessions/{id}/state/{feature}") { responder, request throws(APIError) in
             try responder.withSession(request) { session throws(APIError) in
-                let feature = request.parameters[1]
+                guard let feature = request["feature"] else { throw .notFound }
                 let http = request.http
                 switch http.method {
                 case "PUT":

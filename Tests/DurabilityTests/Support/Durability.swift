@@ -8,30 +8,6 @@ import Testing
 import Glibc
 #endif
 
-/// A temporary directory for one test's database, removed by `remove()`.
-struct TemporaryDirectory: Sendable {
-    let url: URL
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory
-            .appendingPathComponent("state-server-durability-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-
-    func remove() {
-        try? FileManager.default.removeItem(at: url)
-    }
-}
-
-/// Runs `body` with a fresh temporary directory, removed afterwards.
-func withTemporaryDirectory<T>(_ body: (TemporaryDirectory) async throws -> T) async throws -> T {
-    let directory = try TemporaryDirectory()
-    defer { directory.remove() }
-    return try await body(directory)
-}
-
 extension ServerProcess {
     /// A server on the SQLite database at `database`.
     static func durable(

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTestSupport
 import StatePersistence
 
 import StateSessions
@@ -12,29 +13,6 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case sqlite
 
     var testDescription: String { rawValue }
-}
-
-/// A temporary directory, removed by `remove()`.
-struct TemporaryDirectory: Sendable {
-    let url: URL
-
-    init(_ label: String = "persistence") throws {
-        url = FileManager.default.temporaryDirectory
-            .appendingPathComponent("state-server-\(label)-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-
-    func remove() {
-        // A test may have made parts of the tree read-only.
-        if let paths = FileManager.default.subpaths(atPath: url.path) {
-            for sub in paths {
-                _ = try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path(sub))
-            }
-        }
-        try? FileManager.default.removeItem(at: url)
-    }
 }
 
 /// One storage under test, which can be "reopened" the way a restarted server would see it:
@@ -115,21 +93,3 @@ func text(_ bytes: [UInt8]?) -> String {
 
 // MARK: - Catching typed errors
 
-/// The `StorageError` `body` throws, or nil when it does not throw.
-func storageError(_ body: () async throws(StorageError) -> Void) async -> StorageError? {
-    do {
-        try await body()
-        return nil
-    } catch {
-        return error
-    }
-}
-
-func storageErrorSync(_ body: () throws(StorageError) -> Void) -> StorageError? {
-    do {
-        try body()
-        return nil
-    } catch {
-        return error
-    }
-}

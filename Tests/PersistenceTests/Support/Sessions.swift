@@ -12,7 +12,16 @@ import Testing
 final class NoticeLog: Sendable {
     private let notices = Mutex<[SessionNotice]>([])
 
-    var all: [SessionNotice] { notices.withLock { $0 } }
+    /// Every notice but the routine `.storeLoaded` (see ``loads``): what a test would call a
+    /// problem or an event worth reporting.
+    var all: [SessionNotice] {
+        notices.withLock { $0 }.filter { if case .storeLoaded = $0 { false } else { true } }
+    }
+
+    /// The `.storeLoaded` notices: (feature, bytes of state).
+    var loads: [(feature: String, bytes: Int)] {
+        notices.withLock { $0 }.compactMap { if case .storeLoaded(_, let feature, let bytes) = $0 { (feature, bytes) } else { nil } }
+    }
 
     var callback: @Sendable (SessionNotice) -> Void {
         { [self] notice in notices.withLock { $0.append(notice) } }
@@ -204,12 +213,3 @@ struct Snapshot: Equatable, CustomStringConvertible {
     }
 }
 
-/// Polls until `condition` holds or `timeout` passes.
-func eventually(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while true {
-        if try await condition() { return true }
-        if ContinuousClock.now >= deadline { return false }
-        try? await Task.sleep(for: .milliseconds(10))
-    }
-}

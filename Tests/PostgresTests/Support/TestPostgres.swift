@@ -148,12 +148,3 @@ func withPostgresStorage<T>(poolSize: Int = 4, _ body: (PostgresStorage, _ url: 
     }
 }
 
-/// The `StorageError` `body` throws, or nil when it does not throw.
-func caught(_ body: () async throws(StorageError) -> Void) async -> StorageError? {
-    do {
-        try await body()
-        return nil
-    } catch {
-        return error
-    }
-}
