@@ -12,3 +12,24 @@ LONG = os.environ.get("FAULTS_MODE", "short") == "long"
 def pytest_report_header(config):
     from harness.cluster import binary
     return [f"faults: mode {'long' if LONG else 'short'}, binary {binary()}"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def make_cluster(request):
+    """Starts a cluster (harness/cluster.py) per call; every one is stopped and removed after
+    the test, passed or failed."""
+    from harness.cluster import Cluster
+    made = []
+
+    def make(**kw):
+        c = Cluster(name=request.node.name[:40], **kw)
+        made.append(c)
+        c.start()
+        return c
+
+    yield make
+    for c in made:
+        c.close()

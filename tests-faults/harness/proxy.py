@@ -9,9 +9,10 @@ is busy, or blocked in a subprocess call, never stalls the traffic it is not fau
   without a reset looks like to both sides;
 - ``refuse``: new connections are closed at once (a node that is down);
 - ``cut()``: every open connection is closed now (both sides see the connection end);
-- ``swallow_replies(n)``: the next n chunks from the server side are dropped and their
-  connection is closed on both sides right after — the request reached the server (a COMMIT
-  may have landed) but the client never hears the answer.
+- ``swallow_replies(n)``: the next n connections that send a request after this call get it
+  forwarded, but the server's answer is dropped and the connection closed on both sides — the
+  request reached the server (a COMMIT may have landed) but the client never hears the answer.
+  Connections that only listen (a LISTEN connection hearing NOTIFYs) are not affected.
 
 Only 127.0.0.1 is ever listened on or connected to.
 """
@@ -56,6 +57,8 @@ class Proxy:
         self.mode = "pass"
         self.delay = 0.0
         self.swallow = 0
+        self.swallowed = 0
+        self._targets: set = set()
         self.port: Optional[int] = None
         self.connections: set = set()
         self.accepted = 0
@@ -157,9 +160,13 @@ class Proxy:
                 await self._resume.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
-                if from_server and self.swallow > 0:
-                    # The request reached the server; its answer never reaches the client.
+                if not from_server and self.swallow > 0 and id(pair) not in self._targets:
                     self.swallow -= 1
+                    self._targets.add(id(pair))
+                if from_server and id(pair) in self._targets:
+                    # The request reached the server; its answer never reaches the client.
+                    self._targets.discard(id(pair))
+                    self.swallowed += 1
                     for w in pair:
                         _abort(w)
                     return
