@@ -2,11 +2,20 @@
 (make faults); STATE_SERVER_BIN names the binary (default .build/debug/state-server)."""
 
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 LONG = os.environ.get("FAULTS_MODE", "short") == "long"
+
+
+def _interrupted(signum, frame):
+    # SIGTERM (the step's time limit) ends the run like Ctrl-C: fixtures stop their clusters.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_report_header(config):
@@ -33,3 +42,13 @@ def make_cluster(request):
     yield make
     for c in made:
         c.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The short form (make test) leaves out tests marked long."""
+    if LONG:
+        return
+    skip = pytest.mark.skip(reason="long form only (make faults)")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)

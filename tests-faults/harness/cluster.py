@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import ctypes
 import os
 import re
 import shutil
@@ -28,6 +29,15 @@ PG_SCRIPT = os.path.join(REPO, "scripts", "postgres-test-server.sh")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 _live: set = set()
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_us(sig: int):
+    """preexec_fn: the child gets `sig` when this process dies, however it dies (prctl
+    PR_SET_PDEATHSIG), so no node or nginx outlives a killed test run."""
+    def set_it():
+        _libc.prctl(1, sig, 0, 0, 0)
+    return set_it
 
 
 def binary() -> str:
@@ -75,7 +85,8 @@ class Node:
         log = open(os.path.join(c.dir, f"node{self.name}.{self.starts}.log"), "w")
         with open(out, "w") as stdout:
             self.proc = subprocess.Popen([binary(), "--host", "127.0.0.1", "--port", "0", "--storage", url],
-                                         stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, env=env)
+                                         stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                         preexec_fn=_die_with_us(signal.SIGKILL))
         log.close()
         deadline = time.monotonic() + 60
         while True:
@@ -207,7 +218,7 @@ class Cluster:
             f.write(conf)
         self.nginx = subprocess.Popen([NGINX, "-p", prefix, "-c", os.path.join(prefix, "nginx.conf"), "-g", "daemon off;"],
                                       stdout=subprocess.DEVNULL, stderr=open(os.path.join(prefix, "error.log"), "w"),
-                                      stdin=subprocess.DEVNULL)
+                                      stdin=subprocess.DEVNULL, preexec_fn=_die_with_us(signal.SIGTERM))
 
     async def wait_ready(self, nodes=None, timeout: float = 60.0) -> None:
         nodes = nodes if nodes is not None else [n for n in self.nodes if n.alive() and not n.paused]
