@@ -18,8 +18,8 @@ from harness.run import eventually, finish_and_check, heal
 from harness.workload import Workload, create_session
 
 RUNS = int(os.environ.get("FAULTS_RUNS", "3" if LONG else "1"))
-OPS = 1500 if LONG else 300
-SESSIONS = 5 if LONG else 3
+OPS = 20000 if LONG else 6000   # a bound; the load runs until the scenario stops it
+SESSIONS = 6 if LONG else 4
 
 
 def entries(c, nginx=True):
@@ -159,4 +159,41 @@ def test_cut_connections_to_postgres_under_load(make_cluster):
             t = time.monotonic()
             await more_acks(w, 15, t)
         await finish_and_check("cut-pg", c, h, sessions, w)
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("balance", ["round_robin", "hash"])
+def test_mixed_faults(make_cluster, balance):
+    """One load, one fault after another (the short form's scenario; the long form also runs
+    each alone): SIGKILL of C and its restart, A black-holed from PostgreSQL and healed, B
+    paused past the clients' timeout and resumed, PostgreSQL restarted."""
+    async def body():
+        c = make_cluster(balance=balance)
+        h, sessions, w = await start_load(c, seed=700 if balance == "hash" else 701)
+        c.nodes[2].kill()
+        t = time.monotonic()
+        await more_acks(w, 5, t, ["A", "B"])
+        c.nodes[2].start()
+        await c.wait_ready()
+        c.nodes[0].pg_proxy.set("blackhole")
+        t = time.monotonic()
+        await more_acks(w, 10, t, ["B", "C"])
+        c.nodes[0].pg_proxy.heal()
+        c.nodes[0].pg_proxy.cut()
+        await c.wait_ready(timeout=60)
+        c.nodes[1].pause()
+        t = time.monotonic()
+        await eventually(lambda: any(op.entry == "B" and op.type == "unknown" and op.invoked >= t for op in h.ops),
+                         60, what="a client of the paused node timed out")
+        c.nodes[1].resume()
+        await c.wait_ready(timeout=60)
+        c.pg_stop()
+        t = time.monotonic()
+        await eventually(lambda: any(op.kind == "dispatch" and op.type != "ok" and op.invoked >= t for op in h.ops),
+                         30, what="a change refused while PostgreSQL is down")
+        c.pg_start()
+        await c.wait_ready(timeout=60)
+        t = time.monotonic()
+        await more_acks(w, 20, t)
+        await finish_and_check(f"mixed-{balance}", c, h, sessions, w)
     asyncio.run(body())

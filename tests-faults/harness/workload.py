@@ -109,7 +109,7 @@ class Workload:
 
     def __init__(self, history: History, sessions, entries, workers: int = 6, max_ops: int = 400,
                  seed: int = 1, key_fraction: float = 0.5, read_fraction: float = 0.2,
-                 counter_fraction: float = 0.15, stream_entries=None) -> None:
+                 counter_fraction: float = 0.15, stream_entries=None, pace: float = 0.03) -> None:
         self.h = history
         self.sessions = sessions
         self.entries = entries
@@ -120,6 +120,7 @@ class Workload:
         self.read_fraction = read_fraction
         self.counter_fraction = counter_fraction
         self.stream_entries = stream_entries or entries
+        self.pace = pace
         self.stop = asyncio.Event()
         self.done_ops = 0
         self.tasks: list = []
@@ -161,8 +162,7 @@ class Workload:
                 tries += 1
                 await asyncio.sleep(0.25)
                 op = await client.dispatch(session, self.rng.choice(self.entries), feature, action, key=key, title=title)
-            if op.type != "ok":
-                await asyncio.sleep(0.05)
+            await asyncio.sleep(self.pace if op.type == "ok" else max(self.pace, 0.05))
 
     async def _watch(self, session: Session, i: int) -> None:
         chain = self.chains.setdefault(session.id, [])
