@@ -183,7 +183,7 @@ class Cluster:
         self.pg_url = self._pg("start", self.pg_dir, "--watch", str(os.getpid())).strip().splitlines()[-1]
         self.pg_port = int(re.search(r"@127\.0\.0\.1:(\d+)/", self.pg_url).group(1))
         for node in self.nodes:
-            node.pg_proxy = Proxy(self.loop, self.pg_port, f"{node.name}->pg").start()
+            node.pg_proxy = Proxy(self.loop, self.pg_port, f"{node.name}->pg", postgres=True).start()
         # The first node creates the schema; the others start together after it.
         for node in self.nodes:
             node.start()

@@ -13,6 +13,11 @@ is busy, or blocked in a subprocess call, never stalls the traffic it is not fau
   forwarded, but the server's answer is dropped and the connection closed on both sides — the
   request reached the server (a COMMIT may have landed) but the client never hears the answer.
   Connections that only listen (a LISTEN connection hearing NOTIFYs) are not affected.
+- ``swallow_commits(n, then)``: PostgreSQL-aware. The proxy frames the server's messages and
+  drops the next n answers to a write (the CommandComplete answering a request that
+  carried the journal's INSERT or a COMMIT), closing that connection: exactly "the commit landed, the node never heard
+  it". ``then="refuse"`` also closes every other connection and refuses new ones afterwards
+  (PostgreSQL unreachable right after the commit) until healed.
 
 Only 127.0.0.1 is ever listened on or connected to.
 """
@@ -50,14 +55,18 @@ class ProxyLoop:
 class Proxy:
     """Listens on 127.0.0.1 (a free port) and forwards to `target_port` on 127.0.0.1."""
 
-    def __init__(self, loop: ProxyLoop, target_port: int, name: str = "proxy") -> None:
+    def __init__(self, loop: ProxyLoop, target_port: int, name: str = "proxy", postgres: bool = False) -> None:
         self.loop = loop
+        self.postgres = postgres  # frame the server's bytes as PostgreSQL messages (swallow_commits)
         self.target_port = target_port
         self.name = name
         self.mode = "pass"
         self.delay = 0.0
         self.swallow = 0
         self.swallowed = 0
+        self.commits = 0
+        self.commits_then = "pass"
+        self._writing: set = set()
         self._targets: set = set()
         self.port: Optional[int] = None
         self.connections: set = set()
@@ -84,6 +93,12 @@ class Proxy:
 
     def swallow_replies(self, n: int = 1) -> None:
         self.loop.call(self._swallow(n))
+
+    def swallow_commits(self, n: int = 1, then: str = "pass") -> None:
+        async def arm():
+            self.commits = n
+            self.commits_then = then
+        self.loop.call(arm())
 
     def close(self) -> None:
         try:
@@ -152,11 +167,30 @@ class Proxy:
         self.connections.discard(pair)
 
     async def _pump(self, reader, writer, pair, from_server: bool) -> None:
+        pending = b""   # server bytes of a PostgreSQL message not yet complete (framing)
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                if not from_server and self.postgres and (b"INSERT INTO state_changes" in data or b"COMMIT" in data):
+                    self._writing.add(id(pair))
+                if from_server and self.postgres:
+                    data, pending = _complete_messages(pending + data)
+                    if not data:
+                        continue
+                    done = id(pair) in self._writing and _has_message(data, b"C")
+                    if done:
+                        self._writing.discard(id(pair))
+                    if self.commits > 0 and done:
+                        self.commits -= 1
+                        self.swallowed += 1
+                        for w in pair:
+                            _abort(w)
+                        if self.commits_then == "refuse":
+                            self.mode = "refuse"
+                            await self._cut()
+                        return
                 await self._resume.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
@@ -177,6 +211,26 @@ class Proxy:
         finally:
             for w in pair:
                 _abort(w)
+
+
+def _complete_messages(buf: bytes):
+    """Splits PostgreSQL backend bytes into (whole messages, the incomplete rest)."""
+    i = 0
+    while len(buf) - i >= 5:
+        length = int.from_bytes(buf[i + 1:i + 5], "big")
+        if len(buf) - i < 1 + length:
+            break
+        i += 1 + length
+    return buf[:i], buf[i:]
+
+
+def _has_message(messages: bytes, kind: bytes) -> bool:
+    i = 0
+    while i + 5 <= len(messages):
+        if messages[i:i + 1] == kind:
+            return True
+        i += 1 + int.from_bytes(messages[i + 1:i + 5], "big")
+    return False
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
