@@ -37,12 +37,20 @@ async def start_load(c, seed, ops=OPS):
     return h, sessions, w
 
 
-async def more_acks(w, n, after, entries_=None, timeout=60):
+async def more_acks(w, n, after, entries_=None, timeout=60, cluster=None):
     def enough():
         if entries_ is None:
             return w.acknowledged(after) >= n
         return all(w.acknowledged(after, e) >= n for e in entries_)
-    await eventually(enough, timeout, what=f"{n} more acknowledged changes")
+    try:
+        await eventually(enough, timeout, what=f"{n} more acknowledged changes")
+    except AssertionError as e:
+        counts = {name: w.acknowledged(after, name) for name, _ in w.entries}
+        recent = [(op.entry, op.session[:6], op.status, op.code, op.error and op.error[-40:])
+                  for op in w.h.ops[-12:]]
+        diag = cluster.diagnose() if cluster is not None else ""
+        raise AssertionError(f"{e}; acknowledged since, per entry: {counts}; last operations: {recent}\n"
+                             f"PostgreSQL sessions:\n{diag}") from None
 
 
 def scenario_ids(name):
@@ -59,11 +67,11 @@ def test_node_killed_and_restarted(make_cluster, balance, run):
         h, sessions, w = await start_load(c, seed=100 + run)
         c.nodes[2].kill()
         t = time.monotonic()
-        await more_acks(w, 5, t, ["nginx", "A", "B"])
+        await more_acks(w, 5, t, ["nginx", "A", "B"], cluster=c)
         c.nodes[2].start()
         await c.wait_ready()
         t = time.monotonic()
-        await more_acks(w, 3, t, ["C"])
+        await more_acks(w, 3, t, ["C"], cluster=c)
         await finish_and_check(f"kill-{balance}-{run + 1}", c, h, sessions, w)
     asyncio.run(body())
 
@@ -80,10 +88,10 @@ def test_node_paused_past_timeouts(make_cluster, run):
         t = time.monotonic()
         await eventually(lambda: any(op.entry == "B" and op.type == "unknown" and op.invoked >= t for op in h.ops)
                          or w.done_ops >= w.max_ops, 60, what="a client of the paused node timed out")
-        await more_acks(w, 10, t, ["A", "C"])
+        await more_acks(w, 10, t, ["A", "C"], cluster=c)
         c.nodes[1].resume()
         t = time.monotonic()
-        await more_acks(w, 3, t, ["B"])
+        await more_acks(w, 3, t, ["B"], cluster=c)
         await finish_and_check(f"pause-{run + 1}", c, h, sessions, w)
     asyncio.run(body())
 
@@ -97,7 +105,7 @@ def test_node_black_holed_from_postgres(make_cluster, run):
         h, sessions, w = await start_load(c, seed=300 + run)
         c.nodes[0].pg_proxy.set("blackhole")
         t = time.monotonic()
-        await more_acks(w, 10, t, ["B", "C"])
+        await more_acks(w, 10, t, ["B", "C"], cluster=c)
         await eventually(lambda: any(op.entry == "A" and op.type != "ok" and op.invoked >= t for op in h.ops)
                          or w.done_ops >= w.max_ops, 60, what="a client of A without an answer")
         c.nodes[0].pg_proxy.heal()
@@ -105,7 +113,7 @@ def test_node_black_holed_from_postgres(make_cluster, run):
         c.nodes[0].pg_proxy.cut()
         t = time.monotonic()
         await c.wait_ready(timeout=60)
-        await more_acks(w, 3, t, ["A"])
+        await more_acks(w, 3, t, ["A"], cluster=c)
         await finish_and_check(f"blackhole-pg-{run + 1}", c, h, sessions, w)
     asyncio.run(body())
 
@@ -121,10 +129,10 @@ def test_node_black_holed_from_nginx(make_cluster, run):
         t = time.monotonic()
         await eventually(lambda: any(op.entry == "B" and op.type == "unknown" and op.invoked >= t for op in h.ops)
                          or w.done_ops >= w.max_ops, 60, what="a client of B timed out")
-        await more_acks(w, 10, t, ["A", "C"])
+        await more_acks(w, 10, t, ["A", "C"], cluster=c)
         c.nodes[1].front.heal()
         t = time.monotonic()
-        await more_acks(w, 3, t, ["B"])
+        await more_acks(w, 3, t, ["B"], cluster=c)
         await finish_and_check(f"blackhole-front-{run + 1}", c, h, sessions, w)
     asyncio.run(body())
 
@@ -142,7 +150,7 @@ def test_postgres_restarted(make_cluster, run):
         c.pg_start()
         await c.wait_ready(timeout=60)
         t = time.monotonic()
-        await more_acks(w, 20, t)
+        await more_acks(w, 20, t, cluster=c)
         await finish_and_check(f"pg-restart-{run + 1}", c, h, sessions, w)
     asyncio.run(body())
 
@@ -157,7 +165,7 @@ def test_cut_connections_to_postgres_under_load(make_cluster):
             for n in c.nodes:
                 n.pg_proxy.cut()
             t = time.monotonic()
-            await more_acks(w, 15, t)
+            await more_acks(w, 15, t, cluster=c)
         await finish_and_check("cut-pg", c, h, sessions, w)
     asyncio.run(body())
 
@@ -172,12 +180,12 @@ def test_mixed_faults(make_cluster, balance):
         h, sessions, w = await start_load(c, seed=700 if balance == "hash" else 701)
         c.nodes[2].kill()
         t = time.monotonic()
-        await more_acks(w, 5, t, ["A", "B"])
+        await more_acks(w, 5, t, ["A", "B"], cluster=c)
         c.nodes[2].start()
         await c.wait_ready()
         c.nodes[0].pg_proxy.set("blackhole")
         t = time.monotonic()
-        await more_acks(w, 10, t, ["B", "C"])
+        await more_acks(w, 10, t, ["B", "C"], cluster=c)
         c.nodes[0].pg_proxy.heal()
         c.nodes[0].pg_proxy.cut()
         await c.wait_ready(timeout=60)
@@ -194,6 +202,6 @@ def test_mixed_faults(make_cluster, balance):
         c.pg_start()
         await c.wait_ready(timeout=60)
         t = time.monotonic()
-        await more_acks(w, 20, t)
+        await more_acks(w, 20, t, cluster=c)
         await finish_and_check(f"mixed-{balance}", c, h, sessions, w)
     asyncio.run(body())

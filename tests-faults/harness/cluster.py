@@ -266,6 +266,17 @@ class Cluster:
                         "seqs": [int(r[0]) for r in seqs]}
         return out
 
+    def diagnose(self) -> str:
+        """What PostgreSQL's sessions are doing (for a failure message)."""
+        try:
+            rows = self.sql("SELECT pid, state, wait_event_type, coalesce(wait_event, ''), "
+                            "round(extract(epoch FROM now() - xact_start)::numeric, 1), left(query, 60) "
+                            "FROM pg_stat_activity WHERE datname = 'stateserver_test' AND pid <> pg_backend_pid() "
+                            "ORDER BY xact_start NULLS LAST")
+            return "\n".join(" | ".join(r) for r in rows)
+        except Exception as e:  # PostgreSQL down
+            return f"(no diagnosis: {e})"
+
     def rows_left(self, sid: str) -> dict:
         left = {}
         for table, column in (("state_sessions", "id"), ("state_changes", "session"), ("state_stores", "session"),

@@ -218,7 +218,25 @@ async def settle_and_read(cluster, history: History, sessions, feature_names=("c
         for node in cluster.nodes:
             if not node.alive() or node.paused:
                 continue
-            r = await http.request(node.port, "GET", f"/v1/sessions/{s.id}/state", s.auth, timeout=15)
+            try:
+                r = await http.request(node.port, "GET", f"/v1/sessions/{s.id}/state", s.auth, timeout=15)
+            except (http.Timeout, http.Broken) as e:
+                # A ready node that does not answer a read is a finding of its own: say what
+                # PostgreSQL is doing, and whether the node answers at all later.
+                diag = cluster.diagnose()
+                later = "no answer within 45 s more either"
+                try:
+                    r2 = await http.request(node.port, "GET", f"/v1/sessions/{s.id}/state", s.auth, timeout=45)
+                    later = f"a second read answered {r2.status}"
+                except (http.Timeout, http.Broken):
+                    pass
+                ready = "?"
+                try:
+                    ready = (await http.request(node.port, "GET", "/readyz", timeout=5)).status
+                except (http.Timeout, http.Broken):
+                    ready = "no answer"
+                raise AssertionError(f"final read of {s.id[:8]} on node {node.name} (pid {node.pid}): {e}; {later}; "
+                                     f"/readyz: {ready}; PostgreSQL sessions:\n{diag}") from None
             if r.status != 200:
                 raise AssertionError(f"final read of {s.id[:8]} on {node.name}: {r.status} {r.body[:200]!r}")
             features = r.json()["features"]
