@@ -30,4 +30,4 @@ mkdir -p test-artifacts/faults
 cd tests-faults
 # A hard bound on the whole run, so a hang fails the step instead of stalling CI.
 limit=$([ "$mode" = long ] && echo 3600 || echo 420)
-exec timeout --kill-after=30 "$limit" "$PY" -m pytest -p no:cacheprovider -v --durations=0 "$@"
+exec timeout --kill-after=30 "$limit" "$PY" -m pytest -p no:cacheprovider -v -s --durations=0 "$@"

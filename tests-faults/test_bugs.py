@@ -228,7 +228,7 @@ def test_bug5_waiting_store_settled_after_its_node_dies(make_cluster):
         c.nodes[0].kill()
         # The check died with A: B and C must settle it (login's "server restarted" failure).
         for e in (b, cc):
-            await eventually(lambda e=e: _loading(cl, s, e, False), 20, what=f"{e[0]} settles the store left waiting")
+            await eventually(lambda e=e: _loading(cl, s, e, False), 12, what=f"{e[0]} settles the store left waiting")
         for r in streams:
             r.stream.close()
         await finish_and_check("bug5", c, h, [s])
@@ -322,7 +322,7 @@ def test_bug7_black_holed_postgres_answers_in_bounded_time(make_cluster):
         await c.wait_ready()
         a = entry(c.nodes[0])
         h = History()
-        cl = Client(h, "p", timeout=25)
+        cl = Client(h, "p", timeout=15)
         s = await create_session(a[1])
         await cl.dispatch(s, a, "todos", {"type": "add", "title": "before"}, title="before")
         c.nodes[0].pg_proxy.set("blackhole")
@@ -348,7 +348,7 @@ def test_bug7_half_open_listen_fails_readyz(make_cluster):
                 return r.status == 503
             except (http.Timeout, http.Broken):
                 return False
-        await eventually(unready, 20, every=0.5, what="/readyz answers 503 on the node cut off from PostgreSQL")
+        await eventually(unready, 12, every=0.5, what="/readyz answers 503 on the node cut off from PostgreSQL")
     run(body())
 
 

@@ -59,6 +59,7 @@ def scenario_ids(name):
 
 @pytest.mark.parametrize("balance", ["round_robin", "hash"])
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+@pytest.mark.long
 def test_node_killed_and_restarted(make_cluster, balance, run):
     """SIGKILL of node C under load; the others keep serving; C comes back on a new port
     (nginx reaches it through its proxy) and serves again."""
@@ -77,6 +78,7 @@ def test_node_killed_and_restarted(make_cluster, balance, run):
 
 
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+@pytest.mark.long
 def test_node_paused_past_timeouts(make_cluster, run):
     """SIGSTOP of node B under load, until clients of B have timed out (8 s, past
     PostgreSQL's connection wait of 5 s) and the others made progress; then SIGCONT. Whatever
@@ -97,6 +99,7 @@ def test_node_paused_past_timeouts(make_cluster, run):
 
 
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+@pytest.mark.long
 def test_node_black_holed_from_postgres(make_cluster, run):
     """The proxy between node A and PostgreSQL black-holes (no reset, no answer, both ways)
     under load, then heals; the other nodes keep serving meanwhile."""
@@ -119,6 +122,7 @@ def test_node_black_holed_from_postgres(make_cluster, run):
 
 
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+@pytest.mark.long
 def test_node_black_holed_from_nginx(make_cluster, run):
     """The proxy between nginx (and B's direct clients) and node B black-holes: requests to it
     hang until the clients' timeout, then it heals."""
@@ -138,6 +142,7 @@ def test_node_black_holed_from_nginx(make_cluster, run):
 
 
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+@pytest.mark.long
 def test_postgres_restarted(make_cluster, run):
     """PostgreSQL stopped (fast shutdown: every connection ends) under load and started again."""
     async def body():
@@ -155,6 +160,7 @@ def test_postgres_restarted(make_cluster, run):
     asyncio.run(body())
 
 
+@pytest.mark.long
 def test_cut_connections_to_postgres_under_load(make_cluster):
     """Every node's connections to PostgreSQL cut at once, three times, under load (a reset,
     not a black hole): some commits land unheard."""
@@ -170,7 +176,7 @@ def test_cut_connections_to_postgres_under_load(make_cluster):
     asyncio.run(body())
 
 
-@pytest.mark.parametrize("balance", ["round_robin", "hash"])
+@pytest.mark.parametrize("balance", ["round_robin", pytest.param("hash", marks=pytest.mark.long)])
 def test_mixed_faults(make_cluster, balance):
     """One load, one fault after another (the short form's scenario; the long form also runs
     each alone): SIGKILL of C and its restart, A black-holed from PostgreSQL and healed, B
