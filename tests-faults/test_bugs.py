@@ -154,6 +154,7 @@ def test_bug4_reply_lost_after_commit_is_reconciled(make_cluster):
         s = await create_session(a[1])
         await cl.dispatch(s, a, "todos", {"type": "add", "title": "warm"}, title="warm")
         outcomes = []
+        hung = False
         for t in range(trials):
             before = proxy.swallowed
             proxy.swallow_commits(1)
@@ -164,15 +165,26 @@ def test_bug4_reply_lost_after_commit_is_reconciled(make_cluster):
             if proxy.swallowed > before:
                 # The write reached PostgreSQL; whether it committed is for the checker (the title).
                 assert op.type in ("ok", "unknown") or op.code == "storage_unavailable", (t, op.status, op.code)
+            if op.error and "no reply" in op.error:
+                # The session hangs on A: a finding of its own (test_finding_session_hangs_after_lost_write_reply).
+                print(f"bug4: node A stopped answering on the session at trial {t}")
+                hung = True
+                break
             if key:
                 again = await cl.dispatch(s, a, "todos", {"type": "add", "title": f"lost{t}"}, key=key, title=f"lost{t}")
+                if again.error and "no reply" in again.error:
+                    print(f"bug4: node A stopped answering on the session at trial {t} (retry)")
+                    hung = True
+                    break
                 assert again.type == "ok", (t, again.status, again.code, again.error)
                 if op.type == "ok":
                     assert (again.version, again.state) == (op.version, op.state)
             await c.wait_ready(timeout=30)
         print("bug4 outcomes (status, code, answer lost):", outcomes)
-        assert proxy.swallowed >= trials // 2, f"the proxy lost only {proxy.swallowed} answers of {trials}"
-        await finish_and_check("bug4", c, h, [s])
+        if not hung:
+            assert proxy.swallowed >= trials // 2, f"the proxy lost only {proxy.swallowed} answers of {trials}"
+        # A retry through another node (B) with the same keys applies nothing twice.
+        await finish_and_check("bug4", c, h, [s], skip_nodes={"A"} if hung else set())
     run(body())
 
 
@@ -202,6 +214,34 @@ def test_bug4_postgres_unreachable_after_commit_is_outcome_unknown(make_cluster)
         print("bug4 (unreachable) answers:", answers, "lost answers:", proxy.swallowed)
         assert proxy.swallowed == trials
         await finish_and_check("bug4-unreachable", c, h, [s])
+    run(body())
+
+
+@pytest.mark.xfail(strict=True, reason="found by this suite: after PostgreSQL's answer to a write is lost (connection "
+                   "cut right after the commit), the node sometimes never answers that request nor any later one on "
+                   "that session, while /readyz says 200 (the uncertain-commit path waits for a pool connection that "
+                   "is never made; connectionWait does not bound it)")
+def test_finding_session_hangs_after_lost_write_reply(make_cluster):
+    """Node A's answer to a write is lost again and again (one-statement appends, on one
+    session); every request must still be answered within 8 s. Seen hanging for good within
+    the first 6 trials in every run so far; up to 60 trials."""
+    async def body():
+        c = make_cluster(nodes=1)
+        await c.wait_ready()
+        a = entry(c.nodes[0])
+        proxy = c.nodes[0].pg_proxy
+        h = History()
+        cl = Client(h, "p", timeout=8)
+        s = await create_session(a[1])
+        await cl.dispatch(s, a, "todos", {"type": "add", "title": "warm"}, title="warm")
+        for t in range(60):
+            proxy.swallow_commits(1)
+            op = await cl.dispatch(s, a, "todos", {"type": "add", "title": f"x{t}"}, key=f"x{t}", title=f"x{t}")
+            proxy.swallow_commits(0)
+            assert not (op.error and "no reply" in op.error), f"trial {t}: {op.error}"
+            again = await cl.dispatch(s, a, "todos", {"type": "add", "title": f"x{t}"}, key=f"x{t}", title=f"x{t}")
+            assert not (again.error and "no reply" in again.error), f"trial {t}, the keyed retry: {again.error}"
+            await c.wait_ready(timeout=30)
     run(body())
 
 

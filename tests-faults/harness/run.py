@@ -39,11 +39,11 @@ async def eventually(predicate, timeout: float, every: float = 0.1, what: str = 
 
 
 async def finish_and_check(name: str, cluster, history, sessions, workload=None, deleted=None,
-                           todos_add_only: bool = True) -> dict:
+                           todos_add_only: bool = True, skip_nodes=frozenset()) -> dict:
     if workload is not None:
         await workload.finish()
     heal(cluster)
-    final = await settle_and_read(cluster, history, sessions)
+    final = await settle_and_read(cluster, history, sessions, skip_nodes=skip_nodes)
     pg = cluster.pg_facts(sessions)
     if workload is not None:
         await workload.drain_streams({sid: f["head_seq"] for sid, f in pg.items()})

@@ -208,15 +208,15 @@ class Workload:
             await stream.wait_closed()
 
 
-async def settle_and_read(cluster, history: History, sessions, feature_names=("counter", "todos", "settings", "login")):
+async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozenset()):
     """After the faults are healed: every live node ready, then each session's state read on
     every live node (recorded as reads) and returned as the final state (from the first one)."""
-    await cluster.wait_ready()
+    await cluster.wait_ready([n for n in cluster.nodes if n.alive() and not n.paused and n.name not in skip_nodes])
     final: dict = {}
     client = Client(history, "final", timeout=15)
     for s in sessions:
         for node in cluster.nodes:
-            if not node.alive() or node.paused:
+            if not node.alive() or node.paused or node.name in skip_nodes:
                 continue
             try:
                 r = await http.request(node.port, "GET", f"/v1/sessions/{s.id}/state", s.auth, timeout=15)
