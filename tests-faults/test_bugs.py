@@ -394,25 +394,34 @@ def test_bug7_half_open_listen_fails_readyz(make_cluster):
 
 # -- issue 15 item 1: one owner per session ----------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 15 items 1-2, not built: without one owner per session, "
-                   "concurrent increments through three nodes lose races and answer 503 write_contention")
+OWNERSHIP_XFAIL = ("issue 15 items 1-2, not built: without one owner per session, concurrent increments through "
+                   "three nodes lose races and answer 503 write_contention")
+
+
 def test_ownership_no_write_contention(make_cluster):
+    """900 (short form: 300) concurrent increments on one session through three nodes: the
+    history must pass the checker (that part must pass today), and with one owner per session
+    none may answer 503 write_contention (an expected failure until issue 15 items 1-2 are
+    built: reported as xfail, and as a failure once it passes, like a strict xfail)."""
     total = 900 if LONG else 300
+    contention = run(_increments(make_cluster, total))
+    if contention:
+        pytest.xfail(f"{OWNERSHIP_XFAIL} ({contention} of {total})")
+    pytest.fail(f"[XPASS(strict)] no write_contention any more: remove the expected failure ({OWNERSHIP_XFAIL})")
 
-    async def body():
-        c = make_cluster()
-        await c.wait_ready()
-        h = History()
-        cl = Client(h, "p", timeout=30)
-        s = await create_session(c.nodes[0].front.port)
-        entries = [entry(n) for n in c.nodes]
-        sem = asyncio.Semaphore(90)
 
-        async def one(i):
-            async with sem:
-                await cl.dispatch(s, entries[i % 3], "counter", {"type": "increment"})
-        await asyncio.gather(*(one(i) for i in range(total)))
-        contention = sum(1 for op in h.ops if op.code == "write_contention")
-        await finish_and_check("ownership-contention", c, h, [s])
-        assert contention == 0, f"{contention} of {total} concurrent increments answered 503 write_contention"
-    run(body())
+async def _increments(make_cluster, total):
+    c = make_cluster()
+    await c.wait_ready()
+    h = History()
+    cl = Client(h, "p", timeout=30)
+    s = await create_session(c.nodes[0].front.port)
+    entries = [entry(n) for n in c.nodes]
+    sem = asyncio.Semaphore(90)
+
+    async def one(i):
+        async with sem:
+            await cl.dispatch(s, entries[i % 3], "counter", {"type": "increment"})
+    await asyncio.gather(*(one(i) for i in range(total)))
+    await finish_and_check("ownership-contention", c, h, [s])
+    return sum(1 for op in h.ops if op.code == "write_contention")

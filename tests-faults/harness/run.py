@@ -53,6 +53,8 @@ async def finish_and_check(name: str, cluster, history, sessions, workload=None,
     os.makedirs(ARTIFACTS, exist_ok=True)
     path = os.path.join(ARTIFACTS, f"{name}.jsonl")
     history.dump(path)
+    with open(path, "a") as f:
+        f.write(json.dumps({"final": final, "postgres": pg, "problems": problems}) + "\n")
     report = {"test": name, "ops": len(history.ops), **summary, "problems": len(problems),
               "final_versions": {sid[:8]: {f: v for f, (v, _) in feats.items()} for sid, feats in final.items()}}
     print("FAULTS " + json.dumps(report))
