@@ -10,7 +10,7 @@
 #   long   (`make faults`) more load, more sessions, FAULTS_RUNS (3) runs of each scenario
 #
 # Environment: STATE_SERVER_BIN (default .build/debug/state-server), FAULTS_RUNS,
-# FAULTS_KEEP=1 keeps each cluster's folder (logs). Histories go to test-artifacts/faults/.
+# FAULTS_KEEP=1 keeps each cluster's folder (logs), FAULTS_LOG_LEVEL the nodes' log level (warning). Histories go to test-artifacts/faults/.
 # Needs Debian's postgresql and nginx-light (the Makefile's deps); Python packages come from
 # scripts/requirements-test.txt in .cache/venv (scripts/python-env.sh), never the system's pip.
 set -euo pipefail

@@ -158,7 +158,7 @@ class Cluster:
         self.node_env = {
             "STATE_SERVER_REPLAY_BUFFER": "20",
             "STATE_SERVER_PERSISTENCE_SNAPSHOT_EVERY": "5",
-            "STATE_SERVER_LOG_LEVEL": "warning",
+            "STATE_SERVER_LOG_LEVEL": os.environ.get("FAULTS_LOG_LEVEL", "warning"),
             "STATE_SERVER_HEARTBEAT": "2",
             "STATE_SERVER_SESSIONS_RECOVERY_DELAY": "3",
         }
