@@ -42,6 +42,8 @@ def _die_with_us(sig: int):
 
 def binary() -> str:
     path = os.environ.get("STATE_SERVER_BIN", os.path.join(REPO, ".build", "debug", "state-server"))
+    if not os.path.isabs(path) and not os.path.exists(path):
+        path = os.path.join(REPO, path)  # relative to the repository, as scripts/faults.sh runs it
     return os.path.abspath(path)
 
 
