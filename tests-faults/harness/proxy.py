@@ -18,6 +18,9 @@ is busy, or blocked in a subprocess call, never stalls the traffic it is not fau
   carried the journal's INSERT or a COMMIT), closing that connection: exactly "the commit landed, the node never heard
   it". ``then="refuse"`` also closes every other connection and refuses new ones afterwards
   (PostgreSQL unreachable right after the commit) until healed.
+- ``blackhole_after(pattern)``: the first request bytes containing `pattern` are forwarded,
+  then the proxy turns into a black hole: a partition that starts in the middle of a
+  transaction (after its row locks were taken, before its COMMIT).
 
 Only 127.0.0.1 is ever listened on or connected to.
 """
@@ -67,6 +70,7 @@ class Proxy:
         self.commits = 0
         self.commits_then = "pass"
         self._writing: set = set()
+        self.trigger: Optional[bytes] = None
         self._targets: set = set()
         self.port: Optional[int] = None
         self.connections: set = set()
@@ -98,6 +102,11 @@ class Proxy:
         async def arm():
             self.commits = n
             self.commits_then = then
+        self.loop.call(arm())
+
+    def blackhole_after(self, pattern: bytes) -> None:
+        async def arm():
+            self.trigger = pattern
         self.loop.call(arm())
 
     def close(self) -> None:
@@ -206,6 +215,10 @@ class Proxy:
                     return
                 writer.write(data)
                 await writer.drain()
+                if not from_server and self.trigger and self.trigger in data:
+                    self.trigger = None
+                    self.mode = "blackhole"
+                    self._resume.clear()
         except (OSError, asyncio.CancelledError):
             pass
         finally:
