@@ -8,7 +8,6 @@ each seen failing first (a fix makes them pass, and then strict xfail fails the 
 mark is removed)."""
 
 import asyncio
-import os
 import time
 
 import pytest

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import LONG
 from harness.history import History
-from harness.run import eventually, finish_and_check, heal
+from harness.run import eventually, finish_and_check
 from harness.workload import Workload, create_session
 
 RUNS = int(os.environ.get("FAULTS_RUNS", "3" if LONG else "1"))
@@ -51,10 +51,6 @@ async def more_acks(w, n, after, entries_=None, timeout=60, cluster=None):
         diag = cluster.diagnose() if cluster is not None else ""
         raise AssertionError(f"{e}; acknowledged since, per entry: {counts}; last operations: {recent}\n"
                              f"PostgreSQL sessions:\n{diag}") from None
-
-
-def scenario_ids(name):
-    return [f"{name}-run{i + 1}" for i in range(RUNS)]
 
 
 @pytest.mark.parametrize("balance", ["round_robin", "hash"])

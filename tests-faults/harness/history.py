@@ -18,12 +18,6 @@ from typing import Optional
 
 from . import http
 
-# Replies that promise nothing was applied.
-DEFINITE_FAILURES = {"write_contention", "storage_unavailable", "session_limit_reached",
-                     "version_conflict", "invalid_action", "action_rejected", "invalid_request",
-                     "malformed_json", "unknown_feature", "session_not_found", "too_many_streams",
-                     "unauthorized", "payload_too_large", "invalid_state", "not_found"}
-
 
 @dataclass
 class Op:

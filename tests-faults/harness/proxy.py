@@ -154,7 +154,6 @@ class Proxy:
             _abort(writer)
             return
         # A black hole accepts and then waits: nothing is forwarded until healed (or cut).
-        held = {writer}
         self.connections.add((writer,))
         await self._resume.wait()
         self.connections.discard((writer,))
@@ -167,7 +166,6 @@ class Proxy:
             return
         pair = (writer, up_writer)
         self.connections.add(pair)
-        del held
         await asyncio.gather(
             self._pump(reader, up_writer, pair, from_server=False),
             self._pump(up_reader, writer, pair, from_server=True),

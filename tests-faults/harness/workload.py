@@ -216,7 +216,6 @@ async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozen
     every live node (recorded as reads) and returned as the final state (from the first one)."""
     await cluster.wait_ready([n for n in cluster.nodes if n.alive() and not n.paused and n.name not in skip_nodes])
     final: dict = {}
-    client = Client(history, "final", timeout=15)
     for s in sessions:
         for node in cluster.nodes:
             if not node.alive() or node.paused or node.name in skip_nodes:
@@ -252,5 +251,4 @@ async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozen
                 op = history.invoke(process="final", kind="read", session=s.id, entry=node.name, feature=f)
                 op.completed, op.type, op.status, op.version, op.state = time.monotonic(), "ok", 200, fs["version"], fs["state"]
             final.setdefault(s.id, {f: (fs["version"], fs["state"]) for f, fs in features.items()})
-    del client
     return final
