@@ -4,6 +4,7 @@
 #   make test   install missing system packages, build, run the whole test suite
 #   make fuzz   a bounded libFuzzer run over the request-head framing pass (FUZZ_SECONDS, 60)
 #   make bench  benchmarks (nginx baseline, wrk, SSE fan-out, memory); writes docs/PERFORMANCE.md
+#   make faults the fault-injection suite, long form (tests-faults/; its short form is in make test)
 #
 # System packages are installed with apt-get (as root, or through sudo).
 
@@ -19,7 +20,7 @@ APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql ngin
 # a terminal's variables), and then recompiled swift-configuration's module on every `make run`.
 RELEASE_BUILD := env -i PATH="$$PATH" HOME="$$HOME" swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test browser-test bench fuzz clean
+.PHONY: all deps build release run test browser-test bench fuzz faults clean
 
 all: build
 
@@ -58,6 +59,12 @@ bench: release
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
+
+# The fault-injection suite's long form (issue 15 item 5): real PostgreSQL, three nodes, nginx,
+# proxies that delay, cut and black-hole; SIGKILL, SIGSTOP, PostgreSQL restarts; every history
+# checked. FAULTS_RUNS (3) runs of each scenario. `make test` runs the short form.
+faults: build
+	bash scripts/faults.sh long
 
 browser-test: build
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh

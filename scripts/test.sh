@@ -100,8 +100,10 @@ if [ "$failed" -eq 0 ]; then
     # promtool (Prometheus's linter) on the real server's GET /metrics: no problem allowed.
     step "metrics lint" bash scripts/metrics-lint.sh
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
+    # The fault-injection suite's short form (tests-faults/; `make faults` is the long one).
+    step "faults" bash scripts/faults.sh short
 else
-    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser"; do
+    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done
