@@ -11,7 +11,7 @@ extension PostgresStorage {
     /// URL query parameters: `sslmode` (`disable`, `prefer` — the default —, `require`),
     /// `pool_size` (connections, 2 to 1000, default 10: the sweep holds one while its own
     /// queries use another) and `statement_timeout` (milliseconds a statement may run before
-    /// PostgreSQL cancels it, default 10000, 0 = no limit).
+    /// PostgreSQL cancels it, default 5000, 0 = no limit).
     public struct Settings: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible,
         CustomReflectable
     {
@@ -39,7 +39,7 @@ extension PostgresStorage {
         public init(
             host: String, port: Int = 5432, user: String, password: String? = nil, database: String,
             tls: TLSMode = .prefer, poolSize: Int = 10, connectionWait: Duration = .seconds(5),
-            statementTimeout: Duration = .seconds(10)
+            statementTimeout: Duration = .seconds(5)
         ) {
             self.host = host
             self.port = port
@@ -124,7 +124,7 @@ extension PostgresStorage {
 
             var tls = TLSMode.prefer
             var poolSize = 10
-            var statementTimeout = Duration.seconds(10)
+            var statementTimeout = Duration.seconds(5)
             for pair in query.split(separator: "&") where !pair.isEmpty {
                 let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 let key = parts[0]

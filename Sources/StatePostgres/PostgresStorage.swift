@@ -75,7 +75,12 @@ public final class PostgresStorage: SessionStorage {
         configuration.options.connectTimeout = settings.connectionWait
         let (seconds, attoseconds) = settings.statementTimeout.components
         let timeoutMillis = seconds * 1000 + attoseconds / 1_000_000_000_000_000
-        configuration.options.additionalStartupParameters = [("statement_timeout", "\(timeoutMillis)")]
+        // A connection cut off inside a transaction (a partition between BEGIN and COMMIT)
+        // would keep its row locks, and every node's writes to that session would wait behind
+        // it: PostgreSQL ends such a session after the same time.
+        configuration.options.additionalStartupParameters = [
+            ("statement_timeout", "\(timeoutMillis)"), ("idle_in_transaction_session_timeout", "\(timeoutMillis)"),
+        ]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
         runner = Task { await client.run() }
@@ -608,11 +613,19 @@ public final class PostgresStorage: SessionStorage {
                         continuation.yield(.listening)
                         let heard = Mutex(ContinuousClock.now)
                         let watchdog = Task { [self] in
+                            var sent = ContinuousClock.now
                             while !Task.isCancelled {
-                                try? await Task.sleep(for: Self.heartbeat)
+                                try? await Task.sleep(for: .milliseconds(500))
                                 if Task.isCancelled { return }
-                                _ = try? await perform("send a heartbeat") { connection, logger in
-                                    _ = try await connection.query("SELECT pg_notify(\(Self.channel), 'H')", logger: logger)
+                                if ContinuousClock.now - sent >= Self.heartbeat {
+                                    sent = .now
+                                    // Not awaited: a PostgreSQL that does not answer must not
+                                    // delay the silence check below.
+                                    Task {
+                                        _ = try? await perform("send a heartbeat") { connection, logger in
+                                            _ = try await connection.query("SELECT pg_notify(\(Self.channel), 'H')", logger: logger)
+                                        }
+                                    }
                                 }
                                 if ContinuousClock.now - heard.withLock({ $0 }) > Self.silenceLimit {
                                     logger.warning(
@@ -665,7 +678,7 @@ public final class PostgresStorage: SessionStorage {
     /// least 2); if it breaks, PostgreSQL releases the lock.
     public func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
         let key = Self.lockKey("state-server:" + job)
-        return try await perform("take the \(job) turn") { connection, logger -> T? in
+        return try await perform("take the \(job) turn", bounded: false) { connection, logger -> T? in
             let rows = try await connection.query("SELECT pg_try_advisory_lock(\(key))", logger: logger)
             var taken = false
             for try await value in rows.decode(Bool.self) { taken = value }
@@ -696,40 +709,109 @@ public final class PostgresStorage: SessionStorage {
     /// and the time-out decide once, atomically, which of them won: a connection leased after
     /// the time-out runs nothing.
     func perform<T: Sendable>(
-        _ what: String, writes: Bool = false, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
+        _ what: String, writes: Bool = false, bounded: Bool = true,
+        _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T
     ) async throws(StorageError) -> T {
         let lease = Lease()
         let client = client
         let logger = logger
         let wait = settings.connectionWait
-        do {
-            return try await withThrowingTaskGroup(of: T?.self) { group in
-                group.addTask {
-                    try await client.withConnection { connection in
+        // Once leased, the operation gets `statementTimeout` (PostgreSQL's own bound) and 1 s
+        // more: a server that stops answering altogether (a black hole, no reset) cannot enforce
+        // its timeout, and the caller — a session's pipeline — must not wait for TCP to give up.
+        let limit = (settings.statementTimeout == .zero ? Self.unboundedStatementWait : settings.statementTimeout) + .seconds(1)
+        let answer = Answer<T>()
+        let result: Result<T, any Error> = await withCheckedContinuation { continuation in
+            answer.await(continuation)
+            let work = Task {
+                do {
+                    let value = try await client.withConnection { connection in
                         guard lease.take() else { throw NoConnection() }
+                        answer.leasedAt = .now
                         return try await body(connection, logger)
                     }
+                    answer.give(.success(value))
+                } catch {
+                    answer.give(.failure(error))
                 }
-                group.addTask {
-                    try await Task.sleep(for: wait)
-                    if lease.expire() { throw NoConnection() }
-                    return nil
-                }
-                while let result = try await group.next() {
-                    if let result {
-                        group.cancelAll()
-                        return result
-                    }
-                }
-                throw NoConnection()
             }
-        } catch {
+            // Not a child of a task group: a group waits for every child, and a child stuck on
+            // a connection that never answers would keep the caller waiting with it.
+            answer.timer = Task {
+                try? await Task.sleep(for: wait)
+                if Task.isCancelled { return }
+                if lease.expire() {
+                    if answer.give(.failure(NoConnection())) { work.cancel() }
+                    return
+                }
+                guard bounded else { return }
+                try? await Task.sleep(until: (answer.leasedAt ?? .now) + limit)
+                if Task.isCancelled { return }
+                if answer.give(.failure(Unanswered(limit: limit))) { work.cancel() }
+            }
+        }
+        answer.timer?.cancel()
+        switch result {
+        case .success(let value):
+            return value
+        case .failure(let error):
             let failure = Self.storageError(error, what: what, name: name, wait: wait)
             if writes, lease.taken, failure.kind == .unavailable, !(error is StorageError), !Self.isServerError(error) {
                 throw StorageError(.uncertain, failure.message + " (the write may have been committed)")
             }
             throw failure
         }
+    }
+
+    /// How long a leased operation may take when `statement_timeout` is off.
+    static let unboundedStatementWait = Duration.seconds(30)
+
+    /// The first of the operation's outcome and its time-outs, handed to the waiting caller once.
+    private final class Answer<T: Sendable>: Sendable {
+        private let state = Mutex<(continuation: CheckedContinuation<Result<T, any Error>, Never>?, given: Result<T, any Error>?)>(
+            (nil, nil))
+        private let timerTask = Mutex<Task<Void, Never>?>(nil)
+        private let leased = Mutex<ContinuousClock.Instant?>(nil)
+
+        /// When a connection was leased (the statement's bound counts from there).
+        var leasedAt: ContinuousClock.Instant? {
+            get { leased.withLock { $0 } }
+            set { leased.withLock { $0 = newValue } }
+        }
+
+        var timer: Task<Void, Never>? {
+            get { timerTask.withLock { $0 } }
+            set { timerTask.withLock { $0 = newValue } }
+        }
+
+        func await(_ continuation: CheckedContinuation<Result<T, any Error>, Never>) {
+            let ready = state.withLock { s -> Result<T, any Error>? in
+                if let given = s.given { return given }
+                s.continuation = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+
+        /// `false` when an outcome was given before (this one is dropped).
+        @discardableResult
+        func give(_ result: Result<T, any Error>) -> Bool {
+            let (first, continuation) = state.withLock { s -> (Bool, CheckedContinuation<Result<T, any Error>, Never>?) in
+                guard s.given == nil else { return (false, nil) }
+                s.given = result
+                let continuation = s.continuation
+                s.continuation = nil
+                return (true, continuation)
+            }
+            continuation?.resume(returning: result)
+            return first
+        }
+    }
+
+    /// A leased operation that got no answer within its bound.
+    private struct Unanswered: Error, CustomStringConvertible {
+        let limit: Duration
+        var description: String { "PostgreSQL did not answer within \(limit)" }
     }
 
     private struct NoConnection: Error {}

@@ -306,7 +306,7 @@ struct PostgresURLTests {
         #expect(short.password == nil)
         #expect(short.tls == .disable)
         #expect(short.poolSize == 3)
-        #expect(full.statementTimeout == .seconds(10), "bounded by default")
+        #expect(full.statementTimeout == .seconds(5), "bounded by default")
         let bounded = try PostgresStorage.Settings(url: "postgres://bob@localhost/app?statement_timeout=250")
         #expect(bounded.statementTimeout == .milliseconds(250))
         #expect(try PostgresStorage.Settings(url: "postgres://bob@localhost/app?statement_timeout=0").statementTimeout == .zero)

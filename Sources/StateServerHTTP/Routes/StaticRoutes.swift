@@ -16,6 +16,9 @@ extension StateServerResponder {
             guard let storage = responder.sessions.storage else {
                 return .now(Reply.json(200, Reply.statusOK, route: "/readyz", headers: [Reply.noStore]))
             }
+            // Not hearing the other nodes is known at once (and then PostgreSQL may not answer
+            // a ping for a while): answer it without waiting.
+            guard responder.sessions.isFollowing else { throw .notFollowing }
             return .later { () throws(APIError) in
                 do throws(StorageError) {
                     try await storage.ping()
