@@ -174,35 +174,22 @@ let package = Package(
         ),
 
         // MARK: Tests
-        // What the suites that run the real server share: a socket HTTP/1.1 client, an SSE
-        // reader (StateClient's parser), the server process and its suite trait, API and JSON
-        // helpers (`package` access).
+        // One test-support target for every suite (`package` access): a socket HTTP/1.1 client,
+        // an SSE reader (StateClient's parser), the server process and its suite trait, the
+        // in-process server (the same application builder, no socket), the `SessionStorage`
+        // behaviour checks every storage passes, nginx, temporary folders, API and JSON helpers.
         .target(
-            name: "HTTPTestSupport",
-            dependencies: ["StateClient"],
-            path: "Tests/HTTPTestSupport",
-            swiftSettings: strictSettings
-        ),
-        // The server's routes in the test process (no process, no socket), behind the same API.
-        .target(
-            name: "InProcessTestSupport",
+            name: "TestSupport",
             dependencies: [
-                "HTTPTestSupport", "StateServerHTTP", "StateSessions", "StatePersistence", "ExampleFeatures",
-                "MicroHTTP", .product(name: "Logging", package: "swift-log"),
+                "StateClient", "StateServerHTTP", "StateSessions", "StatePersistence", "ExampleFeatures", "MicroHTTP",
+                .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Tests/InProcessTestSupport",
-            swiftSettings: strictSettings
-        ),
-        // The `SessionStorage` behaviour checks every storage passes (memory, SQLite, PostgreSQL).
-        .target(
-            name: "StorageTestSupport",
-            dependencies: ["StatePersistence"],
-            path: "Tests/StorageTestSupport",
+            path: "Tests/TestSupport",
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "MicroHTTPTests",
-            dependencies: ["MicroHTTP", "HTTPTestSupport"],
+            dependencies: ["MicroHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -218,40 +205,39 @@ let package = Package(
         .testTarget(
             name: "PersistenceTests",
             dependencies: [
-                "StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "StorageTestSupport",
-                "HTTPTestSupport",
+                "StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "TestSupport",
             ],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "PostgresTests",
-            dependencies: ["StatePostgres", "StatePersistence", "StorageTestSupport", "state-server", "HTTPTestSupport"],
+            dependencies: ["StatePostgres", "StatePersistence", "TestSupport", "state-server"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "DurabilityTests",
-            dependencies: ["state-server", "StatePersistence", "HTTPTestSupport"],
+            dependencies: ["state-server", "StatePersistence", "TestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "StateClientTests",
-            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server", "HTTPTestSupport", "MicroHTTP"],
+            dependencies: ["StateClient", "ExampleFeatures", "StateStore", "state-server", "TestSupport", "MicroHTTP"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "RepositoryTests",
-            dependencies: ["state-server", "StateServerHTTP", "HTTPTestSupport"],
+            dependencies: ["state-server", "StateServerHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
         // deploy/ checked without a Docker engine, and a real nginx in front of the real server.
         .testTarget(
             name: "DeploymentTests",
-            dependencies: ["state-server", "HTTPTestSupport", .product(name: "Yams", package: "Yams")],
+            dependencies: ["state-server", "TestSupport", .product(name: "Yams", package: "Yams")],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "HTTPTestSupport", "InProcessTestSupport"],
+            dependencies: ["state-server", "TestSupport"],
             swiftSettings: strictSettings
         ),
     ]

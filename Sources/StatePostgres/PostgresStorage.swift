@@ -612,12 +612,14 @@ public final class PostgresStorage: SessionStorage {
                         delay = .milliseconds(100)
                         continuation.yield(.listening)
                         let heard = Mutex(ContinuousClock.now)
+                        // One heartbeat at a time: with PostgreSQL unreachable they would pile up.
+                        let beating = Flag()
                         let watchdog = Task { [self] in
                             var sent = ContinuousClock.now
                             while !Task.isCancelled {
                                 try? await Task.sleep(for: .milliseconds(500))
                                 if Task.isCancelled { return }
-                                if ContinuousClock.now - sent >= Self.heartbeat {
+                                if ContinuousClock.now - sent >= Self.heartbeat, beating.raise() {
                                     sent = .now
                                     // Not awaited: a PostgreSQL that does not answer must not
                                     // delay the silence check below.
@@ -625,6 +627,7 @@ public final class PostgresStorage: SessionStorage {
                                         _ = try? await perform("send a heartbeat") { connection, logger in
                                             _ = try await connection.query("SELECT pg_notify(\(Self.channel), 'H')", logger: logger)
                                         }
+                                        beating.lower()
                                     }
                                 }
                                 if ContinuousClock.now - heard.withLock({ $0 }) > Self.silenceLimit {
@@ -716,10 +719,24 @@ public final class PostgresStorage: SessionStorage {
         let client = client
         let logger = logger
         let wait = settings.connectionWait
-        // Once leased, the operation gets `statementTimeout` (PostgreSQL's own bound) and 1 s
+        // Once leased, the operation gets `statementTimeout` (PostgreSQL's own bound) and 2 s
         // more: a server that stops answering altogether (a black hole, no reset) cannot enforce
         // its timeout, and the caller — a session's pipeline — must not wait for TCP to give up.
-        let limit = (settings.statementTimeout == .zero ? Self.unboundedStatementWait : settings.statementTimeout) + .seconds(1)
+        let limit = (settings.statementTimeout == .zero ? Self.unboundedStatementWait : settings.statementTimeout) + .seconds(2)
+        // PostgreSQL found unreachable moments ago (no connection within `connectionWait`, and
+        // none since): fail at once instead of queueing another wait behind the last one, so a
+        // session's pipeline drains during an outage. One caller per `connectionWait` still
+        // waits, and finds out when it is back.
+        let now = ContinuousClock.now
+        var probe = false
+        if let down = unreachableSince.withLock({ $0 }), now - down < wait {
+            guard probing.raise() else {
+                throw StorageError(
+                    .unavailable, "\(name): cannot \(what): PostgreSQL was unreachable moments ago (no connection within \(wait))")
+            }
+            probe = true
+        }
+        defer { if probe { probing.lower() } }
         let answer = Answer<T>()
         let result: Result<T, any Error> = await withCheckedContinuation { continuation in
             answer.await(continuation)
@@ -751,6 +768,11 @@ public final class PostgresStorage: SessionStorage {
             }
         }
         answer.timer?.cancel()
+        if lease.taken {
+            unreachableSince.withLock { $0 = nil }
+        } else if case .failure(let error) = result, error is NoConnection {
+            unreachableSince.withLock { $0 = $0 ?? .now }
+        }
         switch result {
         case .success(let value):
             return value
@@ -761,6 +783,19 @@ public final class PostgresStorage: SessionStorage {
             }
             throw failure
         }
+    }
+
+    /// Since when no connection could be had (`nil`: a connection was leased since), and whether
+    /// one caller is trying again meanwhile (see ``perform(_:writes:bounded:_:)``).
+    private let unreachableSince = Mutex<ContinuousClock.Instant?>(nil)
+    private let probing = Flag()
+
+    /// A flag one caller at a time may raise.
+    private final class Flag: Sendable {
+        private let raised = Atomic<Bool>(false)
+        /// `true` when this caller raised it (it was down).
+        func raise() -> Bool { raised.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged }
+        func lower() { raised.store(false, ordering: .sequentiallyConsistent) }
     }
 
     /// How long a leased operation may take when `statement_timeout` is off.

@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// deploy/compose.yaml and deploy/kubernetes/, checked without a Docker engine or a cluster:

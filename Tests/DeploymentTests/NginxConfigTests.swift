@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// deploy/nginx: the template renders, nginx accepts it, and it carries what SSE, retries and

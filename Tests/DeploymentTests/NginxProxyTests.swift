@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// A real nginx (deploy/nginx/stateserver.conf.template) in front of real state-server

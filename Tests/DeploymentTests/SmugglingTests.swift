@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Issue 11 §6: libmicrohttpd 0.9.75 lets some ambiguous framings hide a second request. The

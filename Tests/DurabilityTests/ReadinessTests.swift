@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Issue 16 §4 (item 10): `/readyz` tells the truth about SQLite storage. A database file that

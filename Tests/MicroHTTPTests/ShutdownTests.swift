@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 @testable import MicroHTTP
 import Synchronization
 import Testing

@@ -3,7 +3,7 @@ import StatePersistence
 import StateServerHTTP
 import StateSessions
 import StateStore
-import StorageTestSupport
+import TestSupport
 import Testing
 
 /// `sessions.memoryBytes`: the state bytes all loaded sessions of a durable server hold together.
@@ -19,7 +19,7 @@ struct MemoryBudgetTests {
             settings.memoryBytes = 2_000
             let manager = try exampleManager(fixture.storage, settings: settings)
             let budget = try #require(manager.memory)
-            var sessions: [(session: Session, token: String)] = []
+            var sessions: [(session: StateSessions.Session, token: String)] = []
             for _ in 0..<2 {
                 let (session, token) = try await manager.create()
                 try await session.dispatch("todos", #"{"type":"add","title":"\#(Self.bigTitle)"}"#)

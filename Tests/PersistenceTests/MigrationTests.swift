@@ -1,6 +1,6 @@
 import Foundation
 import StatePersistence
-import StorageTestSupport
+import TestSupport
 import StateServerHTTP
 import StateSessions
 import StateStore

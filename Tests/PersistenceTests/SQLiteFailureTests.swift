@@ -1,6 +1,5 @@
 import Foundation
-import HTTPTestSupport
-import StorageTestSupport
+import TestSupport
 @testable import StatePersistence
 import Testing
 

@@ -1,7 +1,6 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StatePersistence
-import StorageTestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -1,6 +1,6 @@
 import Foundation
 import StatePersistence
-import StorageTestSupport
+import TestSupport
 import Testing
 
 /// Writes for a session that does not exist (never created, deleted, purged) are refused with

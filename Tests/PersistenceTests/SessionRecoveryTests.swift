@@ -1,10 +1,9 @@
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StatePersistence
 import StateSessions
 import StateStore
-import StorageTestSupport
 import Testing
 
 /// Sessions over storage, as a restarted server sees them: a new `SessionManager` over the same

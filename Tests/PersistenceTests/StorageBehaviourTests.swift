@@ -1,6 +1,6 @@
 import Foundation
 import StatePersistence
-import StorageTestSupport
+import TestSupport
 import Testing
 
 /// The `SessionStorage` contract, run against both storages: whatever passes here for

@@ -1,6 +1,6 @@
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StatePersistence
 import StateSessions
 import StateStore

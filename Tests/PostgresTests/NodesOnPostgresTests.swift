@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StatePersistence
 import StatePostgres
 import Testing
@@ -9,7 +9,7 @@ import Testing
 @Suite("Server nodes on PostgreSQL", .serialized)
 struct NodesOnPostgresTests {
     /// Dispatches an increment, trying again on `503 write_contention` as a client would.
-    static func increment(_ session: HTTPTestSupport.Session) async throws -> Int {
+    static func increment(_ session: TestSupport.Session) async throws -> Int {
         for _ in 0..<50 {
             let response = try await session.dispatch("counter", ["type": "increment"])
             if response.status == 200 { return 200 }
@@ -27,7 +27,7 @@ struct NodesOnPostgresTests {
         try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeB in
         #expect(try await nodeA.api.request("GET", "/readyz").status == 200)
         let onA = try await nodeA.api.createSession()
-        let onB = HTTPTestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
+        let onB = TestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
         let perNode = 30
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for session in [onA, onB] {
@@ -68,7 +68,7 @@ struct NodesOnPostgresTests {
         ]
         #expect(try await nodes[0].api.request("GET", "/readyz").status == 200)
         // One client per entry point, each on its own session, a change every 20 ms or so.
-        var created: [HTTPTestSupport.Session] = []
+        var created: [TestSupport.Session] = []
         for entry in entries { created.append(try await entry.api.createSession()) }
         let sessions = created
         let load = Load()
@@ -131,7 +131,7 @@ struct NodesOnPostgresTests {
             let acknowledged = Set(load.acknowledged().filter { $0.session == session.id }.compactMap(\.version))
             #expect(acknowledged.isSubset(of: Set(versions)), "lost: \(acknowledged.subtracting(versions).sorted())")
             for node in nodes {
-                let store = try await HTTPTestSupport.Session(api: node.api, id: session.id, token: session.token).store("counter")
+                let store = try await TestSupport.Session(api: node.api, id: session.id, token: session.token).store("counter")
                 #expect(store == StoreState(version: versions.count, state: ["count": .int(versions.count)]))
             }
         }
@@ -146,7 +146,7 @@ struct NodesOnPostgresTests {
         try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeA in
         try await ServerProcess.start(arguments: ["--storage", url]).stopping { nodeB in
         let onA = try await nodeA.api.createSession()
-        let onB = HTTPTestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
+        let onB = TestSupport.Session(api: nodeB.api, id: onA.id, token: onA.token)
         let stream = try await onB.events(query: "?feature=counter")
         #expect(stream.status == 200)
         let snapshot = try await stream.nextEvent()
@@ -159,7 +159,7 @@ struct NodesOnPostgresTests {
         }
         // Deleted on A: B's stream ends although nobody asked B anything.
         let second = try await onA.api.createSession()
-        let watched = try await HTTPTestSupport.Session(api: nodeB.api, id: second.id, token: second.token).events()
+        let watched = try await TestSupport.Session(api: nodeB.api, id: second.id, token: second.token).events()
         #expect(watched.status == 200)
         _ = try await watched.nextEvent()
         #expect(try await nodeA.api.request("DELETE", "/v1/sessions/\(second.id)", headers: [("Authorization", "Bearer \(second.token)")]).status == 204)

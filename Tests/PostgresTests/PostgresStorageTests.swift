@@ -2,7 +2,7 @@ import Synchronization
 import Foundation
 import StatePersistence
 import StatePostgres
-import StorageTestSupport
+import TestSupport
 import Testing
 
 private func session(_ id: String) -> StoredSession {

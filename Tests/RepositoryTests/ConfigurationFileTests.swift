@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// `config/state-server.yaml` restates the built-in defaults, and every setting is documented

@@ -3,7 +3,7 @@
 
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StateClient
 import Testing
 

@@ -2,7 +2,7 @@
 
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import StateClient
 import StateStore
 import Testing

@@ -4,7 +4,7 @@
 
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import MicroHTTP
 import StateClient
 import Synchronization

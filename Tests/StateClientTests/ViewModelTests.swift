@@ -4,7 +4,7 @@
 
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Observation
 import StateClient
 import Testing

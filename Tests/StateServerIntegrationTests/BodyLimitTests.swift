@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 @Suite("Body limit (STATE_SERVER_BODY_LIMIT=256) and the order of checks", .inProcessServer { $0.routes.bodyLimit = 256 })

@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Synchronization
 import Testing
 

@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 /// A dispatch body that must be refused.

@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 @Suite("Events (server-sent events)", .localServer())

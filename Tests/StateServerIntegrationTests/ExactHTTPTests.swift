@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Issue 16, "HTTP framing still has holes", items 1-13: each over a raw socket against the real

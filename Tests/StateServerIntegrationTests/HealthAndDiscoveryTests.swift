@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 @Suite("Health and discovery", .inProcessServer())

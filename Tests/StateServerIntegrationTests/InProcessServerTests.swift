@@ -1,6 +1,5 @@
 import Foundation
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 /// The in-process server the contract suites run on is the real one wired the same way: the

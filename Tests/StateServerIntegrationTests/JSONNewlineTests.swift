@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Every JSON reply ends with one newline, so a shell prompt after `curl` starts on its own

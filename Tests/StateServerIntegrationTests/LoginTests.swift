@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Login's simulated credential check runs 1 s here, so "in flight" is easy to hit.

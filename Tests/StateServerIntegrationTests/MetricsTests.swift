@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// `GET /metrics` of the real binary: every family with its help text and type, buckets that fit

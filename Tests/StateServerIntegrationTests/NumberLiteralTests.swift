@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Issue 11 item 6 (numbers): an integer field takes a literal that is a whole number as

@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// `If-Match` judged strictly (issue 11 §6): tags compare by characters, and repeated header

@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Malformed traffic must never crash, hang or change the server: after each test `/healthz`

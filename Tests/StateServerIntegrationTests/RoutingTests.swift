@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 /// A route of the contract, the methods it allows and wrong ones to try.

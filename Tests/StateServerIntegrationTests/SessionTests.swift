@@ -1,6 +1,5 @@
 import Foundation
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 /// Every request on a session, for checks that must hold on all of them.

@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -83,7 +83,7 @@ struct ShutdownTests {
 
     /// The events of `stream` until it ends (comments skipped); fails if it has not ended
     /// within `timeout`.
-    static func itemsUntilEnd(_ stream: HTTPTestSupport.EventStream, timeout: Duration = .seconds(5)) async throws -> [SSEEvent] {
+    static func itemsUntilEnd(_ stream: TestSupport.EventStream, timeout: Duration = .seconds(5)) async throws -> [SSEEvent] {
         let deadline = ContinuousClock.now + timeout
         var events: [SSEEvent] = []
         while true {

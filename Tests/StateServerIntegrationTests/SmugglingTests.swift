@@ -1,5 +1,5 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// Request smuggling (issue 11 item 6): a request head whose framing is ambiguous is answered

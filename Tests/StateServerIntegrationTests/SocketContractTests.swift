@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Testing
 
 /// The contract checks that only a real connection shows — HEAD framing and keep-alive, many

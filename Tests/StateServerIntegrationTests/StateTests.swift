@@ -1,5 +1,4 @@
-import HTTPTestSupport
-import InProcessTestSupport
+import TestSupport
 import Testing
 
 @Suite("State: GET, ETag, rehydrate, reset", .inProcessServer())

@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Synchronization
 import Testing
 
@@ -10,9 +10,9 @@ struct StreamAdmissionTests {
     func concurrentOpens() async throws {
         try await withServer(environment: ["STATE_SERVER_STREAMS_PER_SESSION": "4"]) { server in
             let session = try await server.api.createSession()
-            let streams = try await withThrowingTaskGroup(of: HTTPTestSupport.EventStream.self) { group in
+            let streams = try await withThrowingTaskGroup(of: TestSupport.EventStream.self) { group in
                 for _ in 0..<16 { group.addTask { try await session.events() } }
-                var all: [HTTPTestSupport.EventStream] = []
+                var all: [TestSupport.EventStream] = []
                 for try await stream in group { all.append(stream) }
                 return all
             }

@@ -1,4 +1,4 @@
-import HTTPTestSupport
+import TestSupport
 import Synchronization
 import Testing
 

@@ -1,9 +1,9 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 import Yams
 
-/// The repository's files, under HTTPTestSupport's `packageRoot`.
+/// The repository's files, under TestSupport's `packageRoot`.
 enum Repository {
     static let root: URL = packageRoot
 
@@ -28,7 +28,7 @@ enum Repository {
     }
 }
 
-// `runCommand` and `CommandOutput` come from HTTPTestSupport (run in the package root).
+// `runCommand` and `CommandOutput` come from TestSupport (run in the package root).
 
 /// Nested lookups in parsed YAML.
 extension Dictionary where Key == String, Value == Any {

@@ -1,7 +1,7 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 
-// nginx itself (`Nginx`, `NginxProcess`, `freePort`) lives in HTTPTestSupport, shared with
+// nginx itself (`Nginx`, `NginxProcess`, `freePort`) lives in TestSupport, shared with
 // PostgresTests' ClusterTests.
 
 extension Nginx {

@@ -1,8 +1,8 @@
 import Foundation
-import HTTPTestSupport
+import TestSupport
 import Testing
 
-// `ServerBinary.locate()` (HTTPTestSupport) finds the built `state-server` executable:
+// `ServerBinary.locate()` (TestSupport) finds the built `state-server` executable:
 // `STATE_SERVER_BIN`, else the file next to this test bundle in the build folder (this target
 // depends on the executable, so it is built first), else `.build/debug/state-server` under the
 // repository root.

@@ -12,7 +12,6 @@
 
 import ExampleFeatures
 import Foundation
-import HTTPTestSupport
 import Logging
 @testable import MicroHTTP
 import StatePersistence
@@ -115,14 +114,14 @@ struct InProcessTransport: HTTPTransport {
 
     func request(
         _ method: String, _ target: String, headers: [Header], body: [UInt8]?, timeout: Duration
-    ) async throws -> HTTPTestSupport.HTTPResponse {
+    ) async throws -> TestSupport.HTTPResponse {
         if let body, body.count > InProcessServer.drainLimit {
             Issue.record("a body over the transport's drain limit needs a real server (.localServer)")
         }
         let response = await server.answer(server.request(method, target, headers: headers, body: body))
         switch response.body {
         case .bytes(let bytes):
-            return HTTPTestSupport.HTTPResponse(
+            return TestSupport.HTTPResponse(
                 head: Self.head(response, length: bytes.count), body: method == "HEAD" ? [] : bytes)
         case .stream(let stream):
             // As over a socket: the whole body is read, so a stream that does not end times out.
@@ -131,17 +130,17 @@ struct InProcessTransport: HTTPTransport {
             let deadline = ContinuousClock.now + timeout
             var bytes: [UInt8] = []
             while let piece = try await events.nextBytes(deadline: deadline) { bytes += piece }
-            return HTTPTestSupport.HTTPResponse(head: Self.head(response, length: nil), body: bytes)
+            return TestSupport.HTTPResponse(head: Self.head(response, length: nil), body: bytes)
         }
     }
 
-    func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> HTTPTestSupport.EventStream {
+    func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> TestSupport.EventStream {
         let response = await server.answer(server.request("GET", target, headers: headers, body: nil))
         switch response.body {
         case .bytes(let bytes):
-            return HTTPTestSupport.EventStream(head: Self.head(response, length: bytes.count), body: InProcessBytesBody(bytes: bytes))
+            return TestSupport.EventStream(head: Self.head(response, length: bytes.count), body: InProcessBytesBody(bytes: bytes))
         case .stream(let stream):
-            return HTTPTestSupport.EventStream(head: Self.head(response, length: nil), body: InProcessEventStreamBody(stream: stream))
+            return TestSupport.EventStream(head: Self.head(response, length: nil), body: InProcessEventStreamBody(stream: stream))
         }
     }
 

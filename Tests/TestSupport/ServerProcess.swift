@@ -1,7 +1,7 @@
 // The real `state-server` binary as a child process, for the suites that test over real HTTP
 // (StateServerIntegrationTests' socket suites, DurabilityTests, StateClientTests,
 // RepositoryTests). The contract suites that need no socket run in process instead
-// (InProcessTestSupport's `.inProcessServer` trait), through the same `API`.
+// (InProcessServer.swift's `.inProcessServer` trait), through the same `API`.
 //
 // A suite starts one server on a free port (`.localServer` trait: one process per suite, stopped
 // with SIGTERM after it; `withServer` for tests that need special settings or stop the server).
@@ -72,7 +72,7 @@ package enum ServerBinary {
                 directory = directory.deletingLastPathComponent()
             }
         }
-        // Tests/HTTPTestSupport/ServerProcess.swift → package root.
+        // Tests/TestSupport/ServerProcess.swift → package root.
         let root = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let fallback = root.appendingPathComponent(".build/debug/state-server").path
@@ -283,7 +283,7 @@ package final class ServerProcess: @unchecked Sendable {
 }
 
 /// The server a suite shares, set by the `.localServer` trait (a real process) or the
-/// `.inProcessServer` trait of InProcessTestSupport (the responder in the test process).
+/// `.inProcessServer` trait of InProcessServer.swift (the responder in the test process).
 package enum SharedServer {
     @TaskLocal package static var current: ServerProcess?
     /// An in-process server's API, when the suite runs in process.

@@ -11,7 +11,7 @@ package enum Examples {
 
 /// How requests reach a server: over sockets to a real `state-server` process
 /// (``SocketTransport``), or straight to the responder of a server in the test process
-/// (InProcessTestSupport's transport: no process, no socket).
+/// (InProcessServer.swift's transport: no process, no socket).
 package protocol HTTPTransport: Sendable {
     /// Sends one request and returns its whole response. `body` adds a `Content-Length`.
     func request(

@@ -12,9 +12,9 @@ import Glibc
 import Darwin
 #endif
 
-/// The package's root folder (`Tests/HTTPTestSupport/Nginx.swift` → the root).
+/// The package's root folder (`Tests/TestSupport/Nginx.swift` → the root).
 package let packageRoot: URL = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent()  // HTTPTestSupport
+    .deletingLastPathComponent()  // TestSupport
     .deletingLastPathComponent()  // Tests
     .deletingLastPathComponent()
 
