@@ -78,8 +78,10 @@ public final class PostgresStorage: SessionStorage {
         // A connection cut off inside a transaction (a partition between BEGIN and COMMIT)
         // would keep its row locks, and every node's writes to that session would wait behind
         // it: PostgreSQL ends such a session after the same time.
+        // At least 1 s: the gaps between a transaction's statements are network round trips.
+        let idleMillis = timeoutMillis == 0 ? 0 : max(timeoutMillis, 1000)
         configuration.options.additionalStartupParameters = [
-            ("statement_timeout", "\(timeoutMillis)"), ("idle_in_transaction_session_timeout", "\(timeoutMillis)"),
+            ("statement_timeout", "\(timeoutMillis)"), ("idle_in_transaction_session_timeout", "\(idleMillis)"),
         ]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         self.client = client
