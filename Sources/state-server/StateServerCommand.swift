@@ -255,6 +255,9 @@ struct Server {
             if record.route == "/v1/sessions/{id}/dispatch" {
                 dispatchTimer.record(duration: record.duration)
             }
+            // Built only when it is logged: formatting it costs more than the rest of this
+            // callback (every request goes through here).
+            guard logger.logLevel <= .info else { return }
             var metadata: Logger.Metadata = [
                 "http.method": "\(record.method)", "http.route": "\(record.route)",
                 "http.status": "\(record.status)",
