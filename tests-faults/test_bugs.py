@@ -243,10 +243,6 @@ def test_finding_session_hangs_after_lost_write_reply(make_cluster):
 
 
 @pytest.mark.long
-@pytest.mark.xfail(strict=True, reason="found by this suite: GET /v1/sessions/{id}/state right after heavy contention "
-                   "answers a store with many committed changes as version 0 and its initial state: the catch-up "
-                   "(refresh) meets a gap and drops the store (Session.swift ~723), and allStates() (~505) reports "
-                   "a store it does not hold as never used")
 def test_finding_all_state_read_reports_dropped_store_as_initial(make_cluster):
     """900 concurrent increments on one session through three nodes, then at once GET .../state
     (all features) on every node: each must show the counter at the acknowledged head, never

@@ -523,6 +523,12 @@ public final class Session: Sendable {
 
     /// The current state of every feature (initial state at version 0 for unused ones). In
     /// durable mode call ``loadAll(_:)`` first.
+    /// Whether every registered feature's store is in memory.
+    public var holdsEveryStore: Bool {
+        let held = stores.withLock { $0.count }
+        return held >= registry.features.count
+    }
+
     public func allStates() throws(StoreError) -> [(feature: String, version: Int, state: [UInt8])] {
         let existing = stores.withLock { $0 }
         var result: [(feature: String, version: Int, state: [UInt8])] = []

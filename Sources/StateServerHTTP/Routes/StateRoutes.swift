@@ -1,4 +1,5 @@
 import MicroHTTP
+import StatePersistence
 import StateSessions
 import StateStore
 
@@ -13,8 +14,18 @@ extension StateServerResponder {
                     do throws(SessionFailure) {
                         try await session.loadAll()
                         try await session.refresh()
+                        // A catch-up that met a gap drops the store it could not follow: load it
+                        // again (from storage, current) rather than report it as never used.
+                        var attempts = 0
+                        while !session.holdsEveryStore, attempts < 3 {
+                            try await session.loadAll()
+                            attempts += 1
+                        }
                     } catch {
                         throw .session(error)
+                    }
+                    guard session.holdsEveryStore else {
+                        throw .storage(StorageError(.unavailable, "the session's stores could not be loaded"))
                     }
                     return try allState(session, route: request.template)
                 }
