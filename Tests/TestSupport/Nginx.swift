@@ -161,9 +161,13 @@ package final class NginxProcess: @unchecked Sendable {
             let (process, output) = try ServerProcess.launch(
                 binary, arguments: ["-p", prefix.path, "-c", file.path, "-g", "daemon off;"], environment: [:])
             let nginx = NginxProcess(port: port, prefix: prefix, process: process, output: output)
+            // Ready once nginx wrote its pid file (it does so after binding its sockets): while
+            // it retries a bind, the port answers for whoever took it — another test's server.
+            let pidFile = prefix.appendingPathComponent("nginx.pid").path
             let deadline = ContinuousClock.now + .seconds(15)
             while process.isRunning, ContinuousClock.now < deadline {
-                if (try? BlockingSocket(port: port)) != nil { return nginx }
+                if output.stderrText.contains("Address already in use") { break }
+                if FileManager.default.fileExists(atPath: pidFile), (try? BlockingSocket(port: port)) != nil { return nginx }
                 try await Task.sleep(for: .milliseconds(20))
             }
             await nginx.stop()
