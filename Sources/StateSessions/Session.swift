@@ -595,13 +595,7 @@ public final class Session: Sendable {
     /// Runs `request` when its turn comes and calls `done` with the outcome. With a journal
     /// that keeps nothing and a loaded store, `done` runs before `submit` returns.
     public func submit(_ request: ChangeRequest, done: @escaping @Sendable (ChangeOutcome) -> Void) {
-        // A change counts as use when it ends, not only when its request looked the session
-        // up: one that waited or committed slowly must not leave the session looking idle
-        // (the TTL sweep judges loaded sessions by this time).
-        enqueue(.change(request, { [self] outcome in
-            lastUsed.store(WallClock.now, ordering: .relaxed)
-            done(outcome)
-        }))
+        enqueue(.change(request, done))
     }
 
     /// ``submit(_:done:)`` for async callers.
@@ -849,7 +843,11 @@ public final class Session: Sendable {
             // A delete is heard as a notice of its own: one read, not two.
             catchUpThen(checkingExistence: false, completion: completion, done: done)
         case .change(let request, let done):
-            execute(request) { outcome in
+            execute(request) { [self] outcome in
+                // A change counts as use when it ends, not only when its request looked the
+                // session up: one that waited or committed slowly must not leave the session
+                // looking idle (the TTL sweep judges loaded sessions by this time).
+                lastUsed.store(WallClock.now, ordering: .relaxed)
                 completion()
                 done(outcome)
             }
