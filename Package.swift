@@ -41,6 +41,9 @@ let package = Package(
             traits: ["JSON", "YAML"]
         ),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // Several nodes: forwarding a request to the node that owns its session.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
@@ -169,6 +172,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: strictSettings
         ),

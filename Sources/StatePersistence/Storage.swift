@@ -195,6 +195,9 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
         /// does not exist: it was deleted or purged, or never created. Nothing of the batch is
         /// stored; retrying cannot help. Answer as for an unknown session.
         public static let sessionGone = Kind("sessionGone")
+        /// Several nodes: this node does not own the session (any more), so nothing was
+        /// written. The session's copy on this node must go; the request goes to the owner.
+        public static let notOwner = Kind("notOwner")
     }
 
     public let kind: Kind
@@ -262,6 +265,51 @@ public protocol SessionStorage: Sendable {
 
     /// Answers when the storage can be reached (for readiness checks); cheap.
     func ping() async throws(StorageError)
+
+    /// Shared storage that gives each session one owner node at a time (``SessionOwnership``);
+    /// `nil` for storage of one process, and for shared storage without owners.
+    var ownership: (any SessionOwnership)? { get }
+}
+
+/// One owner per session among the nodes sharing a storage (Orleans' membership table and
+/// grain directory): each node holds a membership with an epoch that only grows, renewed
+/// while it runs; a session belongs to the node that claimed it for as long as that
+/// membership lives, and only its owner may append to it (every append is fenced on it). A
+/// node whose membership lapsed stops serving before another may take over.
+public protocol SessionOwnership: Sendable {
+    /// Whether this node's membership is valid now by its own clock, with a safety margin
+    /// (it renews before; another node may take over only after PostgreSQL's clock says it
+    /// expired, later still). Only while it is may the node answer from its copies.
+    var isMember: Bool { get }
+    /// This node's epoch (0 before it joined, or after its membership lapsed).
+    var epoch: Int64 { get }
+    /// Whether ``join(advertising:)`` was called: from then on the ownership rules apply
+    /// (before, as in tests of the storage alone, sessions have no owners).
+    var hasJoined: Bool { get }
+    /// Joins the cluster advertising `url` (where the other nodes reach this one) and keeps the
+    /// membership renewed until ``leave()``; returns once joined.
+    func join(advertising url: String) async throws(StorageError)
+    /// Ends the membership: every session this node owned is free at once (graceful shutdown).
+    func leave() async
+    /// The session for this node: `.mine` once claimed (it was free, this node's already, or
+    /// its owner's membership lapsed), `.elsewhere` with the owner's URL while another live
+    /// node owns it, `.gone` when no such session exists.
+    func claim(session: String) async throws(StorageError) -> OwnershipClaim
+    /// Membership changes of this node: `.lost` when it lapsed (every copy this node holds
+    /// must go: another node may own those sessions now), `.joined` when it holds one again.
+    func changes() -> AsyncStream<MembershipChange>
+}
+
+public enum OwnershipClaim: Sendable, Equatable {
+    /// This node owns the session; `tookOver` when another node had it before.
+    case mine(tookOver: Bool)
+    case elsewhere(url: String)
+    case gone
+}
+
+public enum MembershipChange: Sendable, Equatable {
+    case joined(epoch: Int64)
+    case lost
 }
 
 /// What a shared storage tells every process about changes made by any of them.
@@ -277,6 +325,7 @@ public enum StorageNotice: Sendable, Equatable {
 
 extension SessionStorage {
     public var isShared: Bool { false }
+    public var ownership: (any SessionOwnership)? { nil }
 
     /// The store's newest snapshot.
     public func latestSnapshot(session: String, feature: String) async throws(StorageError) -> StoreSnapshot? {

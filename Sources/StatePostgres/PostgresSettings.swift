@@ -35,6 +35,12 @@ extension PostgresStorage {
         /// a lock or on a struggling server fails (and its session can answer) instead of
         /// holding a connection for as long as TCP takes to notice. `.zero`: no limit.
         public var statementTimeout: Duration
+        /// How long a node's membership lasts without renewal (several nodes: one owner per
+        /// session). The node renews it every quarter of this and stops serving from its
+        /// copies once three quarters passed without a renewal; another node may take its
+        /// sessions over only after the whole lease expired by PostgreSQL's clock. Not part of
+        /// the URL: the server's `cluster.lease` setting.
+        public var lease: Duration = .seconds(10)
 
         public init(
             host: String, port: Int = 5432, user: String, password: String? = nil, database: String,

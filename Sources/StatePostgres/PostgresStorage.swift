@@ -28,7 +28,7 @@ import Synchronization
 /// thread: the I/O runs on SwiftNIO's event loops.
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
     /// The LISTEN/NOTIFY channel commits announce their journal entries on.
     static let channel = "state_server_changes"
 
@@ -41,7 +41,14 @@ public final class PostgresStorage: SessionStorage {
     private let runner: Task<Void, Never>
     /// The tasks that hold LISTEN connections (``notices()``).
     private let listeners = Mutex<[Task<Void, Never>]>([])
-    private let logger: Logger
+    let logger: Logger
+    /// Several nodes: this node's membership (`PostgresStorage+Membership.swift`). The epoch
+    /// is 0 while it is not a member; `memberUntil` is when it stops counting itself one, in
+    /// nanoseconds since `clockOrigin` on the monotonic clock.
+    let membership = Mutex(Membership())
+    let currentEpoch = Atomic<Int64>(0)
+    let memberUntil = Atomic<Int64>(0)
+    let clockOrigin = ContinuousClock.now
 
     /// Connects, creates or migrates the schema, and returns a storage ready to serve.
     ///
@@ -253,6 +260,22 @@ public final class PostgresStorage: SessionStorage {
             """,
             "DROP TABLE state_journal, state_snapshots, state_replies",
         ],
+        // Version 3: one owner per session. Each running node holds a membership row (its
+        // epoch, from a sequence that only grows; the URL its peers reach it by; when it
+        // expires by PostgreSQL's clock). A session names the epoch of its owner; appends are
+        // fenced on it. Existing sessions start without an owner (the first node to use one
+        // claims it).
+        [
+            """
+            CREATE TABLE state_nodes (
+                epoch bigserial PRIMARY KEY,
+                url text NOT NULL,
+                joined_at timestamptz NOT NULL DEFAULT now(),
+                expires_at timestamptz NOT NULL
+            )
+            """,
+            "ALTER TABLE state_sessions ADD COLUMN owner bigint",
+        ],
     ]
 
     /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.
@@ -292,8 +315,12 @@ public final class PostgresStorage: SessionStorage {
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
         if batch.count == 1, case .append(let entry, let key) = batch[0] {
-            return try await perform("commit", writes: true) { db, logger in try await Self.append(entry, key, on: db, logger) }
+            let epoch = epoch
+            return try await perform("commit", writes: true) { db, logger in
+                try await Self.append(entry, key, epoch: epoch, on: db, logger)
+            }
         }
+        let epoch = epoch
         try await perform("commit", writes: true) { connection, logger in
             try await Self.transaction(connection, logger) {
                 // Writes for a session that does not exist (deleted, perhaps by another node)
@@ -321,7 +348,7 @@ public final class PostgresStorage: SessionStorage {
                     for try await _ in rows { exists = true }
                     guard exists else { throw StorageError(.sessionGone, "session \(session) does not exist") }
                 }
-                for write in batch { try await Self.apply(write, on: connection, logger) }
+                for write in batch { try await Self.apply(write, epoch: epoch, on: connection, logger) }
                 // Notices ("D SESSION" for a delete; an append's own statement announces its
                 // seq): delivered at COMMIT, never for a rollback.
                 var payloads: [String] = []
@@ -341,14 +368,20 @@ public final class PostgresStorage: SessionStorage {
     /// heads moved, the change and key inserted and the NOTIFY sent (at commit). A session that
     /// is gone is `.sessionGone`; a head elsewhere (another writer, a compaction, a stale copy)
     /// or a key already remembered is `.conflict`, with nothing written.
-    private static func append(_ e: JournalEntry, _ key: String?, on db: PostgresConnection, _ logger: Logger) async throws {
+    private static func append(
+        _ e: JournalEntry, _ key: String?, epoch: Int64, on db: PostgresConnection, _ logger: Logger
+    ) async throws {
         let notice = "\(e.seq) \(e.session)"
         let action = e.action.map { ByteBuffer(bytes: $0) }
         let effect = e.effect.map { ByteBuffer(bytes: $0) }
         let rows = try await db.query(
             """
             WITH live AS (
-                SELECT id FROM state_sessions WHERE id = \(e.session) AND head_seq = \(e.seq - 1) FOR UPDATE
+                SELECT id FROM state_sessions WHERE id = \(e.session) AND head_seq = \(e.seq - 1)
+                    AND coalesce(owner, 0) = \(epoch)
+                    AND (\(epoch)::bigint = 0 OR EXISTS (
+                        SELECT 1 FROM state_nodes WHERE epoch = \(epoch) AND expires_at > now()))
+                FOR UPDATE
             ),
             store AS (
                 INSERT INTO state_stores (session, feature, version)
@@ -372,28 +405,39 @@ public final class PostgresStorage: SessionStorage {
             ),
             n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
             SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n),
-                EXISTS (SELECT 1 FROM state_sessions WHERE id = \(e.session))
+                EXISTS (SELECT 1 FROM state_sessions WHERE id = \(e.session)),
+                coalesce((SELECT coalesce(owner, 0) = \(epoch) FROM state_sessions WHERE id = \(e.session)), false)
+                    AND (\(epoch)::bigint = 0 OR EXISTS (
+                        SELECT 1 FROM state_nodes WHERE epoch = \(epoch) AND expires_at > now()))
             """, logger: logger)
         var inserted = 0
         var exists = false
-        for try await (count, _, found) in rows.decode((Int, Int, Bool).self) {
+        var owned = false
+        for try await (count, _, found, mine) in rows.decode((Int, Int, Bool, Bool).self) {
             inserted = count
             exists = found
+            owned = mine
         }
         guard inserted == 1 else {
             guard exists else { throw StorageError(.sessionGone, "session \(e.session) does not exist") }
+            guard owned else {
+                throw StorageError(
+                    .notOwner, "session \(e.session) is not owned by this node (epoch \(epoch)) any more: nothing was written")
+            }
             throw StorageError(
                 .conflict, "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow the journal's head")
         }
     }
 
-    private static func apply(_ write: StorageWrite, on db: PostgresConnection, _ logger: Logger) async throws {
+    private static func apply(_ write: StorageWrite, epoch: Int64, on db: PostgresConnection, _ logger: Logger) async throws {
         switch write {
         case .createSession(let s):
+            // Owned by the node that creates it (none before a node joined).
             try await db.query(
                 """
-                INSERT INTO state_sessions (id, token_hash, created_at, last_active)
-                VALUES (\(s.id), \(ByteBuffer(bytes: s.tokenHash)), \(s.createdAt), \(s.lastActiveAt))
+                INSERT INTO state_sessions (id, token_hash, created_at, last_active, owner)
+                VALUES (\(s.id), \(ByteBuffer(bytes: s.tokenHash)), \(s.createdAt), \(s.lastActiveAt),
+                    nullif(\(epoch)::bigint, 0))
                 """, logger: logger)
         case .deleteSession(let id):
             // One round trip for the five tables.
@@ -406,7 +450,7 @@ public final class PostgresStorage: SessionStorage {
                 DELETE FROM state_sessions WHERE id = \(id)
                 """, logger: logger)
         case .append(let e, let key):
-            try await append(e, key, on: db, logger)
+            try await append(e, key, epoch: epoch, on: db, logger)
         case .snapshot(let s):
             // Never ahead of the store's head: a stale writer cannot write a base for history
             // that was not journaled.
@@ -573,6 +617,13 @@ public final class PostgresStorage: SessionStorage {
     /// Closes the pool and ends the notice streams: running operations finish or fail, later
     /// ones fail `.unavailable`.
     public func close() async {
+        let renewer = membership.withLock { m in
+            defer { m.renewer = nil }
+            return m.renewer
+        }
+        renewer?.cancel()
+        await renewer?.value
+        for listener in membership.withLock({ Array($0.listeners.values) }) { listener.finish() }
         let listeners = listeners.withLock { tasks in
             defer { tasks = [] }
             return tasks

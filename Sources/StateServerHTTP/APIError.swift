@@ -78,6 +78,7 @@ struct APIError: Error, Sendable {
 
     static func storage(_ error: StorageError) -> APIError {
         if error.kind == .sessionGone { return sessionNotFound }
+        if error.kind == .notOwner { return ownerUnavailable("another node owns this session now; try again") }
         return APIError(
             status: 503, code: "storage_unavailable",
             message: "the server cannot store changes right now; nothing was applied, try again",
@@ -90,6 +91,12 @@ struct APIError: Error, Sendable {
         status: 503, code: "storage_unavailable",
         message: "this node cannot follow changes made on other nodes right now; try again or another node",
         headers: [("Retry-After", "1")], cause: "not hearing other nodes' changes")
+
+    /// Several nodes: the node that owns the session cannot be reached, or ownership is
+    /// moving; nothing was applied.
+    static func ownerUnavailable(_ message: String) -> APIError {
+        APIError(status: 503, code: "owner_unavailable", message: message + "; nothing was applied", headers: [("Retry-After", "1")])
+    }
 
     static func internalError(_ error: any Error) -> APIError {
         APIError(status: 500, code: "internal_error", message: "the server failed to answer this request", cause: "\(error)")

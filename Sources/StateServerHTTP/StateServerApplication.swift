@@ -16,11 +16,13 @@ public struct StateServerApplication: Sendable {
     ///   - notify: what the sessions report (rejected follow-ups, recoveries, loads…).
     ///   - metrics: renders `GET /metrics` from the sessions and the number of open event
     ///     streams; `nil`: the route answers 404.
+    ///   - forwarder: several nodes: how requests reach the node that owns their session.
     public init(
         registry: FeatureRegistry, sessions settings: SessionSettings, routes: RouteSettings,
         storage: (any SessionStorage)?, logger: Logger,
         notify: @escaping @Sendable (SessionNotice) -> Void = { _ in },
-        metrics: (@Sendable (_ sessions: SessionManager, _ streams: Int) -> [UInt8])? = nil
+        metrics: (@Sendable (_ sessions: SessionManager, _ streams: Int) -> [UInt8])? = nil,
+        forwarder: (any RequestForwarder)? = nil
     ) {
         let sessions = SessionManager(
             registry: registry, settings: settings, storage: storage, events: ServerSentEvents(), notify: notify)
@@ -29,7 +31,8 @@ public struct StateServerApplication: Sendable {
         let render = metrics.map { render in
             { @Sendable () -> [UInt8] in render(sessions, streams.withLock { $0 }?() ?? 0) }
         }
-        let responder = StateServerResponder(sessions: sessions, settings: routes, logger: logger, metrics: render)
+        let responder = StateServerResponder(
+            sessions: sessions, settings: routes, logger: logger, metrics: render, forwarder: forwarder)
         streams.withLock { $0 = { responder.streamCount } }
         self.sessions = sessions
         self.responder = responder

@@ -36,14 +36,17 @@ public final class StateServerResponder: HTTPResponder {
     let featuresBody: [UInt8]
     let featuresTag: String
     let metrics: (@Sendable () -> [UInt8])?
+    /// Several nodes: sends requests for sessions another node owns to that node.
+    let forwarder: (any RequestForwarder)?
 
     /// - Parameter metrics: the Prometheus text exposition served at `GET /metrics`
     ///   (404 when `nil`).
     public init(
         sessions: SessionManager, settings: RouteSettings, logger: Logger,
-        metrics: (@Sendable () -> [UInt8])? = nil
+        metrics: (@Sendable () -> [UInt8])? = nil, forwarder: (any RequestForwarder)? = nil
     ) {
         self.sessions = sessions
+        self.forwarder = forwarder
         self.settings = settings
         self.log = APIErrorLog(logger: logger)
         self.metrics = metrics

@@ -16,6 +16,9 @@ public enum SessionNotice: Sendable {
     /// Shared storage: this node started (`true`) or stopped (`false`) hearing other nodes'
     /// commits; when it stops, its event streams end.
     case following(Bool)
+    /// Several nodes with one owner per session: this node's membership lapsed (`false`: every
+    /// session in memory was dropped) or it joined again (`true`).
+    case membership(member: Bool)
     /// Shared storage: a store found waiting for asynchronous work was checked again after
     /// `recoveryDelay`: `settled` when it was still waiting at the same version (the work's
     /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
@@ -72,6 +75,10 @@ public final class Session: Sendable {
     /// session has counted in it.
     private let memory: MemoryBudget?
     private let counted = Atomic<Int>(0)
+    /// Several nodes with one owner per session: the membership epoch under which this node
+    /// owns the session (0: no owners, every node may write and reads catch up first). The
+    /// copy is served only while the node is still a member with that epoch.
+    public let ownerEpoch: Int64
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -100,9 +107,10 @@ public final class Session: Sendable {
         journal: any ChangeJournal, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
         metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
-        memory: MemoryBudget? = nil, notify: @escaping @Sendable (SessionNotice) -> Void
+        memory: MemoryBudget? = nil, ownerEpoch: Int64 = 0, notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
         self.memory = memory
+        self.ownerEpoch = ownerEpoch
         self.id = id
         self.tokenHash = tokenHash
         self.registry = registry
@@ -169,6 +177,18 @@ public final class Session: Sendable {
         }
         if retired { memory?.count(-counted.exchange(0, ordering: .relaxed)) }
         return retired
+    }
+
+    /// Several nodes: this node no longer owns the session (its membership lapsed, or another
+    /// node took the session over). Whatever uses it: its streams end (clients reconnect and
+    /// are served by the owner), its asynchronous work is cancelled (a result could not be
+    /// committed anyway: appends are fenced on the owner), and later changes are refused with
+    /// `.retired`, so callers look the session up again and reach its owner.
+    func abandon() {
+        pipeline.withLock { $0.retired = true }
+        hub.close()
+        for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
+        memory?.count(-counted.exchange(0, ordering: .relaxed))
     }
 
     /// Durable mode: counts this session's state bytes in the server's memory budget again
@@ -615,7 +635,7 @@ public final class Session: Sendable {
     }
 
     /// Whether reads must first catch up with other nodes (shared storage).
-    public var readsCatchUp: Bool { storage?.isShared ?? false }
+    public var readsCatchUp: Bool { ownerEpoch == 0 && storage?.isShared == true }
 
     /// Shared storage: applies what other nodes committed to this session since this node last
     /// looked, in the session's order (one storage read; nothing when it is up to date). After
@@ -1011,6 +1031,12 @@ public final class Session: Sendable {
                     }
                 }
                 return
+            }
+            if case .failure(let error) = result, error.kind == .notOwner {
+                // Another node owns the session now: nothing was written. This copy goes; the
+                // caller looks the session up again and reaches the owner.
+                abandon()
+                return finish(.failed(.retired))
             }
             if case .failure(let error) = result {
                 // Storage no longer has the session (deleted by another process or node, or

@@ -107,6 +107,8 @@ public final class SessionManager: Sendable {
 
     public var storage: (any SessionStorage)? { journal.storage }
     public var isDurable: Bool { storage != nil }
+    /// Several nodes with one owner per session (see ``SessionOwnership``).
+    public var ownership: (any SessionOwnership)? { storage?.ownership }
 
     /// Why a session could not be created.
     public enum CreateFailure: Error, Sendable {
@@ -122,6 +124,14 @@ public final class SessionManager: Sendable {
         let id = Self.randomString(bytes: 16)
         let now = WallClock.now
         if storage == nil, count >= settings.maxSessions { throw .limitReached }
+        // Several nodes: the creating node owns the session (storage records it as the owner).
+        var ownerEpoch: Int64 = 0
+        if let ownership = activeOwnership {
+            ownerEpoch = ownership.epoch
+            guard ownerEpoch != 0, ownership.isMember else {
+                throw .storage(StorageError(.unavailable, "this node is not a member of the cluster now; it is joining again"))
+            }
+        }
         do {
             try await journal.record {
                 [.createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now))]
@@ -129,7 +139,7 @@ public final class SessionManager: Sendable {
         } catch {
             throw .storage(error)
         }
-        let session = makeSession(id: id, tokenHash: SHA256.hash(token))
+        let session = makeSession(id: id, tokenHash: SHA256.hash(token), ownerEpoch: ownerEpoch)
         let added = sessions.withLock { table -> Bool in
             if storage == nil, table.byID.count >= settings.maxSessions { return false }
             table.byID[id] = session
@@ -141,12 +151,19 @@ public final class SessionManager: Sendable {
 
     private func makeSession(
         id: String, tokenHash: [UInt8], startSeq: Int = 0, recent: [(seq: Int, feature: String, data: [UInt8])] = [],
-        lastStoredActivity: Int64 = WallClock.now
+        lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
     ) -> Session {
         Session(
             id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
-            replayBudget: replayBudget, encoder: encoder, memory: memory, notify: notify)
+            replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
+    }
+
+    /// Several nodes with one owner per session, once this node joined the cluster: the
+    /// ownership rules apply (`nil` otherwise, and for storage of one process).
+    private var activeOwnership: (any SessionOwnership)? {
+        guard let ownership, ownership.hasJoined else { return nil }
+        return ownership
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,
@@ -154,6 +171,11 @@ public final class SessionManager: Sendable {
     public func session(id: String, token: String) -> Session? {
         guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard session.verify(token: token) else { return nil }
+        if session.ownerEpoch != 0, let ownership, session.ownerEpoch != ownership.epoch || !ownership.isMember {
+            // Owned under a membership that lapsed: another node may own it now.
+            drop(session)
+            return nil
+        }
         if session.isGone {
             // Found gone by a write (deleted elsewhere): forget it.
             sessions.withLock { table in
@@ -170,22 +192,52 @@ public final class SessionManager: Sendable {
         sessions.withLock { $0.byID[id] != nil }
     }
 
+    /// Where a session is served: here (in memory now, loaded from storage, or claimed from
+    /// a node that is gone), or by the node that owns it (several nodes).
+    public enum Located: Sendable {
+        case here(Session)
+        /// Another node owns the session; `url` is the address it advertises to its peers.
+        case elsewhere(url: String)
+    }
+
     /// The session, loading it from storage if it is not in memory. Start-up loads nothing:
     /// sessions come back one by one, on first use. A session deleted while it was being
-    /// loaded is not put back into memory.
+    /// loaded is not put back into memory. With one owner per session, a session another
+    /// node owns is `.notOwner`: use ``locate(id:token:)`` to learn where it is.
     public func load(id: String, token: String) async throws(StorageError) -> Session? {
-        if let session = session(id: id, token: token) { return session }
+        switch try await locate(id: id, token: token) {
+        case .here(let session)?: return session
+        case .elsewhere(let url)?: throw StorageError(.notOwner, "session \(id) is owned by the node at \(url)")
+        case nil: return nil
+        }
+    }
+
+    /// The session here, or where it is served (``Located``); `nil` for an unknown id or
+    /// another token. With one owner per session, a session no live node owns is claimed
+    /// for this one first.
+    public func locate(id: String, token: String) async throws(StorageError) -> Located? {
+        if let session = session(id: id, token: token) { return .here(session) }
         guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
             guard let stored = try await storage.session(id: id),
                 Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
             else { return nil }
+            var ownerEpoch: Int64 = 0
+            if let ownership = activeOwnership {
+                ownerEpoch = ownership.epoch
+                switch try await ownership.claim(session: id) {
+                case .gone: return nil
+                case .elsewhere(let url): return .elsewhere(url: url)
+                case .mine: break
+                }
+            }
             // Events before `lastSeq` are rebuilt from the journal only if a stream resumes
             // from one of them (``Session/backfill(after:)``): loading costs no replay buffer.
             let lastSeq = try await storage.lastSeq(session: id)
             let fresh = makeSession(
-                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt)
+                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt,
+                ownerEpoch: ownerEpoch)
             let session = sessions.withLock { table -> Session? in
                 if let existing = table.byID[id] { return existing }
                 // A delete ran meanwhile: what was read may be gone; read again.
@@ -195,7 +247,32 @@ public final class SessionManager: Sendable {
             }
             if let session {
                 session.markUsed()
-                return session
+                return .here(session)
+            }
+        }
+    }
+
+    /// Forgets a session this node no longer owns (see ``Session/abandon()``).
+    private func drop(_ session: Session) {
+        sessions.withLock { table in
+            if table.byID[session.id] === session { table.byID[session.id] = nil }
+        }
+        session.abandon()
+    }
+
+    /// Several nodes with one owner per session: follows this node's membership until the
+    /// storage closes or the task is cancelled. When it lapses, every session in memory is
+    /// dropped at once (another node may own any of them now); requests after that claim
+    /// again or reach the owner.
+    public func followMembership() async {
+        guard let ownership else { return }
+        for await change in ownership.changes() {
+            switch change {
+            case .lost:
+                for session in sessions.withLock({ Array($0.byID.values) }) { drop(session) }
+                notify(.membership(member: false))
+            case .joined:
+                notify(.membership(member: true))
             }
         }
     }
@@ -235,7 +312,11 @@ public final class SessionManager: Sendable {
     /// storage's notices. Event streams are refused while it is `false` (they would miss other
     /// nodes' changes).
     public var isFollowing: Bool {
-        storage?.isShared != true || hearing.load(ordering: .sequentiallyConsistent)
+        guard let storage, storage.isShared else { return true }
+        guard hearing.load(ordering: .sequentiallyConsistent) else { return false }
+        // With one owner per session: only while this node is a member.
+        guard let ownership = activeOwnership else { return true }
+        return ownership.isMember
     }
 
     /// Shared storage: listens to the storage's notices until they end (the storage closes) or

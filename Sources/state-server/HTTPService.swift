@@ -78,6 +78,9 @@ struct HTTPService: Service, CustomStringConvertible {
     var grace: Duration = .seconds(2)
     /// Awaited before the port opens (several nodes: until this node hears the others).
     var before: @Sendable () async -> Void = {}
+    /// Awaited once the port is bound, before the `listening on` line (several nodes: join the
+    /// cluster, advertising the port); a failure stops the server.
+    var after: @Sendable (_ port: Int) async throws -> Void = { _ in }
 
     var description: String { "HTTPService" }
 
@@ -88,6 +91,12 @@ struct HTTPService: Service, CustomStringConvertible {
             port = try server.start()
         } catch {
             logger.critical("cannot start", metadata: ["error": "\(error)"])
+            throw error
+        }
+        do {
+            try await after(port)
+        } catch {
+            await server.stop(grace: .zero)
             throw error
         }
         let line = "listening on http://\(settings.shownHost):\(port)\n"

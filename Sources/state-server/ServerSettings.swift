@@ -73,7 +73,6 @@ struct ServerSettings: Sendable {
 /// | `idempotency.ttl` | seconds storage remembers a key after its first use | `86400` |
 /// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
 /// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
-/// | `sessions.recoveryDelay` | seconds before another node's waiting work is settled | `30` |
 /// | `sessions.memoryBytes` | state bytes loaded sessions may hold together (SQLite, PostgreSQL) | `1073741824` |
 struct SessionsSettings: Sendable {
     static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
@@ -86,7 +85,6 @@ struct SessionsSettings: Sendable {
     static let idempotencyTTL = Setting("idempotency.ttl", default: 86_400.0, in: 1...31_536_000, "seconds a key is kept")
     static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
     static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
-    static let recoveryDelay = Setting("sessions.recoveryDelay", default: 30.0, in: 0...86_400, "seconds before settling")
     static let memoryBytes = Setting("sessions.memoryBytes", default: 1 << 30, in: 1...(1 << 50), "state bytes loaded")
 
     /// What `SessionManager` takes.
@@ -103,7 +101,6 @@ struct SessionsSettings: Sendable {
         manager.idempotencyTTL = .milliseconds(Int(try read(Self.idempotencyTTL) * 1000))
         manager.replayBytes = try read(Self.replayBytes)
         manager.serverReplayBytes = try read(Self.serverReplayBytes)
-        manager.recoveryDelay = .milliseconds(Int(try read(Self.recoveryDelay) * 1000))
         manager.memoryBytes = try read(Self.memoryBytes)
     }
 }

@@ -168,12 +168,30 @@ struct Server {
                 if bytes >= Self.trimAfterLoadBytes { ss_release_free_memory() }
             case .following(true):
                 logger.info("hearing other nodes' changes", metadata: ["storage": "\(settings.storage.kind)"])
+            case .membership(member: false):
+                logger.warning("dropped every session in memory: this node is no longer a member of the cluster")
+            case .membership(member: true):
+                break
             case .following(false):
                 logger.warning("stopped hearing other nodes' changes; event streams ended until it is back",
                     metadata: ["storage": "\(settings.storage.kind)"])
             }
         }
-        let application = makeApplication(registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify)
+        // Several nodes (one owner per session): requests for sessions another node owns are
+        // forwarded to it.
+        let ownership = storage?.ownership
+        let advertised = settings.storage.advertiseURL
+        if ownership != nil, !advertised.isEmpty, !(advertised.hasPrefix("http://") || advertised.hasPrefix("https://")) {
+            logger.critical("setting 'cluster.advertiseURL' must be an http:// or https:// URL", metadata: ["value": "\(advertised)"])
+            StderrLogWriter.shared.flush()
+            throw ExitCode(1)
+        }
+        let forwarder = ownership.map { ownership in
+            Forwarder(
+                epoch: { ownership.epoch }, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit, logger: logger)
+        }
+        let application = makeApplication(
+            registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify, forwarder: forwarder)
         let sessions = application.sessions
         let server = makeHTTPServer(application.responder, logger: logger)
 
@@ -187,6 +205,12 @@ struct Server {
         if storage?.isShared == true {
             services.append(.init(service: FollowerService(sessions: sessions)))
         }
+        if let forwarder {
+            services.append(.init(service: ForwarderService(forwarder: forwarder)))
+            services.append(.init(service: MembershipService(sessions: sessions)))
+        }
+        let host = settings.http.shownHost
+        let isWildcard = settings.http.server.host == "0.0.0.0" || settings.http.server.host == "::"
         services.append(
             .init(
                 service: HTTPService(
@@ -197,7 +221,20 @@ struct Server {
                     ],
                     // Several nodes: serve once other nodes' changes are heard (or after a few
                     // seconds; /readyz and event streams answer 503 until then).
-                    before: { await sessions.untilFollowing(atMost: .seconds(5)) }),
+                    before: { await sessions.untilFollowing(atMost: .seconds(5)) },
+                    // Several nodes: join the cluster once the port is known, before the
+                    // `listening on` line (ready means a member).
+                    after: { port in
+                        guard let ownership else { return }
+                        let url = advertised.isEmpty
+                            ? "http://\(isWildcard ? ProcessInfo.processInfo.hostName : host):\(port)" : advertised
+                        do {
+                            try await ownership.join(advertising: url)
+                        } catch {
+                            logger.critical("cannot join the cluster", metadata: ["error": "\(error)"])
+                            throw error
+                        }
+                    }),
                 successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup))
         // No signals of its own: ServiceGroup would install them (through Dispatch) only once it
         // runs, after the storage is open, and replace the handlers `Termination` installed
@@ -226,7 +263,7 @@ struct Server {
     /// `GET /metrics` rendered from Prometheus.
     private func makeApplication(
         registry: FeatureRegistry, storage: (any SessionStorage)?, prometheus: PrometheusCollectorRegistry, logger: Logger,
-        notify: @escaping @Sendable (SessionNotice) -> Void
+        notify: @escaping @Sendable (SessionNotice) -> Void, forwarder: Forwarder?
     ) -> StateServerApplication {
         let gauges = (
             sessions: Gauge(label: MetricCatalog.sessionsInMemory),
@@ -236,14 +273,13 @@ struct Server {
         let process = ProcessMetrics(registry: prometheus)
         return StateServerApplication(
             registry: registry, sessions: settings.sessions.manager, routes: settings.http.routes, storage: storage,
-            logger: logger, notify: notify
-        ) { sessions, streams in
+            logger: logger, notify: notify, metrics: { sessions, streams in
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)
             gauges.streams.record(streams)
             process?.update()
             return prometheus.emitToBuffer()
-        }
+        }, forwarder: forwarder)
     }
 
     private func makeHTTPServer(_ responder: StateServerResponder, logger: Logger) -> HTTPServer {

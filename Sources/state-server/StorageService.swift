@@ -69,19 +69,29 @@ enum SyncMode: String, SettingChoice {
 /// | `storage` | `memory`, `sqlite:PATH` or `postgres://USER[:PASSWORD]@HOST:PORT/DB` | `memory` |
 /// | `persistence.maxBytes` | bytes the SQLite database may grow to, 0 = no limit | `1073741824` (1 GiB) |
 /// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
+/// | `cluster.advertiseURL` | URL the other nodes reach this one by (PostgreSQL) | `""`: the listening address |
+/// | `cluster.lease` | seconds a node's membership lasts without renewal (PostgreSQL) | `10` |
 struct StorageSettings: Sendable {
     static let kind = Setting("storage", default: StorageKind.memory, "memory, sqlite:PATH or postgres://URL")
     static let maxBytes = Setting("persistence.maxBytes", default: 1 << 30, in: 0...Int.max, "db size cap, 0 = none")
     static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
+    static let advertiseURL = Setting("cluster.advertiseURL", default: "", "URL peers reach this node by")
+    static let lease = Setting("cluster.lease", default: 10.0, in: 1...3600, "membership lease seconds")
 
     var kind: StorageKind
     var maxBytes: Int
     var sync: SyncMode
+    /// Several nodes: where the other nodes reach this one (empty: `http://HOST:PORT` of the
+    /// listening socket, with the machine's host name for a wildcard address).
+    var advertiseURL: String
+    var lease: Duration
 
     init(_ read: inout SettingsReader) throws(SettingsError) {
         kind = try read(Self.kind)
         maxBytes = try read(Self.maxBytes)
         sync = try read(Self.sync)
+        advertiseURL = try read(Self.advertiseURL)
+        lease = .milliseconds(Int(try read(Self.lease) * 1000))
     }
 
     /// Opens the storage (`nil` for memory): the database is created, migrated or recovered now.
@@ -91,7 +101,8 @@ struct StorageSettings: Sendable {
             return nil
         case .sqlite(let path):
             return try SQLiteStorage(path: path, maxBytes: maxBytes > 0 ? maxBytes : nil, durability: sync.durability)
-        case .postgres(let settings, _):
+        case .postgres(var settings, _):
+            settings.lease = lease
             return try await PostgresStorage.open(settings: settings, logger: logger)
         }
     }
@@ -107,6 +118,8 @@ struct StorageService: Service, CustomStringConvertible {
 
     func run() async {
         try? await gracefulShutdown()
+        // Several nodes: this node's sessions are free for the others at once.
+        if let ownership = storage.ownership, ownership.hasJoined { await ownership.leave() }
         await storage.close()
         logger.debug("storage closed", metadata: ["storage": "\(storage.name)"])
     }
@@ -121,5 +134,17 @@ struct FollowerService: Service, CustomStringConvertible {
 
     func run() async {
         await cancelWhenGracefulShutdown { [sessions] in await sessions.followOtherNodes() }
+    }
+}
+
+/// Several nodes with one owner per session: follows this node's membership
+/// (``SessionManager/followMembership()``) until graceful shutdown.
+struct MembershipService: Service, CustomStringConvertible {
+    let sessions: SessionManager
+
+    var description: String { "MembershipService" }
+
+    func run() async {
+        await cancelWhenGracefulShutdown { [sessions] in await sessions.followMembership() }
     }
 }

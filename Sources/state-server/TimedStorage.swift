@@ -7,7 +7,7 @@ import StatePersistence
 /// forwards everything else, unchanged, to the storage it wraps.
 ///
 /// Every requirement of `SessionStorage` is forwarded, those with default implementations
-/// too (`isShared`, `notices`, `exclusively`, `ping`): the defaults would hide PostgreSQL's.
+/// too (`isShared`, `ownership`, `notices`, `exclusively`, `ping`): the defaults would hide PostgreSQL's.
 struct TimedStorage: SessionStorage {
     let base: any SessionStorage
     private let commitTimer = Timer(label: MetricCatalog.storageCommitLatency)
@@ -18,6 +18,7 @@ struct TimedStorage: SessionStorage {
 
     var name: String { base.name }
     var isShared: Bool { base.isShared }
+    var ownership: (any SessionOwnership)? { base.ownership }
 
     func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         let started = ContinuousClock.now

@@ -59,26 +59,18 @@ extension StateServerResponder {
             return try body(session)
         }
         guard sessions.isDurable else { throw .sessionNotFound }
-        let sessions = self.sessions
-        return .later { () throws(APIError) in
-            let session = try await Self.load(sessions, id: id, token: token)
+        return .later { [self] () throws(APIError) in
+            let session: Session
+            switch try await find(request, id: id, token: token) {
+            case .forwarded(let response): return response
+            case .session(let found): session = found
+            }
             if tooLarge { throw .tooLarge(limit) }
             switch try body(session) {
             case .now(let response): return response
             case .later(let work): return try await work()
             }
         }
-    }
-
-    static func load(_ sessions: SessionManager, id: String, token: String) async throws(APIError) -> Session {
-        let session: Session?
-        do throws(StorageError) {
-            session = try await sessions.load(id: id, token: token)
-        } catch {
-            throw .storage(error)
-        }
-        guard let session else { throw .sessionNotFound }
-        return session
     }
 
     /// The store of `feature`, then `body` with it: at once when it is in memory, else on a
@@ -111,7 +103,6 @@ extension StateServerResponder {
         let slot = OutcomeSlot()
         session.submit(change) { slot.fill($0) }
         let route = request.template
-        let sessions = self.sessions
         if let outcome = slot.takeIfReady(), !outcome.isRetired {
             do throws(APIError) {
                 return .now(try StateServerResponder.reply(outcome, route: route))
@@ -119,11 +110,16 @@ extension StateServerResponder {
                 return .now(error.response(route: route, log))
             }
         }
-        return .later { () throws(APIError) in
+        return .later { [self] () throws(APIError) in
             var outcome = await slot.value()
             if outcome.isRetired {
+                // Evicted meanwhile, or (several nodes) owned by another node now.
                 let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
-                let fresh = try await Self.load(sessions, id: session.id, token: token)
+                let fresh: Session
+                switch try await find(request, id: session.id, token: token) {
+                case .forwarded(let response): return response
+                case .session(let found): fresh = found
+                }
                 do throws(SessionFailure) {
                     _ = try await fresh.store(change.feature)
                 } catch {

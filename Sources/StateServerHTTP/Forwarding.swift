@@ -1,0 +1,55 @@
+import MicroHTTP
+import StatePersistence
+import StateSessions
+
+/// Several nodes with one owner per session: sends a request to the node that owns its
+/// session and hands back that node's reply (event streams relayed as they come). The server
+/// implements it over an HTTP client; without one, a request for a session another node owns
+/// is answered `503 owner_unavailable`.
+public protocol RequestForwarder: Sendable {
+    /// The owner's reply to `request`, sent to `base` (the URL the owner advertises). Marks
+    /// the request with ``forwardedHeader`` so the owner never forwards it again. When the
+    /// owner cannot be reached: `503 owner_unavailable` if the request cannot have reached
+    /// it, `503 outcome_unknown` for a change that was sent but not answered.
+    func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse
+}
+
+/// The header a forwarded request carries (the forwarding node's epoch).
+public let forwardedHeader = "stateserver-forwarded"
+
+extension StateServerResponder {
+    /// The session named by a request, here, or the owner's reply to the request forwarded to
+    /// it (several nodes).
+    enum Found {
+        case session(Session)
+        case forwarded(HTTPResponse)
+    }
+
+    /// Locates the session (loading or claiming it here when it is this node's to serve) and
+    /// forwards the request to the owner when another node owns it. A request that was
+    /// forwarded already is not forwarded again: the two nodes disagree on the owner for a
+    /// moment (a takeover under way), and the client is told to retry.
+    func find(_ request: RouteRequest, id: String, token: String) async throws(APIError) -> Found {
+        let located: SessionManager.Located?
+        do throws(StorageError) {
+            located = try await sessions.locate(id: id, token: token)
+        } catch {
+            throw .storage(error)
+        }
+        switch located {
+        case nil: throw .sessionNotFound
+        case .here(let session)?: return .session(session)
+        case .elsewhere(let url)?:
+            guard request.http.header(forwardedHeader) == nil, let forwarder else {
+                throw .ownerUnavailable("the session's owner is changing; try again")
+            }
+            return .forwarded(await forwarder.forward(request.http, to: url, route: request.template))
+        }
+    }
+}
+
+/// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers
+/// when the owner cannot be reached.
+public func forwardingFailure(code: String, message: String, route: String) -> HTTPResponse {
+    Reply.error(503, code, message, route: route, headers: [("Retry-After", "1")])
+}

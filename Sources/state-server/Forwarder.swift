@@ -1,0 +1,167 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import MicroHTTP
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import ServiceLifecycle
+import StateServerHTTP
+
+/// Several nodes: forwards a request for a session another node owns to that node over
+/// HTTP/1.1 (AsyncHTTPClient, a keep-alive pool per owner) and relays its reply — event streams
+/// too, event by event, so a stream served through another node reads exactly like one from
+/// the owner. Hop-by-hop headers are not passed on (RFC 9110 §7.6.1); the request carries
+/// ``forwardedHeader`` so the owner never forwards it again.
+final class Forwarder: RequestForwarder {
+    let client: HTTPClient
+    let epoch: @Sendable () -> Int64
+    let streamBufferLimit: Int
+    let logger: Logger
+    /// Longest wait for a reply that is not an event stream: the membership lease (an owner
+    /// that does not answer for that long is paused or cut off, and loses its sessions).
+    let replyTimeout: TimeAmount
+    /// Largest reply body relayed (replies are states: the server's own limits keep them far
+    /// below this).
+    static let replyLimit = 256 << 20
+
+    init(epoch: @escaping @Sendable () -> Int64, lease: Duration, streamBufferLimit: Int, logger: Logger) {
+        replyTimeout = .nanoseconds(lease.components.seconds * 1_000_000_000 + lease.components.attoseconds / 1_000_000_000)
+        var configuration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .seconds(1), read: nil),
+            decompression: .disabled)
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64
+        client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
+        self.epoch = epoch
+        self.streamBufferLimit = streamBufferLimit
+        self.logger = logger
+    }
+
+    /// Not passed on: hop-by-hop fields, and what the client sets itself.
+    static let dropped: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
+        "content-length", "expect", "proxy-authorization", forwardedHeader,
+    ]
+
+    func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse {
+        var target = base.hasSuffix("/") ? String(base.dropLast()) : base
+        target += request.path
+        if !request.query.isEmpty {
+            target += "?" + request.query.map { Self.encode($0.name) + ($0.value.map { "=" + Self.encode($0) } ?? "") }
+                .joined(separator: "&")
+        }
+        var outgoing = HTTPClientRequest(url: target)
+        outgoing.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers where !Self.dropped.contains(name) {
+            outgoing.headers.add(name: name, value: value)
+        }
+        outgoing.headers.add(name: forwardedHeader, value: "\(epoch())")
+        if !request.body.isEmpty || request.method == "POST" || request.method == "PUT" {
+            outgoing.body = .bytes(ByteBuffer(bytes: request.body))
+        }
+        let isStream = route.hasSuffix("/events") && request.method == "GET"
+        do {
+            let response = try await client.execute(
+                outgoing, deadline: isStream ? .distantFuture : .now() + replyTimeout, logger: logger)
+            var headers: [(name: String, value: String)] = []
+            for (name, value) in response.headers where !Self.dropped.contains(name.lowercased()) && name.lowercased() != "date" {
+                headers.append((name, value))
+            }
+            let isEventStream = response.headers.first(name: "content-type")?.hasPrefix("text/event-stream") == true
+            if isEventStream && request.method == "GET" {
+                return relay(response, status: Int(response.status.code), headers: headers, route: route)
+            }
+            let body = try await response.body.collect(upTo: Self.replyLimit)
+            return HTTPResponse(status: Int(response.status.code), headers: headers, body: .bytes(Array(buffer: body)), route: route)
+        } catch {
+            let reached = !Self.neverSent(error)
+            logger.warning(
+                "forwarding to the session's owner failed",
+                metadata: ["owner": "\(base)", "route": "\(route)", "error": "\(error)", "sent": "\(reached)"])
+            let isChange = request.method != "GET" && request.method != "HEAD"
+            if reached && isChange {
+                return Self.error(
+                    route: route, code: "outcome_unknown",
+                    message: "the node that owns this session stopped answering while the change was sent; it may have been applied: "
+                        + "read the state, or retry with the same Idempotency-Key")
+            }
+            return Self.error(
+                route: route, code: "owner_unavailable",
+                message: "the node that owns this session cannot be reached; nothing was applied, try again")
+        }
+    }
+
+    /// An event stream from the owner, passed on whole events at a time (a heartbeat this node
+    /// adds never lands inside one), until either side ends it.
+    private func relay(_ response: HTTPClientResponse, status: Int, headers: [(name: String, value: String)], route: String) -> HTTPResponse {
+        let stream = EventStream(bufferLimit: streamBufferLimit)
+        let pump = Task {
+            var pending: [UInt8] = []
+            do {
+                for try await chunk in response.body {
+                    pending += chunk.readableBytesView
+                    guard let end = Self.lastEventEnd(pending) else { continue }
+                    guard stream.send(Array(pending[..<end])) else { break }
+                    pending.removeSubrange(..<end)
+                }
+            } catch {
+                // The owner went away or the client did: either way the stream ends; the
+                // client resumes with Last-Event-ID.
+            }
+            stream.close()
+        }
+        stream.onFinish { pump.cancel() }
+        return HTTPResponse(status: status, headers: headers, body: .stream(stream), route: route)
+    }
+
+    /// Index just past the last blank line (`\n\n`) in `bytes`, which ends an event.
+    static func lastEventEnd(_ bytes: [UInt8]) -> Int? {
+        var index = bytes.count - 1
+        while index > 0 {
+            if bytes[index] == 0x0A && bytes[index - 1] == 0x0A { return index + 1 }
+            index -= 1
+        }
+        return nil
+    }
+
+    /// Whether the request cannot have reached the owner (no connection was made).
+    static func neverSent(_ error: any Error) -> Bool {
+        if error is NIOConnectionError { return true }
+        if let error = error as? HTTPClientError, error == .connectTimeout { return true }
+        if let error = error as? IOError, error.errnoCode == ECONNREFUSED { return true }
+        let text = String(describing: error)
+        return text.contains("connectTimeout") || text.contains("connection refused") || text.contains("ECONNREFUSED")
+    }
+
+    static func error(route: String, code: String, message: String) -> HTTPResponse {
+        forwardingFailure(code: code, message: message, route: route)
+    }
+
+    /// Percent-encodes a query name or value (RFC 3986 unreserved characters stay).
+    static func encode(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: out.unicodeScalars.append(UnicodeScalar(byte))
+            default: out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
+
+    func shutdown() async {
+        try? await client.shutdown()
+    }
+}
+
+/// Shuts the forwarder's HTTP client down at graceful shutdown (after the HTTP server stopped).
+struct ForwarderService: Service, CustomStringConvertible {
+    let forwarder: Forwarder
+    var description: String { "ForwarderService" }
+
+    func run() async {
+        try? await gracefulShutdown()
+        await forwarder.shutdown()
+    }
+}
