@@ -1,11 +1,10 @@
 """One test per numbered bug of issue 15 (as of a4e1b46's design), on a real cluster.
 
-Bugs 1, 2, 3, 4 and 6 are fixed on main (fenced appends, loads in the session's pipeline, the
-key checked again after a conflict, an uncertain commit reconciled or answered
-outcome_unknown, a delete that locks the session row): their tests must pass. Bug 5, the
-ownership goal and the smaller ones of item 7 are not fixed yet: their tests are strict xfails,
-each seen failing first (a fix makes them pass, and then strict xfail fails the suite until the
-mark is removed)."""
+Every test here was seen failing on a4e1b46's design (or on the main of its day) and passes
+now: fenced appends (bug 1), loads in the session's pipeline (2), the key checked again after
+a conflict (3), an uncertain commit reconciled or answered outcome_unknown (4), a new owner
+that settles a store left waiting when it takes over (5), a delete that locks the session row
+(6), the smaller ones of item 7, and one owner per session (no write_contention)."""
 
 import asyncio
 import time
@@ -272,11 +271,13 @@ def test_finding_all_state_read_reports_dropped_store_as_initial(make_cluster):
 
 # -- bug 5 ------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="issue 15 bug 5, not fixed: a login store that other nodes already loaded "
-                   "stays isLoading when the node running its check dies (recovery only on a fresh load)")
 def test_bug5_waiting_store_settled_after_its_node_dies(make_cluster):
+    """A login check runs on node A (the session's owner) while B and C serve the session (they
+    forward to A) and stream it; A dies. Once A's lease expired, the node that takes the
+    session over settles the store left waiting (login's "server restarted" failure) when it
+    loads it — not after a fixed delay a slow check could outlive."""
     async def body():
-        c = make_cluster(node_env={"STATE_SERVER_LOGIN_CHECK_DELAY": "4", "STATE_SERVER_SESSIONS_RECOVERY_DELAY": "1"})
+        c = make_cluster(node_env={"STATE_SERVER_LOGIN_CHECK_DELAY": "4"})
         await c.wait_ready()
         a, b, cc = (entry(n) for n in c.nodes)
         h = History()
@@ -431,20 +432,14 @@ def test_bug7_partition_inside_a_transaction_blocks_other_nodes(make_cluster):
 
 # -- issue 15 item 1: one owner per session ----------------------------------------------------------
 
-OWNERSHIP_XFAIL = ("issue 15 items 1-2, not built: without one owner per session, concurrent increments through "
-                   "three nodes lose races and answer 503 write_contention")
-
 
 def test_ownership_no_write_contention(make_cluster):
     """900 (short form: 300) concurrent increments on one session through three nodes: the
-    history must pass the checker (that part must pass today), and with one owner per session
-    none may answer 503 write_contention (an expected failure until issue 15 items 1-2 are
-    built: reported as xfail, and as a failure once it passes, like a strict xfail)."""
+    history passes the checker, and with one owner per session (the other two nodes forward
+    to it) none answers 503 write_contention (a4e1b46: 45 of 900)."""
     total = 900 if LONG else 300
     contention = run(_increments(make_cluster, total))
-    if contention:
-        pytest.xfail(f"{OWNERSHIP_XFAIL} ({contention} of {total})")
-    pytest.fail(f"[XPASS(strict)] no write_contention any more: remove the expected failure ({OWNERSHIP_XFAIL})")
+    assert contention == 0, f"{contention} of {total} increments answered 503 write_contention"
 
 
 async def _increments(make_cluster, total):

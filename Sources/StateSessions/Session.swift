@@ -79,6 +79,8 @@ public final class Session: Sendable {
     /// owns the session (0: no owners, every node may write and reads catch up first). The
     /// copy is served only while the node is still a member with that epoch.
     public let ownerEpoch: Int64
+    /// Several nodes: the copy was given up (``abandon()``); the manager forgets it.
+    let abandoned = Atomic<Bool>(false)
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -185,6 +187,7 @@ public final class Session: Sendable {
     /// committed anyway: appends are fenced on the owner), and later changes are refused with
     /// `.retired`, so callers look the session up again and reach its owner.
     func abandon() {
+        abandoned.store(true, ordering: .sequentiallyConsistent)
         pipeline.withLock { $0.retired = true }
         hub.close()
         for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
@@ -1027,14 +1030,20 @@ public final class Session: Sendable {
                     switch await landed(entry) {
                     case true?: committed()
                     case false?: finish(.failed(.storage(StorageError(.unavailable, error.message))))
-                    case nil: finish(.failed(.outcomeUnknown))
+                    case nil:
+                        // This copy may be behind the journal now: the next request loads it
+                        // afresh (with one owner nobody else would catch it up).
+                        if ownerEpoch != 0 { abandon() }
+                        finish(.failed(.outcomeUnknown))
                     }
                 }
                 return
             }
-            if case .failure(let error) = result, error.kind == .notOwner {
-                // Another node owns the session now: nothing was written. This copy goes; the
-                // caller looks the session up again and reaches the owner.
+            if case .failure(let error) = result, ownerEpoch != 0, error.kind == .notOwner || error.kind == .conflict {
+                // Another node owns the session now, or (a conflict) this copy is behind the
+                // journal — after a commit whose outcome this node never heard: nothing was
+                // written. This copy goes; the caller looks the session up again and reaches
+                // the owner, or loads the journal afresh and computes the change again.
                 abandon()
                 return finish(.failed(.retired))
             }

@@ -171,8 +171,11 @@ public final class SessionManager: Sendable {
     public func session(id: String, token: String) -> Session? {
         guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard session.verify(token: token) else { return nil }
-        if session.ownerEpoch != 0, let ownership, session.ownerEpoch != ownership.epoch || !ownership.isMember {
-            // Owned under a membership that lapsed: another node may own it now.
+        if session.ownerEpoch != 0, let ownership,
+            session.ownerEpoch != ownership.epoch || !ownership.isMember || session.abandoned.load(ordering: .sequentiallyConsistent)
+        {
+            // Owned under a membership that lapsed (another node may own it now), or a copy
+            // given up: load it afresh, or reach its owner.
             drop(session)
             return nil
         }
