@@ -565,7 +565,12 @@ extension SQLiteStorage {
                     try apply(write)
                     existing.remove(id)
                     continue
-                case .append(let e, _): try requireSession(e.session, &existing)
+                case .append(let e, _):
+                    // The append's own fence (the session row at seq - 1) finds the session:
+                    // no query of its own.
+                    try apply(write)
+                    existing.insert(e.session)
+                    continue
                 case .snapshot(let s): try requireSession(s.session, &existing)
                 case .touch(let session, _): try requireSession(session, &existing)
                 case .compact(let session, _, _, _, _, _): try requireSession(session, &existing)
@@ -599,7 +604,13 @@ extension SQLiteStorage {
                 // Fenced: the entry must follow the session's last seq and the store's last
                 // version, whatever compaction removed.
                 try db.run("UPDATE sessions SET head_seq = ? WHERE id = ? AND head_seq = ?", [.int(Int64(e.seq)), .text(e.session), .int(Int64(e.seq - 1))])
-                guard db.changes == 1 else { throw Self.notNext(e) }
+                guard db.changes == 1 else {
+                    let found = try db.query("SELECT 1 FROM sessions WHERE id = ?", [.text(e.session)]) { _ in true }
+                    guard !found.isEmpty else {
+                        throw StorageError(.sessionGone, "session \(e.session) does not exist (deleted or expired)")
+                    }
+                    throw Self.notNext(e)
+                }
                 if e.version == 1 {
                     try db.run("INSERT INTO stores (session, feature, version) VALUES (?, ?, 1)", [.text(e.session), .text(e.feature)])
                 } else {

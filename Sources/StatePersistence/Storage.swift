@@ -23,6 +23,9 @@ public enum StateDelta: Sendable, Equatable {
     /// The whole state: a store's first change, and any change whose patch would not be smaller.
     case state([UInt8])
 
+    /// Bytes of the shortest patch that changes anything.
+    static let smallestPatch = 29
+
     /// The stored bytes (the patch or the state).
     public var bytes: [UInt8] {
         switch self {
@@ -38,7 +41,9 @@ public enum StateDelta: Sendable, Equatable {
     /// The patch from `previous` to `state` when it is smaller than `state`, else the state.
     /// Without a previous state (a store's first change) the state itself.
     public static func between(_ previous: [UInt8]?, _ state: [UInt8]) -> StateDelta {
-        guard let previous, let patch = JSONPatch.diff(from: previous, to: state, limit: state.count - 1) else {
+        // No patch is shorter than `[{"op":"remove","path":"/a"}]` (29 bytes): a state that
+        // small is stored whole without computing one (a counter's every change).
+        guard let previous, state.count > Self.smallestPatch, let patch = JSONPatch.diff(from: previous, to: state, limit: state.count - 1) else {
             return .state(state)
         }
         return .patch(patch)

@@ -365,7 +365,10 @@ public final class PostgresStorage: SessionStorage {
     /// A journal entry, perhaps with its idempotency key, fenced, in one statement (one round
     /// trip; PostgreSQL runs a lone statement as its own transaction). The session row is
     /// locked and must be at `seq - 1`, the store's head at `version - 1`: only then are the
-    /// heads moved, the change and key inserted and the NOTIFY sent (at commit). A session that
+    /// heads moved, the change and key inserted and the NOTIFY sent (at commit; only without
+    /// owners: a node that owns its sessions serves their streams itself, and other nodes
+    /// relay them, so nobody listens for its commits — and NOTIFY serializes commits on a
+    /// lock of the whole database). A session that
     /// is gone is `.sessionGone`; a head elsewhere (another writer, a compaction, a stale copy)
     /// or a key already remembered is `.conflict`, with nothing written.
     private static func append(
@@ -403,7 +406,7 @@ public final class PostgresStorage: SessionStorage {
                 INSERT INTO state_keys (session, key, feature, version, time)
                 SELECT id, \(key), \(e.feature), \(e.version), \(e.time) FROM head WHERE \(key)::text IS NOT NULL
             ),
-            n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j)
+            n AS (SELECT pg_notify(\(Self.channel), \(notice)) FROM j WHERE \(epoch)::bigint = 0)
             SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM n),
                 EXISTS (SELECT 1 FROM state_sessions WHERE id = \(e.session)),
                 coalesce((SELECT coalesce(owner, 0) = \(epoch) FROM state_sessions WHERE id = \(e.session)), false)

@@ -7,6 +7,7 @@
 #
 # Prints, per binary, instructions per request for GET /healthz, GET state/counter and POST
 # dispatch (counter increment) on one keep-alive connection, minus a run with no requests.
+# CG_STORAGE=sqlite runs each server on a fresh SQLite database (fsync on): durable dispatch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REQUESTS=${REQUESTS:-2000}
@@ -17,9 +18,11 @@ command -v valgrind >/dev/null || { sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo; $s
 # instructions BINARY KIND COUNT -> total Ir of the server process
 instructions() {
   local binary=$1 kind=$2 count=$3
-  rm -f "$WORK"/cg.out.*
+  rm -f "$WORK"/cg.out.* "$WORK"/cg.db*
+  local storage=()
+  [ "${CG_STORAGE:-memory}" = sqlite ] && storage=(--storage "sqlite:$WORK/cg.db")
   STATE_SERVER_LOG_LEVEL=warning STATE_SERVER_HTTP_THREADS=1 \
-    valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out.%p" "$binary" --port 0 >"$WORK/out" 2>"$WORK/err" &
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out.%p" "$binary" --port 0 "${storage[@]}" >"$WORK/out" 2>"$WORK/err" &
   local pid=$!
   for _ in $(seq 200); do grep -q listening "$WORK/out" 2>/dev/null && break; sleep 0.1; done
   local port; port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$WORK/out" | head -1)
