@@ -1,0 +1,290 @@
+import DequeModule
+import Foundation
+import StatePersistence
+import StateStore
+import Synchronization
+
+/// Loading a store: its base and the changes after it, a rebuild from the whole journal,
+/// or (last resort) a reset; settling work left waiting by a process that is gone.
+extension Session {
+    /// Loads a store from storage unless it is in memory (see ``store(_:)``); inside the
+    /// pipeline with shared storage.
+    func loadStore(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
+        if let store = loadedStore(feature) { return store }
+        guard let storage, let definition = registry[feature] else { return nil }
+        await loadLock.lock()
+        defer { loadLock.unlock() }
+        if let store = stores.withLock({ $0[feature] }) { return store }
+        // Loaded sessions past the server's memory budget: idle ones leave memory first.
+        if let memory, !memory.makeRoom(sparing: id) { throw .memoryFull }
+        let store: any AnyStateStore
+        do {
+            store = try await load(definition, from: storage)
+        } catch {
+            throw .storage(error)
+        }
+        attach(store, feature: feature)
+        var bytes = 0
+        if let (state, version) = try? store.currentJSON() {
+            hub.seed(feature: feature, version: version, state: state)
+            bytes = state.count
+        }
+        stores.withLock { $0[feature] = store }
+        recount()
+        notify(.storeLoaded(session: id, feature: feature, bytes: bytes))
+        // Work that was running in a previous process never comes back: settle its state now,
+        // through the change path like any change. With several nodes the work may still run
+        // on another node: give it `recoveryDelay`, then settle only if nothing changed.
+        if (try? store.prepareRecovery()) != nil {
+            if readsCatchUp, let version = try? store.currentJSON().version {
+                settleLater(feature, ifStillAt: version)
+            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
+                report(failure)
+            }
+        }
+        return store
+    }
+
+    /// Shared storage: after `recoveryDelay`, settles the store's waiting state if it is still at
+    /// `version` (the latest committed: a stale copy catches up and is judged again).
+    func settleLater(_ feature: String, ifStillAt version: Int) {
+        let delay = settings.recoveryDelay
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            guard let self else { return }
+            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version)))
+            let settled: Bool
+            switch outcome {
+            case .applied, .replayed: settled = true
+            case .failed(.store), .failed(.sessionGone), .failed(.retired): settled = false
+            case .failed(let failure):
+                report(failure)
+                settled = false
+            }
+            notify(.waitingWorkChecked(session: id, feature: feature, settled: settled))
+        }
+    }
+
+    /// Publishes the store's changes on the hub, and sends its follow-ups through the change path.
+    func attach(_ store: any AnyStateStore, feature: String) {
+        let hub = self.hub
+        _ = store.addJSONObserver { change in hub.publish(change) }
+        store.routeFollowUps { [weak self] prepare in
+            guard let self else { return }
+            if case .failed(let failure) = await self.submit(ChangeRequest(feature: feature, kind: .followUp(prepare))) {
+                self.report(failure)
+            }
+        }
+    }
+
+    func report(_ failure: SessionFailure) {
+        switch failure {
+        // Work cancelled by a later change (a reset, a logout) sends nothing on purpose.
+        case .store(let e) where e.kind == .workCancelled: break
+        case .store(let e): notify(.followUpRejected(session: id, e))
+        case .storage(let e): notify(.followUpNotStored(session: id, e))
+        case .contention:
+            notify(.followUpNotStored(session: id, StorageError(.conflict, "other nodes kept changing the store")))
+        case .unknownFeature, .sessionGone, .retired, .memoryFull: break
+        case .outcomeUnknown:
+            notify(.followUpNotStored(session: id, StorageError(.uncertain, "a follow-up's commit may or may not have landed")))
+        }
+    }
+
+    /// Snapshot + the journal's changes after it, or a rebuild from the whole journal, or (last
+    /// resort) a reset that is itself journaled. Never a crash, never a silently wrong state.
+    func load(_ definition: AnyFeature, from storage: any SessionStorage) async throws(StorageError) -> any AnyStateStore {
+        let feature = definition.name
+        let onRejected = followUpRejected
+        var problem: String?
+        let snapshot = try await storage.latestSnapshot(session: id, feature: feature)
+        let entries = try await storage.journal(session: id, feature: feature, afterVersion: snapshot?.version ?? 0)
+        switch Self.roll(entries, from: snapshot.map { ($0.version, $0.state) }) {
+        case .success(let (state, version)):
+            var restored: (any AnyStateStore)?
+            do throws(StoreError) {
+                restored = try state.restore(
+                    definition, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
+                    onFollowUpRejected: onRejected)
+            } catch {
+                let base = snapshot.map { "the snapshot at version \($0.version)" } ?? "the journal"
+                problem = "\(base) and the changes after it (to version \(version)) could not be restored: \(error.message)"
+            }
+            if let restored {
+                if let snapshot, snapshot.stateVersion != definition.stateVersion {
+                    try await rebase(restored, definition)
+                }
+                return restored
+            }
+        case .failure(let reason):
+            problem = reason.message
+        }
+        // The snapshot (or what follows it) failed: rebuild from the start of the journal —
+        // only when the journal starts at version 1 and reaches at least the snapshot's version
+        // (compaction may have removed the start; going back in time is not a recovery). First
+        // its states as recorded; when they no longer decode (a state schema changed without a
+        // migration), its actions replayed through today's reducers, side effects off.
+        let snapshotVersion = snapshot?.version ?? 0
+        let all = snapshot == nil ? entries : try await storage.journal(session: id, feature: feature, afterVersion: 0)
+        if all.first?.version == 1, let last = all.last?.version, last >= snapshotVersion {
+            var rebuilt: (any AnyStateStore)?
+            if case .success(let (state, version)) = Self.roll(all, from: nil) {
+                rebuilt = try? state.restore(
+                    definition, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
+            }
+            if rebuilt == nil {
+                let replayed = definition.makeStore(onFollowUpRejected: onRejected)
+                if Self.replayActions(all, into: replayed) { rebuilt = replayed }
+            }
+            if let rebuilt {
+                notify(.storeRecovered(
+                    session: id, feature: feature, how: "rebuilt from the journal", reason: problem ?? "unknown"))
+                try await rebase(rebuilt, definition)
+                return rebuilt
+            }
+        }
+        // Last resort: the initial state, as a journaled reset after the last known version,
+        // with a snapshot so the next load starts from it.
+        let lastVersion = max(all.last?.version ?? 0, entries.last?.version ?? 0, snapshotVersion)
+        let reason = problem ?? "the journal of \(feature) cannot be replayed"
+        let store: any AnyStateStore
+        do {
+            store = try definition.restoreStore(state: nil, stateVersion: definition.stateVersion, version: lastVersion, onFollowUpRejected: onRejected)
+        } catch {
+            throw StorageError(.unavailable, "cannot create \(feature): \(error.message)")
+        }
+        do {
+            let reset = try store.prepareReset(ifVersion: nil)
+            let seq = max(hub.seq, try await storage.lastSeq(session: id)) + 1
+            let entry = JournalEntry(
+                session: id, seq: seq, feature: feature, version: reset.encoded.version, cause: reset.encoded.cause,
+                action: nil, effect: nil, delta: .state(reset.encoded.state), time: WallClock.now)
+            try await journal.record {
+                [
+                    .append(entry, idempotencyKey: nil),
+                    .snapshot(StoreSnapshot(
+                        session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
+                        state: reset.encoded.state, time: WallClock.now)),
+                ]
+            }
+            store.commit(reset, startWork: false)
+            hub.advance(to: seq)
+        } catch let error as StorageError {
+            throw error
+        } catch {
+            throw StorageError(.unavailable, "cannot reset \(feature): \(error)")
+        }
+        notify(.storeRecovered(session: id, feature: feature, how: "reset to the initial state", reason: reason))
+        return store
+    }
+
+    /// A snapshot of `store` as it is now, in today's state schema: later changes are patches
+    /// from it, so a load never applies them to a state of an older schema.
+    func rebase(_ store: any AnyStateStore, _ definition: AnyFeature) async throws(StorageError) {
+        guard let (state, version) = try? store.currentJSON(), version > 0 else { return }
+        let snapshot = StoreSnapshot(
+            session: id, feature: definition.name, version: version, stateVersion: definition.stateVersion, state: state,
+            time: WallClock.now)
+        try await journal.record { [.snapshot(snapshot)] }
+    }
+
+    /// Replays a whole journal's actions (and rehydrated states) through `store`'s reducer,
+    /// side effects off; `false` at the first that does not apply.
+    static func replayActions(_ entries: [JournalEntry], into store: any AnyStateStore) -> Bool {
+        var state: [UInt8]?
+        for entry in entries {
+            do throws(StorageError) {
+                state = try entry.delta.state(after: state)
+            } catch {
+                return false
+            }
+            let payload: [UInt8]? =
+                switch entry.cause {
+                case "dispatch": entry.action
+                case "rehydrate": state
+                default: nil
+                }
+            do throws(StoreError) {
+                try store.replay(cause: entry.cause, payload: payload)
+            } catch {
+                return false
+            }
+        }
+        return true
+    }
+
+    struct RollFailure: Error {
+        let message: String
+    }
+
+    /// A state rolled forward from a base: still the stored bytes (no patch on the way), parsed
+    /// (patches applied to one tree, parsed once), or none (the journal's start, no change).
+    enum Rolled {
+        case none
+        case bytes([UInt8])
+        case tree(JSONValue)
+
+        func restore(
+            _ definition: AnyFeature, stateVersion: Int, version: Int,
+            onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
+        ) throws(StoreError) -> any AnyStateStore {
+            switch self {
+            case .none:
+                return try definition.restoreStore(
+                    state: nil, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            case .bytes(let bytes):
+                return try definition.restoreStore(
+                    state: bytes, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            case .tree(let json):
+                return try definition.restoreStore(
+                    json: json, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+            }
+        }
+    }
+
+    /// The state after `entries` applied in order to `base` (a version and its state; nil for
+    /// the start of the journal), and its version; why not, when a version is missing or a
+    /// patch does not apply. However many patches, the state is parsed once.
+    static func roll(
+        _ entries: [JournalEntry], from base: (version: Int, state: [UInt8])?
+    ) -> Result<(state: Rolled, version: Int), RollFailure> {
+        var state = Rolled.none
+        if let base { state = Rolled.bytes(base.state) }
+        var version = base?.version ?? 0
+        for entry in entries {
+            guard entry.version == version + 1 else {
+                let message = "the journal of \(entry.feature) jumps from version \(version) to \(entry.version)"
+                return .failure(RollFailure(message: message))
+            }
+            switch entry.delta {
+            case .state(let bytes):
+                state = Rolled.bytes(bytes)
+            case .patch(let patch):
+                var tree: JSONValue
+                switch state {
+                case .none:
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) is a patch with nothing before it"))
+                case .bytes(let bytes):
+                    guard let parsed = JSONCoding.parse(bytes) else {
+                        return .failure(RollFailure(message: "the state before version \(entry.version) of \(entry.feature) is not JSON"))
+                    }
+                    tree = parsed
+                case .tree(let current):
+                    tree = current
+                }
+                state = Rolled.none  // the tree is edited in place, not copied
+                guard let operations = JSONCoding.parse(patch) else {
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) has a patch that is not JSON"))
+                }
+                do throws(JSONPatch.Failure) {
+                    try JSONPatch.apply(operations, to: &tree)
+                } catch {
+                    return .failure(RollFailure(message: "version \(entry.version) of \(entry.feature) does not apply: \(error.message)"))
+                }
+                state = Rolled.tree(tree)
+            }
+            version = entry.version
+        }
+        return .success((state, version))
+    }
+}

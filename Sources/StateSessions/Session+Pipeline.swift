@@ -1,0 +1,135 @@
+import DequeModule
+import Foundation
+import StatePersistence
+import StateStore
+import Synchronization
+
+/// The pipeline: one job at a time per session, in arrival order (changes, deletes, loads
+/// and catch-ups), drained in a loop.
+extension Session {
+    enum Admission {
+        case refuse(SessionFailure)
+        case queued
+        case run
+    }
+
+    func enqueue(_ job: Pipeline.Job) {
+        let admission = pipeline.withLock { p -> Admission in
+            if p.deleted { return .refuse(.sessionGone) }
+            if p.retired { return .refuse(.retired) }
+            if p.running {
+                p.waiting.append(job)
+                return .queued
+            }
+            p.running = true
+            return .run
+        }
+        switch admission {
+        case .refuse(let failure): Self.refuse(job, failure)
+        case .queued: break
+        case .run: drain(job)
+        }
+    }
+
+    static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
+        switch job {
+        case .change(_, let done): done(.failed(failure))
+        case .delete(let done), .refresh(let done), .pull(let done), .load(_, let done): done(.failure(failure))
+        }
+    }
+
+    /// Runs `first`, then the waiting jobs in order, until none is left or one goes on
+    /// asynchronously (its completion drains the rest). A loop, not recursion: a long queue of
+    /// synchronous jobs does not grow the stack.
+    func drain(_ first: Pipeline.Job) {
+        var job = first
+        while true {
+            let handoff = Handoff()
+            run(job) { [self] in
+                // Finished after `run` returned: this completion carries the pipeline on.
+                if handoff.finish(), let next = takeNext() { drain(next) }
+            }
+            guard handoff.leave(), let next = takeNext() else { return }
+            job = next
+        }
+    }
+
+    /// The next waiting job, or `nil` (and the pipeline idle). After a delete, waiting jobs
+    /// are refused.
+    func takeNext() -> Pipeline.Job? {
+        var refused: [Pipeline.Job] = []
+        let next = pipeline.withLock { p -> Pipeline.Job? in
+            if p.deleted {
+                refused = Array(p.waiting)
+                p.waiting.removeAll()
+            }
+            if let next = p.waiting.popFirst() { return next }
+            p.running = false
+            return nil
+        }
+        for job in refused { Self.refuse(job, .sessionGone) }
+        return next
+    }
+
+    /// Runs one job. Its caller is answered after `completion` hands the pipeline on, so a
+    /// caller that resumes never finds the session still busy with its own request.
+    func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
+        switch job {
+        case .load(let feature, let done):
+            Task { [self] in
+                let result: Result<Void, SessionFailure>
+                do throws(SessionFailure) {
+                    _ = try await loadStore(feature)
+                    result = .success(())
+                } catch {
+                    result = .failure(error)
+                }
+                completion()
+                done(result)
+            }
+        case .refresh(let done):
+            catchUpThen(checkingExistence: true, completion: completion, done: done)
+        case .pull(let done):
+            // Caught up meanwhile (by this node's own commit or a read): nothing to fetch.
+            guard heardSeq.load(ordering: .sequentiallyConsistent) > hub.seq else {
+                completion()
+                return done(.success(()))
+            }
+            // A delete is heard as a notice of its own: one read, not two.
+            catchUpThen(checkingExistence: false, completion: completion, done: done)
+        case .change(let request, let done):
+            execute(request) { [self] outcome in
+                // A change counts as use when it ends, not only when its request looked the
+                // session up: one that waited or committed slowly must not leave the session
+                // looking idle (the TTL sweep judges loaded sessions by this time).
+                lastUsed.store(WallClock.now, ordering: .relaxed)
+                completion()
+                done(outcome)
+            }
+        case .delete(let done):
+            let id = self.id
+            journal.record({ [.deleteSession(id: id)] }) { [self] result in
+                if case .success = result { markGone() }
+                completion()
+                done(result.mapError { .storage($0) })
+            }
+        }
+    }
+
+    func catchUpThen(
+        checkingExistence: Bool, completion: @escaping @Sendable () -> Void,
+        done: @escaping @Sendable (Result<Void, SessionFailure>) -> Void
+    ) {
+        Task { [self] in
+            let result: Result<Void, SessionFailure>
+            do throws(StorageError) {
+                try await catchUp(checkingExistence: checkingExistence)
+                result = .success(())
+            } catch {
+                result = .failure(error.kind == .sessionGone ? .sessionGone : .storage(error))
+            }
+            completion()
+            done(result)
+        }
+    }
+}
