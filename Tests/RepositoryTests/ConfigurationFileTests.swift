@@ -58,6 +58,7 @@ struct ConfigurationFileTests {
                 var accepted = ["`\(value)`"]
                 if let number = value as? Double { accepted.append("`\(Self.number(number))`") }
                 if let flag = value as? Bool { accepted.append("`\(flag)`") }
+                if let text = value as? String, text.isEmpty { accepted.append("`\"\"`") }
                 #expect(
                     accepted.contains(columns[2]),
                     "\(Self.documentPath)'s default for `\(key)` is \(columns[2]), the server's is \(value)")
