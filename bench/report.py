@@ -123,8 +123,8 @@ def main():
     ap.add_argument("--python")
     ap.add_argument("--phases", help="the phases run (bench/run.sh's BENCH_PHASES); default all")
     a = ap.parse_args()
-    phases = set((a.phases or " ".join(ALL_PHASES)).split())
-    partial = not set(ALL_PHASES) <= phases
+    run_phases = set((a.phases or " ".join(ALL_PHASES)).split())
+    partial = not set(ALL_PHASES) <= run_phases
 
     recs = [json.loads(l) for l in open(os.path.join(a.dir, "results.jsonl")) if l.strip()]
     by = {}
@@ -369,7 +369,8 @@ def main():
             for i, node in enumerate(r["per_node"]):
                 for k in per[i]:
                     per[i][k] += node.get(k, 0)
-        total = {k: sum(r.get(k) or 0 for r in rs) for k in ("duration_s", "pg_cpu_s", "nginx_cpu_s", "wrk_cpu_s")}
+        total = {k: sum(r.get(k) or 0 for r in rs)
+                 for k in ("duration_s", "pg_cpu_s", "nginx_cpu_s", "wrk_cpu_s", "machine_busy_s", "machine_total_s")}
         counted = [r for r in rs if r.get("pg_statements") is not None]
         trips = sum(r["pg_statements"] + (r.get("pg_failed") or 0) for r in counted)
         trips_done = sum(sum(node["dispatches"] for node in r["per_node"]) for r in counted)
@@ -404,7 +405,9 @@ def main():
         busy = "–"
         if c and c["duration_s"]:
             parts = [sum(p["cpu_s"] for p in c["per_node"]), c["pg_cpu_s"], c["nginx_cpu_s"], c["wrk_cpu_s"]]
-            busy = f"{sum(parts) / c['duration_s']:.2f}" + (f" of {cores}" if cores else "")
+            busy = f"{sum(parts) / c['duration_s']:.2f}"
+            if c["machine_total_s"] and cores:
+                busy += f"; machine {cores * c['machine_busy_s'] / c['machine_total_s']:.2f} of {cores}"
         cluster_rows.append((
             f"{n}",
             fmt_int(via["rps"]) if via else "–", fmt_ratio(times_one(n, 0)) if via else "–",
@@ -421,7 +424,7 @@ def main():
     cluster_headers = ["nodes", "dispatches/s through nginx (by session)", "× 1 node", "direct: dispatches/s (× 1 node)",
                        "node CPU per dispatch, ms (node 1 / 2 / 3)", "node CPU, cores (each)",
                        "node throttled (periods)", "PostgreSQL CPU, cores (per dispatch)", "nginx / wrk CPU, cores",
-                       "all of them, cores", "round trips to PostgreSQL per dispatch (direct)",
+                       "all of these / the whole machine, cores", "round trips to PostgreSQL per dispatch (direct)",
                        "event p99: same node / across nodes", "non-2xx / socket errors"]
     scaling_line = None
     if scale_n:
@@ -625,7 +628,7 @@ def main():
                       "nodes, nginx and wrk — shares the same cores, so more nodes cannot mean more throughput here. ")
         pg_md += [PG_BEGIN, PG_HEADING, ""]
         if partial:
-            pg_md += [f"Measured by `make bench-cluster` (`BENCH_PHASES={' '.join(sorted(phases))}`) on "
+            pg_md += [f"Measured by `make bench-cluster` (`BENCH_PHASES={' '.join(sorted(run_phases))}`) on "
                       f"{run_info.get('start', '?')} in {run_info.get('seconds', '?')} s, load average "
                       f"{run_info.get('loadavg at start', '?')} at the start and {run_info.get('loadavg at end', '?')} "
                       f"at the end; {run_info.get('git', '')}; binary {run_info.get('binary', '')}. The other "
@@ -647,8 +650,13 @@ def main():
                       "per node; *cores* = CPU seconds ÷ wrk's duration; *throttled* = the share of the group's CFS "
                       "periods in which the node used up its quota (near 100 %: the quota was the limit); "
                       "PostgreSQL = postmaster and backends; nginx = master and worker; wrk = its own CPU (bash's "
-                      "`times` around it); *all of them* against `nproc` says whether the machine itself was the "
-                      "limit. *Round trips to PostgreSQL per dispatch* = every statement the nodes sent during the "
+                      "`times` around it); *all of these* is their sum, and *the whole machine* every process's "
+                      "CPU (`/proc/stat`, other work on this shared machine included) against `nproc`: whether the "
+                      "machine itself was the limit. Before each run through nginx, one dispatch on every session "
+                      "through it (`bench/tools/warm.py`) puts each session's current copy on the node nginx routes "
+                      "it to: the measured run is the steady state of routing by session, not the one-time move of "
+                      "sessions after the direct run or a new node on the hash ring. "
+                      "*Round trips to PostgreSQL per dispatch* = every statement the nodes sent during the "
                       "run (`pg_stat_statements`, reset before it, plus the failed ones from PostgreSQL's log) ÷ "
                       "dispatches answered, through nginx (in parentheses: direct, where each session's dispatches "
                       "alternate between the nodes). Event p99: `bench/tools/sse.py`, as in the latency table below, "
@@ -714,8 +722,8 @@ def main():
     if partial:
         # Some phases only: rewrite the sections of those phases and keep the rest of the page,
         # which describes another run. Only the several-node section can be rewritten alone.
-        if "postgres" not in phases or not pg_md:
-            print(f"\n{doc} not written: a run of some phases ({' '.join(sorted(phases))}) can rewrite only the "
+        if "postgres" not in run_phases or not pg_md:
+            print(f"\n{doc} not written: a run of some phases ({' '.join(sorted(run_phases))}) can rewrite only the "
                   "several-node section (BENCH_PHASES=postgres, `make bench-cluster`); run every phase for the rest")
             return
         if not (BEGIN in old and END in old):

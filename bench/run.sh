@@ -591,13 +591,14 @@ open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
 PYEOF
 }
 
-# cluster_snapshot: one line of counters: PostgreSQL's and nginx's CPU ticks, then for each node
-# its CPU ticks, the dispatches it answered (stateserver_dispatch_duration_seconds_count) and
-# its group's cpu.stat (nr_periods, nr_throttled, throttled_time in ns).
+# cluster_snapshot: one line of counters: the whole machine's busy and total CPU ticks (/proc/stat:
+# every process, also other work on a shared machine), PostgreSQL's and nginx's CPU ticks, then
+# for each node its CPU ticks, the dispatches it answered (stateserver_dispatch_duration_seconds_
+# count) and its group's cpu.stat (nr_periods, nr_throttled, throttled_time in ns).
 cluster_snapshot() {
     local i line d st ng=0
     [ -n "$CLUSTER_NGINX_PID" ] && ng=$(ticks "$CLUSTER_NGINX_PID" $(pgrep -P "$CLUSTER_NGINX_PID"))
-    line="$(pg_ticks) $ng"
+    line="$(awk '$1 == "cpu" { printf "%d %d", $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat) $(pg_ticks) $ng"
     for i in "${!NODE_PIDS[@]}"; do
         d=$(curl -s -m 5 "http://127.0.0.1:${NODE_PORTS[$i]}/metrics" 2>/dev/null \
             | awk '$1 == "stateserver_dispatch_duration_seconds_count" { v = $2 } END { printf "%d", v + 0 }')
@@ -627,6 +628,8 @@ a, b = [list(map(int, s.split())) for s in (snap0, snap1)]
 d = [y - x for x, y in zip(a, b)]
 hz, duration = int(hz), float(duration)
 pg = json.loads(pgjson or "{}")
+machine_busy, machine_total = d[0], d[1]
+d = d[2:]
 nodes = []
 for i in range(2, len(d), 5):
     ticks, dispatches, periods, throttled, throttled_ns = d[i:i + 5]
@@ -635,17 +638,18 @@ for i in range(2, len(d), 5):
 rec = {"kind": "cluster", "name": f"{phase}-{scenario}-r{rnd}-cluster", "scenario": scenario, "phase": phase,
        "round": int(rnd), "nodes": len(nodes), "node_cpu": float(quota), "duration_s": duration,
        "pg_cpu_s": d[0] / hz, "nginx_cpu_s": d[1] / hz, "wrk_cpu_s": float(wrk_cpu),
+       "machine_busy_s": machine_busy / hz, "machine_total_s": machine_total / hz,
        "pg_statements": pg.get("statements"), "pg_failed": pg.get("failed"),
        "pg_by_statement": pg.get("by_statement", []), "per_node": nodes}
 open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
 done = sum(n["dispatches"] for n in nodes)
 trips = ((rec["pg_statements"] or 0) + (rec["pg_failed"] or 0)) / done if done and rec["pg_statements"] is not None else None
-print("   %-22s each node: %s; PostgreSQL %.2f, nginx %.2f, wrk %.2f cores; %s round trips to PostgreSQL per dispatch" % (
+print("   %-22s each node: %s; PostgreSQL %.2f, nginx %.2f, wrk %.2f cores (machine: %.0f %% busy); %s round trips to PostgreSQL per dispatch" % (
     f"{phase}-{scenario}", "; ".join("%d dispatches, %.2f cores, %.2f ms CPU each, throttled %d/%d periods" % (
         n["dispatches"], n["cpu_s"] / duration, 1000 * n["cpu_s"] / n["dispatches"] if n["dispatches"] else 0,
         n["throttled_periods"], n["periods"]) for n in nodes),
     rec["pg_cpu_s"] / duration, rec["nginx_cpu_s"] / duration, rec["wrk_cpu_s"] / duration,
-    "%.2f" % trips if trips is not None else "–"))
+    100 * machine_busy / machine_total if machine_total else 0, "%.2f" % trips if trips is not None else "–"))
 PYEOF
 }
 
@@ -697,6 +701,13 @@ if [ -n "$PG_URL" ]; then
         for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
             wrk_run nginx nginx "$NGINX_URL"
             wrk_parallel "pg-direct-$N"
+            # Through nginx by session: first one dispatch on every session through it, so each
+            # session's node holds a current copy (the steady state of that routing; the direct
+            # run and a new node on the hash ring moved sessions), then the measured run.
+            run timeout 150 $PY bench/tools/warm.py --url "$CLUSTER_URL" --sessions "$TMP/sessions-pg.txt" \
+                --timeout 120 > "$RAW/warm-$PHASE-r$ROUND.txt" 2>&1 \
+                || warn "the warm-up through nginx ($PHASE) failed: $(tail -c 300 "$RAW/warm-$PHASE-r$ROUND.txt")"
+            echo "   $(tail -1 "$RAW/warm-$PHASE-r$ROUND.txt")"
             measure_start
             cpu_start
             WRK_SCRIPT=bench/wrk/sessions.lua \
