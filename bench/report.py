@@ -507,10 +507,13 @@ def main():
     stopped = [r["name"] for r in recs if r["kind"] == "server_stop"]
 
     # ---- console -------------------------------------------------------------------------------
-    print()
-    print(plain_table(main_headers, main_rows))
-    print()
-    print(plain_table(goal_headers, goals))
+    # A run of some phases leaves most of these unmeasured: print them only if one was measured.
+    if not partial or any(r[1] != "not measured" for r in main_rows[1:]):
+        print()
+        print(plain_table(main_headers, main_rows))
+    if not partial or any(g[2] != "not measured" for g in goals):
+        print()
+        print(plain_table(goal_headers, goals))
     if rate_rows:
         print()
         print(plain_table(rate_headers, rate_rows))
@@ -669,7 +672,8 @@ def main():
             pg_md += ["Event latency (`bench/tools/sse.py --dispatch-url`): one dispatch per session per "
                       "round on node 1, latency = the moment the stream has read the `state` event − the moment the "
                       "dispatch was written; 10 sessions with one stream each, 100 rounds 20 ms apart"
-                      + (", the nodes under their CPU quota." if quota else "."), "",
+                      + (", the nodes under their CPU quota: a node that has used up its quota of a 100 ms CFS "
+                         "period waits for the next one, and the tail shows it." if quota else "."), "",
                       table(lat_headers, lat_rows), ""]
         if cost_rows:
             pg_md += ["What one request costs PostgreSQL, counted by `pg_stat_statements` (`bench/tools/pgcost.py`: "
