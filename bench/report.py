@@ -370,7 +370,10 @@ def main():
                 for k in per[i]:
                     per[i][k] += node.get(k, 0)
         total = {k: sum(r.get(k) or 0 for r in rs)
-                 for k in ("duration_s", "pg_cpu_s", "nginx_cpu_s", "wrk_cpu_s", "machine_busy_s", "machine_total_s")}
+                 for k in ("duration_s", "window_s", "pg_cpu_s", "nginx_cpu_s", "wrk_cpu_s", "machine_busy_s", "machine_total_s")}
+        # Cores = CPU seconds over the measured window (from the counters read before the run to
+        # those read after it; wrk's duration for records without it).
+        total["span_s"] = total["window_s"] or total["duration_s"]
         counted = [r for r in rs if r.get("pg_statements") is not None]
         trips = sum(r["pg_statements"] + (r.get("pg_failed") or 0) for r in counted)
         trips_done = sum(sum(node["dispatches"] for node in r["per_node"]) for r in counted)
@@ -381,7 +384,7 @@ def main():
         return " / ".join(f"{1000 * p['cpu_s'] / p['dispatches']:.2f}" if p["dispatches"] else "–" for p in c["per_node"])
 
     def cores_each(c):
-        return " / ".join(f"{p['cpu_s'] / c['duration_s']:.2f}" for p in c["per_node"]) if c["duration_s"] else "–"
+        return " / ".join(f"{p['cpu_s'] / c['span_s']:.2f}" for p in c["per_node"]) if c["span_s"] else "–"
 
     def throttled_each(c):
         return " / ".join(f"{100 * p['throttled_periods'] / p['periods']:.0f} %" if p["periods"] else "–"
@@ -403,9 +406,9 @@ def main():
     for n, (via, direct, c, cd) in sorted(scale_n.items()):
         lat_same, lat_cross = by.get(f"pg-same-node-{n}", {}), by.get(f"pg-cross-node-{n}", {})
         busy = "–"
-        if c and c["duration_s"]:
+        if c and c["span_s"]:
             parts = [sum(p["cpu_s"] for p in c["per_node"]), c["pg_cpu_s"], c["nginx_cpu_s"], c["wrk_cpu_s"]]
-            busy = f"{sum(parts) / c['duration_s']:.2f}"
+            busy = f"{sum(parts) / c['span_s']:.2f}"
             if c["machine_total_s"] and cores:
                 busy += f"; machine {cores * c['machine_busy_s'] / c['machine_total_s']:.2f} of {cores}"
         cluster_rows.append((
@@ -413,9 +416,9 @@ def main():
             fmt_int(via["rps"]) if via else "–", fmt_ratio(times_one(n, 0)) if via else "–",
             (f"{fmt_int(direct['rps'])} ({fmt_ratio(times_one(n, 1))})" if direct else "–"),
             ms_each(c) if c else "–", cores_each(c) if c else "–", throttled_each(c) if c else "–",
-            (f"{c['pg_cpu_s'] / c['duration_s']:.2f} ({1000 * c['pg_cpu_s'] / c['dispatches']:.2f} ms)"
-             if c and c["duration_s"] and c["dispatches"] else "–"),
-            (f"{c['nginx_cpu_s'] / c['duration_s']:.2f} / {c['wrk_cpu_s'] / c['duration_s']:.2f}" if c and c["duration_s"] else "–"),
+            (f"{c['pg_cpu_s'] / c['span_s']:.2f} ({1000 * c['pg_cpu_s'] / c['dispatches']:.2f} ms)"
+             if c and c["span_s"] and c["dispatches"] else "–"),
+            (f"{c['nginx_cpu_s'] / c['span_s']:.2f} / {c['wrk_cpu_s'] / c['span_s']:.2f}" if c and c["span_s"] else "–"),
             busy,
             (f"{c['trips_per_dispatch']:.2f}" if c and c["trips_per_dispatch"] is not None else "–")
             + (f" ({cd['trips_per_dispatch']:.2f})" if cd and cd["trips_per_dispatch"] is not None else ""),
@@ -650,7 +653,7 @@ def main():
             pg_md += ["### Scaling (issue 15, item 6)", "",
                       "Per number of nodes, around each run: each node's CPU time (`/proc`) and the dispatches it "
                       "answered (its `stateserver_dispatch_duration_seconds_count`), so *node CPU per dispatch* is "
-                      "per node; *cores* = CPU seconds ÷ wrk's duration; *throttled* = the share of the group's CFS "
+                      "per node; *cores* = CPU seconds ÷ the measured window (wrk's run and the reading of the counters); *throttled* = the share of the group's CFS "
                       "periods in which the node used up its quota (near 100 %: the quota was the limit); "
                       "PostgreSQL = postmaster and backends; nginx = master and worker; wrk = its own CPU (bash's "
                       "`times` around it); *all of these* is their sum, and *the whole machine* every process's "

@@ -271,6 +271,7 @@ wrk_run() {
     children_cpu; local cpu0=$CHILDREN_CPU
     bg timeout $((DURATION + 30)) "${cmd[@]}" >> "$out" 2>&1 || echo "wrk exited with status $?" >> "$out"
     children_cpu; WRK_CPU_S=$(awk -v a="$cpu0" -v b="$CHILDREN_CPU" 'BEGIN { printf "%.3f", b - a }')
+    [ -z "${WRK_AFTER:-}" ] || "$WRK_AFTER"
     $PY bench/tools/wrkrecord.py --name "$name" --scenario "$scenario" --phase "$PHASE" --round "$ROUND" \
         --target "$target" --raw "$out" --results "$RES" ${WRK_PID:+--pid "$WRK_PID"} ${WRK_SESSIONS:+--sessions "$WRK_SESSIONS"} \
         | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-22s %10s req/s  p99 %8s us  non2xx %s  errors %s" % (r["name"], r.get("rps"), r.get("p99_us"), r.get("non2xx"), sum(r.get(k,0) for k in ("connect_errors","read_errors","write_errors","timeouts"))))'
@@ -485,6 +486,7 @@ if awk -v c="$NODE_CPU" 'BEGIN { exit !(c > 0) }'; then
     fi
 fi
 [ "$QUOTA_US" = 0 ] && NODE_CPU=0
+NODE_CPU=$(awk -v c="$NODE_CPU" 'BEGIN { printf "%g", c }')  # as JSON reads it (0.15, not .150)
 echo "{\"kind\": \"cluster_setup\", \"name\": \"cluster-setup\", \"node_cpu\": $NODE_CPU, \"quota_us\": $QUOTA_US, \"period_us\": 100000, \"duration_s\": $DURATION}" >> "$RES"
 if [ "$QUOTA_US" -gt 0 ]; then
     echo "   each node: cgroup v1 cpu, cpu.cfs_quota_us=$QUOTA_US per cpu.cfs_period_us=100000 ($NODE_CPU CPU)"
@@ -591,14 +593,15 @@ open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
 PYEOF
 }
 
-# cluster_snapshot: one line of counters: the whole machine's busy and total CPU ticks (/proc/stat:
-# every process, also other work on a shared machine), PostgreSQL's and nginx's CPU ticks, then
-# for each node its CPU ticks, the dispatches it answered (stateserver_dispatch_duration_seconds_
-# count) and its group's cpu.stat (nr_periods, nr_throttled, throttled_time in ns).
+# cluster_snapshot: one line of counters: the time (ns), the whole machine's busy and total CPU
+# ticks (/proc/stat: every process, also other work on a shared machine), PostgreSQL's and
+# nginx's CPU ticks, then for each node its CPU ticks, the dispatches it answered
+# (stateserver_dispatch_duration_seconds_count) and its group's cpu.stat (nr_periods,
+# nr_throttled, throttled_time in ns), and the time again (ns) once they are read.
 cluster_snapshot() {
     local i line d st ng=0
     [ -n "$CLUSTER_NGINX_PID" ] && ng=$(ticks "$CLUSTER_NGINX_PID" $(pgrep -P "$CLUSTER_NGINX_PID"))
-    line="$(awk '$1 == "cpu" { printf "%d %d", $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat) $(pg_ticks) $ng"
+    line="$(date +%s%N) $(awk '$1 == "cpu" { printf "%d %d", $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat) $(pg_ticks) $ng"
     for i in "${!NODE_PIDS[@]}"; do
         d=$(curl -s -m 5 "http://127.0.0.1:${NODE_PORTS[$i]}/metrics" 2>/dev/null \
             | awk '$1 == "stateserver_dispatch_duration_seconds_count" { v = $2 } END { printf "%d", v + 0 }')
@@ -607,17 +610,20 @@ cluster_snapshot() {
             $1 == "throttled_time" { n = $2 } END { printf "%d %d %d", p, t, n }' "${NODE_CGS[$i]}/cpu.stat" 2>/dev/null)
         line="$line $(ticks "${NODE_PIDS[$i]}") ${d:-0} ${st:-0 0 0}"
     done
-    echo "$line"
+    echo "$line $(date +%s%N)"
 }
 SNAP0=""
-measure_start() {  # before a load run: PostgreSQL's statistics reset, the counters read
+SNAP1=""
+measure_start() {  # just before a load run: PostgreSQL's statistics reset, the counters read
     timeout 60 $PY bench/tools/pgcost.py --pg-dir "$PG_DIR" --db "$PG_DB" --mark "$TMP/pg-mark.txt" \
         >> "$RAW/pgmark.txt" 2>&1 || warn "pgcost.py --mark failed: $(tail -c 300 "$RAW/pgmark.txt")"
+    SNAP1=""
     SNAP0=$(cluster_snapshot)
 }
-measure_end() {  # measure_end SCENARIO WRK_CPU_SECONDS: after the run, a "cluster" record
-    local snap1 pgjson hz
-    snap1=$(cluster_snapshot)
+measure_stop() { SNAP1=$(cluster_snapshot); }  # right after the load run (wrk_run's WRK_AFTER)
+measure_end() {  # measure_end SCENARIO WRK_CPU_SECONDS: a "cluster" record of the run
+    local snap1=$SNAP1 pgjson hz
+    [ -n "$snap1" ] || snap1=$(cluster_snapshot)
     pgjson=$(timeout 60 $PY bench/tools/pgcost.py --pg-dir "$PG_DIR" --db "$PG_DB" --since "$TMP/pg-mark.txt" 2>> "$RAW/pgmark.txt") \
         || { warn "pgcost.py --since failed: $(tail -c 300 "$RAW/pgmark.txt")"; pgjson='{}'; }
     hz=$(getconf CLK_TCK)
@@ -625,7 +631,8 @@ measure_end() {  # measure_end SCENARIO WRK_CPU_SECONDS: after the run, a "clust
 import json, sys
 res, scenario, phase, rnd, snap0, snap1, pgjson, wrk_cpu, hz, quota, duration = sys.argv[1:]
 a, b = [list(map(int, s.split())) for s in (snap0, snap1)]
-d = [y - x for x, y in zip(a, b)]
+window_ns = b[0] - a[-1]  # from the end of the first reading to the start of the second
+d = [y - x for x, y in zip(a[1:-1], b[1:-1])]
 hz, duration = int(hz), float(duration)
 pg = json.loads(pgjson or "{}")
 machine_busy, machine_total = d[0], d[1]
@@ -637,6 +644,7 @@ for i in range(2, len(d), 5):
                   "throttled_periods": throttled, "throttled_s": throttled_ns / 1e9})
 rec = {"kind": "cluster", "name": f"{phase}-{scenario}-r{rnd}-cluster", "scenario": scenario, "phase": phase,
        "round": int(rnd), "nodes": len(nodes), "node_cpu": float(quota), "duration_s": duration,
+       "window_s": window_ns / 1e9,
        "pg_cpu_s": d[0] / hz, "nginx_cpu_s": d[1] / hz, "wrk_cpu_s": float(wrk_cpu),
        "machine_busy_s": machine_busy / hz, "machine_total_s": machine_total / hz,
        "pg_statements": pg.get("statements"), "pg_failed": pg.get("failed"),
@@ -644,11 +652,12 @@ rec = {"kind": "cluster", "name": f"{phase}-{scenario}-r{rnd}-cluster", "scenari
 open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
 done = sum(n["dispatches"] for n in nodes)
 trips = ((rec["pg_statements"] or 0) + (rec["pg_failed"] or 0)) / done if done and rec["pg_statements"] is not None else None
+span = window_ns / 1e9 or duration  # CPU seconds / span = cores used over the measured window
 print("   %-22s each node: %s; PostgreSQL %.2f, nginx %.2f, wrk %.2f cores (machine: %.0f %% busy); %s round trips to PostgreSQL per dispatch" % (
     f"{phase}-{scenario}", "; ".join("%d dispatches, %.2f cores, %.2f ms CPU each, throttled %d/%d periods" % (
-        n["dispatches"], n["cpu_s"] / duration, 1000 * n["cpu_s"] / n["dispatches"] if n["dispatches"] else 0,
+        n["dispatches"], n["cpu_s"] / span, 1000 * n["cpu_s"] / n["dispatches"] if n["dispatches"] else 0,
         n["throttled_periods"], n["periods"]) for n in nodes),
-    rec["pg_cpu_s"] / duration, rec["nginx_cpu_s"] / duration, rec["wrk_cpu_s"] / duration,
+    rec["pg_cpu_s"] / span, rec["nginx_cpu_s"] / span, rec["wrk_cpu_s"] / span,
     100 * machine_busy / machine_total if machine_total else 0, "%.2f" % trips if trips is not None else "–"))
 PYEOF
 }
@@ -674,6 +683,7 @@ wrk_parallel() {
     CHILD="${pids[0]}"
     for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "wrk exited with status $?" >> "$RAW/wrk-$PHASE-$scenario-r$ROUND-n$((i + 1)).txt"; done
     CHILD=""
+    measure_stop
     children_cpu; wrk_cpu=$(awk -v a="$cpu0" -v b="$CHILDREN_CPU" 'BEGIN { printf "%.3f", b - a }')
     cpu_record "$scenario"
     measure_end "$scenario" "$wrk_cpu"
@@ -710,7 +720,7 @@ if [ -n "$PG_URL" ]; then
             echo "   $(tail -1 "$RAW/warm-$PHASE-r$ROUND.txt")"
             measure_start
             cpu_start
-            WRK_SCRIPT=bench/wrk/sessions.lua \
+            WRK_SCRIPT=bench/wrk/sessions.lua WRK_AFTER=measure_stop \
                 wrk_run "pg-nginx-$N" postgres "$CLUSTER_URL" -- dispatch "$TMP/sessions-pg.txt"
             cpu_record "pg-nginx-$N"
             measure_end "pg-nginx-$N" "$WRK_CPU_S"
