@@ -6,6 +6,11 @@ and writes docs/PERFORMANCE.md.
 
 docs/PERFORMANCE.md: only the part between the GENERATED markers is rewritten; everything
 after the END marker (what was changed in the server and what each change bought) is kept.
+With --phases naming only some of bench/run.sh's phases (BENCH_PHASES), only the several-node
+section (between its own GENERATED postgres markers) is rewritten, and only if postgres is one
+of them (`make bench-cluster`); otherwise the page is left alone.
+
+    report.py ... [--phases "postgres"]
 """
 
 import argparse

@@ -14,7 +14,8 @@
 # BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_BIN (the server binary,
 # default .build/release/state-server), BENCH_PHASES (which groups to
 # run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs;
-# with only some phases, BENCH_DOC gets only their sections: see bench/report.py),
+# with only some phases, BENCH_DOC gets only the several-node section if postgres is one of
+# them, and is left alone otherwise: see bench/report.py),
 # BENCH_NODE_CPU (the postgres phase: each node's CPU quota in CPUs through a cgroup v1 `cpu`
 # group of its own, default 0.15; 0 = no quota).
 #
