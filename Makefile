@@ -4,6 +4,8 @@
 #   make test   install missing system packages, build, run the whole test suite
 #   make fuzz   a bounded libFuzzer run over the request-head framing pass (FUZZ_SECONDS, 60)
 #   make bench  benchmarks (nginx baseline, wrk, SSE fan-out, memory); writes docs/PERFORMANCE.md
+#   make bench-cluster  the several-node benchmark alone (1, 2, 3 nodes on PostgreSQL, each under a
+#               CPU quota); rewrites only its section of docs/PERFORMANCE.md
 #   make faults the fault-injection suite, long form (tests-faults/; its short form is in make test)
 #
 # System packages are installed with apt-get (as root, or through sudo).
@@ -20,7 +22,7 @@ APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql ngin
 # a terminal's variables), and then recompiled swift-configuration's module on every `make run`.
 RELEASE_BUILD := env -i PATH="$$PATH" HOME="$$HOME" swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test browser-test bench fuzz faults clean
+.PHONY: all deps build release run test browser-test bench bench-cluster fuzz faults clean
 
 all: build
 
@@ -53,6 +55,12 @@ test: deps
 # Benchmarks against nginx and a Python peer, in one run; writes docs/PERFORMANCE.md.
 bench: release
 	bash bench/run.sh
+
+# The PostgreSQL phase alone (issue 15 item 6): nodes 1, 2, 3 each under a cgroup CPU quota
+# (BENCH_NODE_CPU, default 0.15 CPU), direct and through nginx by session; scaling, CPU per
+# dispatch, round trips to PostgreSQL. Writes only the several-node section of the page.
+bench-cluster: release
+	BENCH_PHASES=postgres bash bench/run.sh
 
 # libFuzzer over the C shim's framing pass through the real libmicrohttpd (fuzz/framing_fuzz.c),
 # for FUZZ_SECONDS (default 60); prints the inputs run and the findings, fails on a finding.

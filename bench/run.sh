@@ -13,7 +13,13 @@
 # requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 900),
 # BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_BIN (the server binary,
 # default .build/release/state-server), BENCH_PHASES (which groups to
-# run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs).
+# run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs;
+# with only some phases, BENCH_DOC gets only the several-node section if postgres is one of
+# them, and is left alone otherwise: see bench/report.py),
+# BENCH_NODE_CPU (the postgres phase: each node's CPU quota in CPUs through a cgroup v1 `cpu`
+# group of its own, default 0.15; 0 = no quota).
+#
+#   make bench-cluster = BENCH_PHASES=postgres bash bench/run.sh (the several-node section only)
 
 set -uo pipefail
 exec 3>&1 4>&2  # the terminal, for messages from traps (which may run inside a redirected step)
@@ -94,6 +100,7 @@ PIDS=()
 WATCHDOG=""
 CHILD=""
 PG_DIR=""
+NODE_CGROUPS=()  # cgroup folders this run made (removed on exit)
 
 stop_pid() {  # stop_pid PID [seconds]: TERM, wait, then KILL
     local pid=$1 wait_s=${2:-10} i
@@ -111,11 +118,24 @@ cleanup() {
     trap - EXIT INT TERM
     [ -n "$CHILD" ] && stop_pid "$CHILD" 5
     for pid in "${PIDS[@]}"; do stop_pid "$pid" 5; done
+    for cg in "${NODE_CGROUPS[@]}"; do remove_cgroup "$cg"; done
     [ -n "$PG_DIR" ] && [ -d "$PG_DIR" ] && bash scripts/postgres-test-server.sh destroy "$PG_DIR" >/dev/null 2>&1
     [ -n "$WATCHDOG" ] && kill "$WATCHDOG" 2>/dev/null
     wait 2>/dev/null
     echo "bench: raw outputs in $TMP" >&3
     exit $rc
+}
+# Removes a cgroup folder this run made: whatever is still in it (a process that outlived its
+# stop) goes back to the root group first, since a group with members cannot be removed.
+remove_cgroup() {
+    local cg=$1 p k
+    [ -d "$cg" ] || return 0
+    for ((k = 0; k < 20; k++)); do
+        for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do echo "$p" > "$(dirname "$cg")/cgroup.procs" 2>/dev/null; done
+        rmdir "$cg" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "bench: could not remove the cgroup $cg" >&4
 }
 trap cleanup EXIT
 trap 'echo "bench: interrupted, stopping everything it started" >&4; exit 130' INT TERM
@@ -234,6 +254,14 @@ stop_server() {
 # minutes, and interleaving spreads that drift over both sides of each ratio.
 PHASE=""
 ROUND=1
+# CPU seconds of this shell's children that ended and were waited for (bash's `times`, which must
+# run in this shell, not in a $(...)): around one wait, the CPU of what was waited for (wrk).
+CHILDREN_CPU=0
+WRK_CPU_S=0
+children_cpu() {
+    times > "$TMP/times.txt"
+    CHILDREN_CPU=$(sed -n 2p "$TMP/times.txt" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+}
 wrk_run() {
     local scenario=$1 target=$2 url=$3; shift 3
     local name=$PHASE-$scenario-r$ROUND
@@ -241,7 +269,10 @@ wrk_run() {
     local cmd=(wrk "${WRK_ARGS[@]}" -s "${WRK_SCRIPT:-bench/wrk/report.lua}" "$url" "$@")
     echo "\$ ${cmd[*]}" > "$out"
     shown "${cmd[*]}" >> "$TMP/commands.txt"
+    children_cpu; local cpu0=$CHILDREN_CPU
     bg timeout $((DURATION + 30)) "${cmd[@]}" >> "$out" 2>&1 || echo "wrk exited with status $?" >> "$out"
+    children_cpu; WRK_CPU_S=$(awk -v a="$cpu0" -v b="$CHILDREN_CPU" 'BEGIN { printf "%.3f", b - a }')
+    [ -z "${WRK_AFTER:-}" ] || "$WRK_AFTER"
     $PY bench/tools/wrkrecord.py --name "$name" --scenario "$scenario" --phase "$PHASE" --round "$ROUND" \
         --target "$target" --raw "$out" --results "$RES" ${WRK_PID:+--pid "$WRK_PID"} ${WRK_SESSIONS:+--sessions "$WRK_SESSIONS"} \
         | $PY -c 'import json,sys; r=json.loads(sys.stdin.read()); print("   %-22s %10s req/s  p99 %8s us  non2xx %s  errors %s" % (r["name"], r.get("rps"), r.get("p99_us"), r.get("non2xx"), sum(r.get(k,0) for k in ("connect_errors","read_errors","write_errors","timeouts"))))'
@@ -415,19 +446,55 @@ fi  # durable
 
 # ---------------------------------------------------------------------------------------------
 if want postgres; then
-# Several nodes on one PostgreSQL (issue 9): a throwaway PostgreSQL (scripts/postgres-test-
-# server.sh) with fsync ON, like the SQLite run's `sync: full`, and pg_stat_statements loaded.
+# Several nodes on one PostgreSQL (issue 9, issue 15 item 6): a throwaway PostgreSQL (scripts/
+# postgres-test-server.sh) with fsync ON, like the SQLite run's `sync: full`, and
+# pg_stat_statements loaded. Each node runs in a cgroup v1 `cpu` group of its own with a quota of
+# BENCH_NODE_CPU CPUs (default 0.15): on a 2-core machine shared by PostgreSQL, nginx, wrk and
+# the nodes, a node held to a small quota is the bottleneck, so adding nodes can show scaling
+# (PostgreSQL's, nginx's and wrk's CPU is reported beside it, to show they were not the limit).
 # Nodes 1, 2, 3 are started one at a time on the same database and sessions; after each start,
 # dispatch throughput directly (one wrk per node, in parallel, the 64 connections split between
-# them) and through nginx (deploy/nginx's template rendered for the running nodes), interleaved
-# with the static nginx baseline. Then the cross-node event latency, and the statements one
-# request costs PostgreSQL (bench/tools/pgcost.py).
-log "several nodes on PostgreSQL (1, 2, 3 nodes; direct and through nginx)"
+# them) and through nginx (deploy/nginx's template, `--balance hash`: every request of a session
+# to one node), interleaved with the static nginx baseline; around each run, the CPU of every
+# process, the dispatches each node answered, its CFS throttling, and every statement the nodes
+# sent PostgreSQL (pg_stat_statements, bench/tools/pgcost.py --mark/--since). Then the event
+# latency on the same node and across nodes, and the statements one request costs PostgreSQL
+# (bench/tools/pgcost.py).
+log "several nodes on PostgreSQL (1, 2, 3 nodes; direct and through nginx by session)"
 NODE_PIDS=()
 NODE_PORTS=()
+NODE_CGS=()  # per node: its cgroup folder, or "" without a quota
 CLUSTER_NGINX_PID=""
 SERVER_PORT=""; SERVER_PID=""
 PG_URL=""
+
+# The CPU quota of each node: cpu.cfs_quota_us = BENCH_NODE_CPU x cpu.cfs_period_us (100 ms).
+NODE_CPU=${BENCH_NODE_CPU:-0.15}
+CPU_ROOT=/sys/fs/cgroup/cpu
+QUOTA_US=0
+if ! [[ "$NODE_CPU" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    warn "BENCH_NODE_CPU=$NODE_CPU is not a number of CPUs: the nodes run without a quota"
+    NODE_CPU=0
+fi
+if awk -v c="$NODE_CPU" 'BEGIN { exit !(c > 0) }'; then
+    QUOTA_US=$(awk -v c="$NODE_CPU" 'BEGIN { printf "%d", c * 100000 }')
+    if [ "$QUOTA_US" -lt 1000 ]; then
+        warn "BENCH_NODE_CPU=$NODE_CPU is below the kernel's smallest quota (0.01 CPU): no quota"
+        QUOTA_US=0
+    elif ! [ -f "$CPU_ROOT/cpu.cfs_quota_us" ] || ! [ -w "$CPU_ROOT" ]; then
+        warn "no writable cgroup v1 cpu hierarchy at $CPU_ROOT (needs root and cgroup v1): the nodes run without a CPU quota"
+        QUOTA_US=0
+    fi
+fi
+[ "$QUOTA_US" = 0 ] && NODE_CPU=0
+NODE_CPU=$(awk -v c="$NODE_CPU" 'BEGIN { printf "%g", c }')  # as JSON reads it (0.15, not .150)
+echo "{\"kind\": \"cluster_setup\", \"name\": \"cluster-setup\", \"node_cpu\": $NODE_CPU, \"quota_us\": $QUOTA_US, \"period_us\": 100000, \"duration_s\": $DURATION}" >> "$RES"
+if [ "$QUOTA_US" -gt 0 ]; then
+    echo "   each node: cgroup v1 cpu, cpu.cfs_quota_us=$QUOTA_US per cpu.cfs_period_us=100000 ($NODE_CPU CPU)"
+else
+    echo "   nodes without a CPU quota"
+fi
+
 if [ -z "$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null)" ]; then
     echo "installing: postgresql"
     $SUDO apt-get update -qq
@@ -442,11 +509,37 @@ PG_URL=$(POSTGRES_SERVER_OPTIONS="-c fsync=on -c shared_preload_libraries=pg_sta
     || { warn "PostgreSQL did not start: $(tail -3 "$RAW/pg-start.err")"; PG_URL=""; }
 PG_DB=${PG_URL##*/}
 
-start_node() {  # start_node I: node I of the cluster on $PG_URL
+# make_node_cgroup I: a cpu cgroup with the quota for node I, in NODE_CG ("" without a quota).
+# Removed when the phase ends, and by cleanup() on any exit.
+make_node_cgroup() {
+    local cg=$CPU_ROOT/sbench-$$-node$1
+    NODE_CG=""
+    [ "$QUOTA_US" -gt 0 ] || return 0
+    [ -d "$cg" ] && remove_cgroup "$cg"
+    if ! mkdir "$cg" 2>/dev/null; then
+        warn "cannot make the cgroup $cg: node $1 runs WITHOUT its CPU quota"
+        return 0
+    fi
+    NODE_CGROUPS+=("$cg")
+    if ! { echo 100000 > "$cg/cpu.cfs_period_us" && echo "$QUOTA_US" > "$cg/cpu.cfs_quota_us"; } 2>/dev/null; then
+        warn "cannot set the quota of $cg: node $1 runs WITHOUT its CPU quota"
+        return 0
+    fi
+    NODE_CG=$cg
+}
+
+start_node() {  # start_node I: node I of the cluster on $PG_URL, in its cgroup
     local i=$1 out=$RAW/node$1.out err=$RAW/node$1.err port="" pid k
-    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i" \
+    make_node_cgroup "$i"
+    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i${NODE_CG:+, in a cgroup v1 cpu group of its own: cpu.cfs_quota_us=$QUOTA_US, cpu.cfs_period_us=100000}" \
         >> "$TMP/commands.txt"
-    env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+    if [ -n "$NODE_CG" ]; then
+        # The shell joins the group, then becomes the server: every thread it starts is in it.
+        env "${SERVER_ENV[@]}" bash -c 'echo $$ > "$1/cgroup.procs" || exit 97; shift; exec "$@"' cgroup-join \
+            "$NODE_CG" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+    else
+        env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+    fi
     pid=$!
     PIDS+=("$pid")
     for ((k = 0; k < 100; k++)); do
@@ -456,19 +549,23 @@ start_node() {  # start_node I: node I of the cluster on $PG_URL
         sleep 0.1
     done
     [ -n "$port" ] || { warn "node $i did not start: $(tail -3 "$err")"; return 1; }
+    if [ -n "$NODE_CG" ] && ! grep -qx "$pid" "$NODE_CG/cgroup.procs" 2>/dev/null; then
+        warn "node $i (pid $pid) is not in its cgroup $NODE_CG: it runs WITHOUT its CPU quota"
+    fi
     NODE_PIDS+=("$pid")
     NODE_PORTS+=("$port")
-    echo "node $i pid $pid on port $port"
+    NODE_CGS+=("$NODE_CG")
+    echo "node $i pid $pid on port $port${NODE_CG:+ (quota $NODE_CPU CPU)}"
 }
 
-start_cluster_nginx() {  # nginx (deploy/nginx's template) in front of every running node
+start_cluster_nginx() {  # nginx (deploy/nginx's template, by session) in front of every running node
     [ -n "$CLUSTER_NGINX_PID" ] && stop_pid "$CLUSTER_NGINX_PID" 5
     local port dir=$TMP/cluster-nginx k upstreams=()
     for k in "${NODE_PORTS[@]}"; do upstreams+=("127.0.0.1:$k"); done
     port=$(free_port)
     mkdir -p "$dir/logs" "$dir/tmp"
-    bash deploy/nginx/render.sh --main --listen "127.0.0.1:$port" "${upstreams[@]}" > "$dir/nginx.conf"
-    echo "bash deploy/nginx/render.sh --main --listen 127.0.0.1:\$CLUSTER_NGINX_PORT <nodes> > \$TMP/cluster-nginx/nginx.conf; nginx -p \$TMP/cluster-nginx -c \$TMP/cluster-nginx/nginx.conf -g 'daemon off;'" >> "$TMP/commands.txt"
+    bash deploy/nginx/render.sh --main --balance hash --listen "127.0.0.1:$port" "${upstreams[@]}" > "$dir/nginx.conf"
+    echo "bash deploy/nginx/render.sh --main --balance hash --listen 127.0.0.1:\$CLUSTER_NGINX_PORT <nodes> > \$TMP/cluster-nginx/nginx.conf; nginx -p \$TMP/cluster-nginx -c \$TMP/cluster-nginx/nginx.conf -g 'daemon off;'" >> "$TMP/commands.txt"
     "$NGINX" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' 2> "$RAW/cluster-nginx.err" &
     CLUSTER_NGINX_PID=$!
     PIDS+=("$CLUSTER_NGINX_PID")
@@ -494,16 +591,86 @@ res, scenario, phase, rnd, nodes, pg, hz = sys.argv[1:]
 rec = {"kind": "cpu", "name": f"{phase}-{scenario}-r{rnd}-cpu", "scenario": scenario, "phase": phase,
        "round": int(rnd), "nodes_cpu_s": int(nodes) / int(hz), "pg_cpu_s": int(pg) / int(hz)}
 open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
-print("   %-22s CPU: nodes %.2f s, PostgreSQL %.2f s" % (rec["name"], rec["nodes_cpu_s"], rec["pg_cpu_s"]))
+PYEOF
+}
+
+# cluster_snapshot: one line of counters: the time (ns), the whole machine's busy and total CPU
+# ticks (/proc/stat: every process, also other work on a shared machine), PostgreSQL's and
+# nginx's CPU ticks, then for each node its CPU ticks, the dispatches it answered
+# (stateserver_dispatch_duration_seconds_count) and its group's cpu.stat (nr_periods,
+# nr_throttled, throttled_time in ns), and the time again (ns) once they are read.
+cluster_snapshot() {
+    local i line d st ng=0
+    [ -n "$CLUSTER_NGINX_PID" ] && ng=$(ticks "$CLUSTER_NGINX_PID" $(pgrep -P "$CLUSTER_NGINX_PID"))
+    line="$(date +%s%N) $(awk '$1 == "cpu" { printf "%d %d", $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat) $(pg_ticks) $ng"
+    for i in "${!NODE_PIDS[@]}"; do
+        d=$(curl -s -m 5 "http://127.0.0.1:${NODE_PORTS[$i]}/metrics" 2>/dev/null \
+            | awk '$1 == "stateserver_dispatch_duration_seconds_count" { v = $2 } END { printf "%d", v + 0 }')
+        st="0 0 0"
+        [ -n "${NODE_CGS[$i]}" ] && st=$(awk '$1 == "nr_periods" { p = $2 } $1 == "nr_throttled" { t = $2 }
+            $1 == "throttled_time" { n = $2 } END { printf "%d %d %d", p, t, n }' "${NODE_CGS[$i]}/cpu.stat" 2>/dev/null)
+        line="$line $(ticks "${NODE_PIDS[$i]}") ${d:-0} ${st:-0 0 0}"
+    done
+    echo "$line $(date +%s%N)"
+}
+SNAP0=""
+SNAP1=""
+measure_start() {  # just before a load run: PostgreSQL's statistics reset, the counters read
+    timeout 60 $PY bench/tools/pgcost.py --pg-dir "$PG_DIR" --db "$PG_DB" --mark "$TMP/pg-mark.txt" \
+        >> "$RAW/pgmark.txt" 2>&1 || warn "pgcost.py --mark failed: $(tail -c 300 "$RAW/pgmark.txt")"
+    SNAP1=""
+    SNAP0=$(cluster_snapshot)
+}
+measure_stop() { SNAP1=$(cluster_snapshot); }  # right after the load run (wrk_run's WRK_AFTER)
+measure_end() {  # measure_end SCENARIO WRK_CPU_SECONDS: a "cluster" record of the run
+    local snap1=$SNAP1 pgjson hz
+    [ -n "$snap1" ] || snap1=$(cluster_snapshot)
+    pgjson=$(timeout 60 $PY bench/tools/pgcost.py --pg-dir "$PG_DIR" --db "$PG_DB" --since "$TMP/pg-mark.txt" 2>> "$RAW/pgmark.txt") \
+        || { warn "pgcost.py --since failed: $(tail -c 300 "$RAW/pgmark.txt")"; pgjson='{}'; }
+    hz=$(getconf CLK_TCK)
+    $PY - "$RES" "$1" "$PHASE" "$ROUND" "$SNAP0" "$snap1" "$pgjson" "$2" "$hz" "$NODE_CPU" "$DURATION" <<'PYEOF'
+import json, sys
+res, scenario, phase, rnd, snap0, snap1, pgjson, wrk_cpu, hz, quota, duration = sys.argv[1:]
+a, b = [list(map(int, s.split())) for s in (snap0, snap1)]
+window_ns = b[0] - a[-1]  # from the end of the first reading to the start of the second
+d = [y - x for x, y in zip(a[1:-1], b[1:-1])]
+hz, duration = int(hz), float(duration)
+pg = json.loads(pgjson or "{}")
+machine_busy, machine_total = d[0], d[1]
+d = d[2:]
+nodes = []
+for i in range(2, len(d), 5):
+    ticks, dispatches, periods, throttled, throttled_ns = d[i:i + 5]
+    nodes.append({"cpu_s": ticks / hz, "dispatches": dispatches, "periods": periods,
+                  "throttled_periods": throttled, "throttled_s": throttled_ns / 1e9})
+rec = {"kind": "cluster", "name": f"{phase}-{scenario}-r{rnd}-cluster", "scenario": scenario, "phase": phase,
+       "round": int(rnd), "nodes": len(nodes), "node_cpu": float(quota), "duration_s": duration,
+       "window_s": window_ns / 1e9,
+       "pg_cpu_s": d[0] / hz, "nginx_cpu_s": d[1] / hz, "wrk_cpu_s": float(wrk_cpu),
+       "machine_busy_s": machine_busy / hz, "machine_total_s": machine_total / hz,
+       "pg_statements": pg.get("statements"), "pg_failed": pg.get("failed"),
+       "pg_by_statement": pg.get("by_statement", []), "per_node": nodes}
+open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
+done = sum(n["dispatches"] for n in nodes)
+trips = ((rec["pg_statements"] or 0) + (rec["pg_failed"] or 0)) / done if done and rec["pg_statements"] is not None else None
+span = window_ns / 1e9 or duration  # CPU seconds / span = cores used over the measured window
+print("   %-22s each node: %s; PostgreSQL %.2f, nginx %.2f, wrk %.2f cores (machine: %.0f %% busy); %s round trips to PostgreSQL per dispatch" % (
+    f"{phase}-{scenario}", "; ".join("%d dispatches, %.2f cores, %.2f ms CPU each, throttled %d/%d periods" % (
+        n["dispatches"], n["cpu_s"] / span, 1000 * n["cpu_s"] / n["dispatches"] if n["dispatches"] else 0,
+        n["throttled_periods"], n["periods"]) for n in nodes),
+    rec["pg_cpu_s"] / span, rec["nginx_cpu_s"] / span, rec["wrk_cpu_s"] / span,
+    100 * machine_busy / machine_total if machine_total else 0, "%.2f" % trips if trips is not None else "–"))
 PYEOF
 }
 
 # wrk_parallel SCENARIO: one wrk per node at once (the connections split between them); one
 # record per node with --part, which report.py adds up.
 wrk_parallel() {
-    local scenario=$1 n=${#NODE_PORTS[@]} i pids=() conns threads
+    local scenario=$1 n=${#NODE_PORTS[@]} i pids=() conns threads cpu0 wrk_cpu
     conns=$(( 64 / n )); threads=$(( n == 1 ? 2 : 1 ))
+    measure_start
     cpu_start
+    children_cpu; cpu0=$CHILDREN_CPU
     for ((i = 0; i < n; i++)); do
         local name=$PHASE-$scenario-r$ROUND-n$((i + 1)) out
         out=$RAW/wrk-$name.txt
@@ -517,7 +684,10 @@ wrk_parallel() {
     CHILD="${pids[0]}"
     for i in "${!pids[@]}"; do wait "${pids[$i]}" || echo "wrk exited with status $?" >> "$RAW/wrk-$PHASE-$scenario-r$ROUND-n$((i + 1)).txt"; done
     CHILD=""
+    measure_stop
+    children_cpu; wrk_cpu=$(awk -v a="$cpu0" -v b="$CHILDREN_CPU" 'BEGIN { printf "%.3f", b - a }')
     cpu_record "$scenario"
+    measure_end "$scenario" "$wrk_cpu"
     for ((i = 0; i < n; i++)); do
         local name=$PHASE-$scenario-r$ROUND-n$((i + 1))
         $PY bench/tools/wrkrecord.py --name "$name" --scenario "$scenario" --phase "$PHASE" --round "$ROUND" \
@@ -527,32 +697,48 @@ wrk_parallel() {
 }
 
 if [ -n "$PG_URL" ]; then
+    A=""
+    sed_sessions() { sed -n "$1p" "$TMP/sessions-pg.txt" > "$2"; }
     for N in 1 2 3; do
         start_node "$N" || break
         if [ "$N" = 1 ]; then
             mksessions "http://127.0.0.1:${NODE_PORTS[0]}" 1000 "$TMP/sessions-pg.txt" pg-1000 \
                 || { warn "no sessions on PostgreSQL: the phase is cut short"; break; }
+            sed_sessions 1,10 "$TMP/sessions-pg-10.txt"
+            sed_sessions 11,20 "$TMP/sessions-pg-10b.txt"
         fi
         start_cluster_nginx || break
         PHASE=pg-$N
         for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
             wrk_run nginx nginx "$NGINX_URL"
             wrk_parallel "pg-direct-$N"
+            # Through nginx by session: first one dispatch on every session through it, so each
+            # session's node holds a current copy (the steady state of that routing; the direct
+            # run and a new node on the hash ring moved sessions), then the measured run.
+            run timeout 150 $PY bench/tools/warm.py --url "$CLUSTER_URL" --sessions "$TMP/sessions-pg.txt" \
+                --timeout 120 > "$RAW/warm-$PHASE-r$ROUND.txt" 2>&1 \
+                || warn "the warm-up through nginx ($PHASE) failed: $(tail -c 300 "$RAW/warm-$PHASE-r$ROUND.txt")"
+            echo "   $(tail -1 "$RAW/warm-$PHASE-r$ROUND.txt")"
+            measure_start
             cpu_start
-            WRK_SCRIPT=bench/wrk/sessions.lua \
+            WRK_SCRIPT=bench/wrk/sessions.lua WRK_AFTER=measure_stop \
                 wrk_run "pg-nginx-$N" postgres "$CLUSTER_URL" -- dispatch "$TMP/sessions-pg.txt"
             cpu_record "pg-nginx-$N"
+            measure_end "pg-nginx-$N" "$WRK_CPU_S"
         done
         ROUND=1
+        # Event latency with N nodes: dispatch on node 1; 10 sessions, one stream each, on node 1
+        # (same node) or on node 2 (across nodes, from 2 nodes on).
+        A=http://127.0.0.1:${NODE_PORTS[0]}
+        sse_run "pg-same-node-$N" "$A" "$TMP/sessions-pg-10.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
+        if [ "$N" -ge 2 ]; then
+            sse_run "pg-cross-node-$N" "http://127.0.0.1:${NODE_PORTS[1]}" "$TMP/sessions-pg-10b.txt" \
+                --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
+        fi
     done
     if [ ${#NODE_PORTS[@]} -ge 2 ]; then
         A=http://127.0.0.1:${NODE_PORTS[0]}
         B=http://127.0.0.1:${NODE_PORTS[1]}
-        sed -n 1,10p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-10.txt"
-        sed -n 11,20p "$TMP/sessions-pg.txt" > "$TMP/sessions-pg-10b.txt"
-        # Dispatch on node 1; 10 sessions, one stream each, on node 1 (same node) or node 2.
-        sse_run pg-same-node "$A" "$TMP/sessions-pg-10.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
-        sse_run pg-cross-node "$B" "$TMP/sessions-pg-10b.txt" --n-sessions 10 --subs 1 --rounds 100 --dispatch-url "$A"
         run timeout 200 $PY bench/tools/pgcost.py --url "$A" --other-url "$B" \
             --pg-dir "$PG_DIR" --db "$PG_DB" --count 300 --name pgcost --results "$RES" > "$RAW/pgcost.txt" 2>&1 \
             || warn "pgcost.py reported errors: $(tail -c 400 "$RAW/pgcost.txt")"
@@ -565,6 +751,8 @@ if [ -n "$PG_URL" ]; then
     done
     bash scripts/postgres-test-server.sh destroy "$PG_DIR" >/dev/null 2>&1 || true
 fi
+for cg in "${NODE_CGROUPS[@]}"; do remove_cgroup "$cg"; done
+NODE_CGROUPS=()
 fi  # postgres
 
 # ---------------------------------------------------------------------------------------------
@@ -611,4 +799,4 @@ stop_pid "$NGINX_PID" 5
 echo "end: $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >> "$TMP/run-info.txt"
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$TMP/run-info.txt"
 echo "seconds: $(( $(date +%s) - T_START ))" >> "$TMP/run-info.txt"
-$PY bench/report.py --dir "$TMP" ${DOC:+--doc "$DOC"} --nginx "$NGINX" --python "$PY"
+$PY bench/report.py --dir "$TMP" ${DOC:+--doc "$DOC"} --nginx "$NGINX" --python "$PY" --phases "$PHASES"

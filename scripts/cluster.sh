@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs StateServer as a local cluster: PostgreSQL, several state-server nodes and nginx as a
-# round-robin load balancer in front (deploy/nginx/stateserver.conf.template), all in a
+# load balancer in front (deploy/nginx/stateserver.conf.template, by session), all in a
 # temporary folder, on free ports. Prints the URL; Ctrl-C (or any exit) stops everything.
 #
 #   scripts/cluster.sh [--nodes N] [--port PORT] [--storage STORAGE] [--smoke]

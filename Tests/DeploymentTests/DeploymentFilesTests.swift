@@ -53,6 +53,9 @@ struct DeploymentFilesTests {
             #expect(storage.contains(":${POSTGRES_PASSWORD"), "\(name): the password is not taken from the environment: \(storage)")
             #expect(environment.string("STATE_SERVER_HOST") == "0.0.0.0", "\(name) listens on \(environment.string("STATE_SERVER_HOST") ?? "-")")
             #expect(environment.string("STATE_SERVER_PORT") == "8080", "\(name) port \(environment.string("STATE_SERVER_PORT") ?? "-")")
+            // cluster.advertiseURL: the address the other nodes reach this one by, its service name.
+            #expect(environment.string("STATE_SERVER_CLUSTER_ADVERTISE_URL") == "http://\(name):8080",
+                    "\(name) advertises \(environment.string("STATE_SERVER_CLUSTER_ADVERTISE_URL") ?? "-")")
 
             let condition = node.map("depends_on")?.map("postgres")?.string("condition")
             #expect(condition == "service_healthy", "\(name) does not wait for a healthy postgres")
@@ -117,7 +120,7 @@ struct DeploymentFilesTests {
 
     // MARK: Kubernetes
 
-    static let kubernetesFiles = ["deployment.yaml", "service.yaml", "pdb.yaml", "secret.example.yaml", "kustomization.yaml"]
+    static let kubernetesFiles = ["deployment.yaml", "service.yaml", "pdb.yaml", "ingress.yaml", "secret.example.yaml", "kustomization.yaml"]
 
     static func kubernetes(_ file: String) throws -> [String: Any] {
         try #require(try Repository.yamlDocuments("deploy/kubernetes/\(file)").first, "\(file) is empty")
@@ -177,6 +180,12 @@ struct DeploymentFilesTests {
         }
         #expect(values["STATE_SERVER_PORT"]?.string("value") == "8080")
         #expect(values["STATE_SERVER_HOST"]?.string("value") == "0.0.0.0")
+        // cluster.advertiseURL from the pod's own IP (downward API), defined before its use.
+        #expect(values["POD_IP"]?.map("valueFrom")?.map("fieldRef")?.string("fieldPath") == "status.podIP", "POD_IP: \(values["POD_IP"] ?? [:])")
+        #expect(values["STATE_SERVER_CLUSTER_ADVERTISE_URL"]?.string("value") == "http://$(POD_IP):8080",
+                "STATE_SERVER_CLUSTER_ADVERTISE_URL: \(values["STATE_SERVER_CLUSTER_ADVERTISE_URL"] ?? [:])")
+        let names = environment.compactMap { $0.string("name") }
+        #expect((names.firstIndex(of: "POD_IP") ?? .max) < (names.firstIndex(of: "STATE_SERVER_CLUSTER_ADVERTISE_URL") ?? -1), "order: \(names)")
         let secretRef = try #require(values["STATE_SERVER_STORAGE"]?.map("valueFrom")?.map("secretKeyRef"), "STATE_SERVER_STORAGE does not come from a Secret")
         let secret = try Self.kubernetes("secret.example.yaml")
         #expect(secretRef.string("name") == secret.map("metadata")?.string("name"), "secretKeyRef \(secretRef)")
@@ -219,6 +228,50 @@ struct DeploymentFilesTests {
         #expect(selects(budget.map("spec")?.map("selector")?.map("matchLabels")), "PodDisruptionBudget selector")
     }
 
+    @Test("Ingress: session routes hashed by the session id of the path (a named capture), the rest round robin, no snippets")
+    func ingress() throws {
+        let documents = try Repository.yamlDocuments("deploy/kubernetes/ingress.yaml")
+        let deployment = try Self.kubernetes("deployment.yaml")
+        let podLabels = try #require(deployment.map("spec")?.map("template")?.map("metadata")?.map("labels"))
+        var services = (try Repository.yamlDocuments("deploy/kubernetes/service.yaml")).filter { $0.string("kind") == "Service" }
+        services += documents.filter { $0.string("kind") == "Service" }
+        let ingresses = documents.filter { $0.string("kind") == "Ingress" }
+        try #require(ingresses.count == 2, "Ingresses: \(ingresses.count)")
+        var backends: [String: String] = [:]  // Ingress name -> its Service
+        for ingress in ingresses {
+            let name = try #require(ingress.map("metadata")?.string("name"))
+            let annotations = ingress.map("metadata")?.map("annotations") ?? [:]
+            // Snippets are off by default in ingress-nginx (and a risk): none is needed.
+            #expect(!annotations.keys.contains { $0.contains("snippet") }, "\(name): \(annotations.keys.sorted())")
+            #expect(!annotations.values.contains { "\($0)".contains("non_idempotent") }, "\(name): a POST must never be re-sent")
+            #expect(ingress.map("spec")?.string("ingressClassName") == "nginx", "\(name): ingressClassName")
+            let rules = (ingress.map("spec")?.list("rules") ?? []).compactMap { $0 as? [String: Any] }
+            let paths = rules.flatMap { ($0.map("http")?.list("paths") ?? []).compactMap { $0 as? [String: Any] } }
+            try #require(paths.count == 1, "\(name): paths \(paths)")
+            let path = try #require(paths[0].string("path"))
+            let service = try #require(paths[0].map("backend")?.map("service")?.string("name"))
+            backends[name] = service
+            let target = try #require(services.first { $0.map("metadata")?.string("name") == service }, "\(name): no Service \(service)")
+            let selector = target.map("spec")?.map("selector") ?? [:]
+            #expect(!selector.isEmpty && selector.allSatisfy { podLabels.string($0.key) == $0.value as? String }, "Service \(service) selector")
+            if let hashBy = annotations.string("nginx.ingress.kubernetes.io/upstream-hash-by") {
+                // The key is the session id alone: a named group of the path, not the path
+                // itself ($uri and $request_uri include the action, $request_uri the token).
+                #expect(hashBy == "$stateserver_session", "\(name): upstream-hash-by \(hashBy)")
+                #expect(path == "/v1/sessions/(?P<stateserver_session>[^/]+)", "\(name): path \(path)")
+                #expect(paths[0].string("pathType") == "ImplementationSpecific", "\(name): a regex path must be ImplementationSpecific")
+                #expect(annotations.string("nginx.ingress.kubernetes.io/use-regex") == "true", "\(name): use-regex")
+                #expect(annotations.string("nginx.ingress.kubernetes.io/proxy-buffering") == "off", "\(name): event streams need proxy-buffering off")
+                let timeout = Int(annotations.string("nginx.ingress.kubernetes.io/proxy-read-timeout") ?? "") ?? 0
+                #expect(timeout >= 600, "\(name): proxy-read-timeout \(timeout)")
+            } else {
+                #expect(path == "/", "\(name): the round-robin Ingress is the catch-all: \(path)")
+            }
+        }
+        // ingress-nginx keeps one balancing setting per Service: the two must not share one.
+        #expect(Set(backends.values).count == 2, "Ingress backends: \(backends)")
+    }
+
     @Test("the Secret is an example with a placeholder password, and kustomize never applies it")
     func secretExample() throws {
         let text = try Repository.text("deploy/kubernetes/secret.example.yaml")
@@ -229,7 +282,7 @@ struct DeploymentFilesTests {
         for resource in resources {
             #expect(Repository.exists("deploy/kubernetes/\(resource)"), "kustomization names a missing \(resource)")
         }
-        #expect(Set(resources) == ["deployment.yaml", "service.yaml", "pdb.yaml"], "resources: \(resources)")
+        #expect(Set(resources) == ["deployment.yaml", "service.yaml", "pdb.yaml", "ingress.yaml"], "resources: \(resources)")
     }
 
     @Test("the probe routes answer on the real server")

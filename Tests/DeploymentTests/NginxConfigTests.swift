@@ -21,11 +21,11 @@ struct NginxConfigTests {
         #expect(committed == rendered, "re-render it: deploy/nginx/render.sh --listen 8080 node1:8080 node2:8080 node3:8080 > deploy/nginx/stateserver.conf")
     }
 
-    @Test("nginx -t accepts the rendered configuration")
-    func nginxAccepts() throws {
+    @Test("nginx -t accepts the rendered configuration", arguments: ["hash", "round-robin"])
+    func nginxAccepts(balance: String) throws {
         let prefix = try Nginx.makePrefix()
         defer { try? FileManager.default.removeItem(at: prefix) }
-        let configuration = try Nginx.render(["--main", "--listen", "127.0.0.1:\(try freePort())", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
+        let configuration = try Nginx.render(["--main", "--balance", balance, "--listen", "127.0.0.1:\(try freePort())", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
         let result = try Nginx.test(configuration: configuration, prefix: prefix)
         #expect(result.status == 0, "\(result)")
         #expect(result.stderr.contains("test is successful"), "\(result)")
@@ -36,6 +36,10 @@ struct NginxConfigTests {
         for node in ["node1", "a:1; include /etc/passwd", "a:1\nb:2", ""] {
             let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh", node])
             #expect(output.status != 0 && output.stdout.isEmpty, "render.sh accepted \(node.debugDescription): \(output)")
+        }
+        for balance in ["least_conn", "ip_hash", ""] {
+            let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh", "--balance", balance, "a:1"])
+            #expect(output.status != 0 && output.stdout.isEmpty, "render.sh accepted --balance \(balance.debugDescription): \(output)")
         }
     }
 
@@ -51,15 +55,39 @@ struct NginxConfigTests {
         #expect(lines.contains { $0.hasPrefix("keepalive ") }, "no upstream keepalive")
     }
 
-    @Test("round robin with passive health checks; retries never re-send a POST")
+    /// The directives of the upstream block, in order.
+    static func upstream(_ lines: [String]) -> [String] {
+        Array(lines.drop { $0 != "upstream stateserver {" }.dropFirst().prefix { $0 != "}" })
+    }
+
+    @Test("round robin (--balance round-robin) with passive health checks; retries never re-send a POST")
     func balancing() throws {
-        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1", "b:2"]))
+        let lines = Self.directives(try Nginx.render(["--balance", "round-robin", "--listen", "8080", "a:1", "b:2"]))
         let servers = lines.filter { $0.hasPrefix("server ") && $0.hasSuffix(";") }
         #expect(servers == ["server a:1 max_fails=2 fail_timeout=10s;", "server b:2 max_fails=2 fail_timeout=10s;"], "\(servers)")
-        // No other balancing method than round robin.
-        #expect(!lines.contains { ["least_conn", "ip_hash", "hash ", "random"].contains(where: $0.hasPrefix) }, "\(lines)")
+        // No other balancing method than round robin, and no session map.
+        #expect(!lines.contains { ["least_conn", "ip_hash", "hash ", "random", "map "].contains(where: $0.hasPrefix) }, "\(lines)")
+        #expect(!lines.contains { $0.contains("@HASH@") || $0.contains("@ROUND_ROBIN@") }, "a marker was left: \(lines)")
         #expect(lines.contains("proxy_next_upstream error timeout;"))
         #expect(!lines.contains { $0.contains("non_idempotent") }, "POST must not be retried on another node once sent")
+    }
+
+    @Test("by default, consistent hashing on the session id of the path (issue 15); requests without one spread by $request_id")
+    func hashBySession() throws {
+        for arguments in [["--listen", "8080", "a:1", "b:2"], ["--balance", "hash", "--listen", "8080", "a:1", "b:2"]] {
+            let lines = Self.directives(try Nginx.render(arguments))
+            #expect(!lines.contains { $0.contains("@HASH@") || $0.contains("@ROUND_ROBIN@") }, "a marker was left: \(lines)")
+            let sessionMap = Array(lines.drop { $0 != "map $uri $stateserver_session {" }.prefix { $0 != "}" })
+            #expect(sessionMap == ["map $uri $stateserver_session {", "~^/v1/sessions/([^/]+) $1;", "default $request_id;"], "\(arguments): \(sessionMap)")
+            // The method comes before keepalive (nginx requires it), and it is the only one.
+            let upstream = Self.upstream(lines)
+            #expect(upstream.first == "hash $stateserver_session consistent;", "\(arguments): \(upstream)")
+            #expect(upstream.filter { ["least_conn", "ip_hash", "hash ", "random"].contains(where: $0.hasPrefix) }.count == 1, "\(upstream)")
+            let servers = upstream.filter { $0.hasPrefix("server ") }
+            #expect(servers == ["server a:1 max_fails=2 fail_timeout=10s;", "server b:2 max_fails=2 fail_timeout=10s;"], "\(servers)")
+            #expect(lines.contains("proxy_next_upstream error timeout;"))
+            #expect(!lines.contains { $0.contains("non_idempotent") }, "POST must not be retried on another node once sent")
+        }
     }
 
     @Test("client_max_body_size lets the server's own 413 through (at or above its bodyLimit)")

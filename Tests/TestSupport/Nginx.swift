@@ -1,6 +1,6 @@
 // A real nginx in front of real state-server processes, configured from the repository's own
 // template (deploy/nginx/stateserver.conf.template, rendered by deploy/nginx/render.sh --main):
-// round robin, no proxy buffering, a long read timeout on event streams. DeploymentTests check
+// round robin unless a test asks for hash, no proxy buffering, a long read timeout on event streams. DeploymentTests check
 // the proxy itself; PostgresTests' ClusterTests run three nodes on one database behind it.
 
 import Foundation
@@ -127,7 +127,8 @@ package func loopbackSocket(listening: Bool) throws -> (fd: Int32, port: Int) {
 
 /// A private nginx (`nginx -p DIR -c DIR/nginx.conf -g 'daemon off;'`) with the configuration
 /// rendered from deploy/nginx/stateserver.conf.template, listening on a free port of 127.0.0.1
-/// in front of the given local ports.
+/// in front of the given local ports. `balance` is render.sh's `--balance`: round-robin unless a
+/// test asks for hash (the tests count requests per node, which only round robin makes exact).
 ///
 /// `@unchecked Sendable`: `process` is only used for its pid and `isRunning`, which Foundation
 /// reads under its own lock; everything else is immutable.
@@ -147,7 +148,7 @@ package final class NginxProcess: @unchecked Sendable {
         self.output = output
     }
 
-    package static func start(upstreams: [Int]) async throws -> NginxProcess {
+    package static func start(upstreams: [Int], balance: String = "round-robin") async throws -> NginxProcess {
         let binary = try Nginx.locate()
         var lastError = ""
         // Another process may take the free port between our check and nginx's bind: retry.
@@ -155,7 +156,7 @@ package final class NginxProcess: @unchecked Sendable {
             let port = try freePort()
             let prefix = try Nginx.makePrefix()
             let configuration = try Nginx.render(
-                ["--main", "--listen", "127.0.0.1:\(port)"] + upstreams.map { "127.0.0.1:\($0)" })
+                ["--main", "--balance", balance, "--listen", "127.0.0.1:\(port)"] + upstreams.map { "127.0.0.1:\($0)" })
             let file = prefix.appendingPathComponent("nginx.conf")
             try configuration.write(to: file, atomically: true, encoding: .utf8)
             let (process, output) = try ServerProcess.launch(

@@ -24,6 +24,13 @@ postgres-nio sends every statement as one Parse/Bind/Execute/Sync flight, so a s
 one round trip between node and PostgreSQL. pg_stat_statements counts only statements that
 succeed; one that fails (a commit that lost the race to another node: a unique key) is counted
 from the ERROR lines PostgreSQL writes to DIR/server.log meanwhile. Round trips = both.
+
+Around a load run instead (bench/run.sh's cluster runs: every statement any node sends while
+wrk runs, whatever the request):
+
+    pgcost.py --pg-dir DIR --db NAME --mark FILE     resets the statistics, keeps the ERROR count in FILE
+    pgcost.py --pg-dir DIR --db NAME --since FILE    prints {"statements", "failed", "by_statement"}
+                                                     since that --mark, as JSON
 """
 
 import argparse
@@ -108,7 +115,7 @@ def dispatch(sid, tok, key=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True)
+    ap.add_argument("--url")
     ap.add_argument("--other-url")
     ap.add_argument("--sessions", type=int, default=50, help="sessions to create on node A")
     ap.add_argument("--pg-dir", required=True)
@@ -116,7 +123,28 @@ def main():
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--name", default="pgcost")
     ap.add_argument("--results")
+    ap.add_argument("--mark", help="reset the statistics, write the ERROR count to this file, exit")
+    ap.add_argument("--since", help="print the statements and failures since --mark FILE as JSON, exit")
     a = ap.parse_args()
+
+    if a.mark:
+        sql(a, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        with open(a.mark, "w") as f:
+            f.write(str(failed(a)))
+        reset(a)
+        return
+    if a.since:
+        with open(a.since) as f:
+            failed0 = int(f.read().strip() or 0)
+        calls = stats(a)
+        merged = {}
+        for q, c in calls.items():
+            merged[short(q)] = merged.get(short(q), 0) + c
+        print(json.dumps({"statements": sum(calls.values()), "failed": failed(a) - failed0,
+                          "by_statement": sorted(merged.items(), key=lambda r: -r[1])[:12]}))
+        return
+    if not a.url:
+        ap.error("--url is required (unless --mark or --since)")
 
     sql(a, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     node_a = Node(a.url)

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Renders deploy/nginx/stateserver.conf.template to standard output.
 #
-#   deploy/nginx/render.sh [--listen ADDR] [--access-log PATH] [--main] NODE...
+#   deploy/nginx/render.sh [--balance hash|round-robin] [--listen ADDR] [--access-log PATH] [--main] NODE...
 #
-#   NODE        host:port of a state-server node (one "server" line each, round robin)
+#   NODE        host:port of a state-server node (one "server" line each)
+#   --balance   hash (the default): every request of a session to the same node, by
+#               `hash $stateserver_session consistent` (the session id from the path; requests
+#               without one spread by $request_id); round-robin: nginx's default, every request
+#               to the next node
 #   --listen    what nginx listens on (default 8080; e.g. 127.0.0.1:18080)
 #   --access-log  the access log's file (default /var/log/nginx/access.log; logs/access.log,
 #               under the prefix, with --main); written without query strings either way
@@ -17,18 +21,25 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 listen=8080
 access_log=""
+balance=hash
 main=0
 nodes=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --listen) listen="${2:?--listen needs an address}"; shift 2 ;;
         --access-log) access_log="${2:?--access-log needs a path}"; shift 2 ;;
+        --balance) balance="${2:?--balance needs hash or round-robin}"; shift 2 ;;
         --main) main=1; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         -*) echo "render.sh: unknown option $1" >&2; exit 2 ;;
         *) nodes+=("$1"); shift ;;
     esac
 done
+case "$balance" in
+    hash) keep=@HASH@; drop=@ROUND_ROBIN@ ;;
+    round-robin) keep=@ROUND_ROBIN@; drop=@HASH@ ;;
+    *) echo "render.sh: --balance is hash or round-robin, not $balance" >&2; exit 2 ;;
+esac
 if [ ${#nodes[@]} -eq 0 ]; then
     echo "render.sh: give at least one node (host:port)" >&2
     exit 2
@@ -55,6 +66,9 @@ fi
 body() {
     local node line
     while IFS= read -r line || [ -n "$line" ]; do
+        # Lines of the other balancing method go; this method's lose their marker.
+        [[ "$line" == "$drop"* ]] && continue
+        line="${line#"$keep"}"
         if [[ "$line" == *@NODE@* ]]; then
             for node in "${nodes[@]}"; do printf '%s\n' "${line//@NODE@/$node}"; done
         else

@@ -210,14 +210,13 @@ class Cluster:
         prefix = os.path.join(self.dir, "nginx")
         os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
         os.makedirs(os.path.join(prefix, "tmp"), exist_ok=True)
-        conf = subprocess.run(["bash", os.path.join(REPO, "deploy", "nginx", "render.sh"), "--main", "--listen",
-                               f"127.0.0.1:{self.nginx_port}"] + [f"127.0.0.1:{n.front.port}" for n in self.nodes],
+        # hash: by session id (issue 15 item 2: `hash $stateserver_session consistent`, the
+        # template's own map); round_robin: nginx's default.
+        balance = {"hash": "hash", "round_robin": "round-robin"}[self.balance]
+        conf = subprocess.run(["bash", os.path.join(REPO, "deploy", "nginx", "render.sh"), "--main",
+                               "--balance", balance, "--listen", f"127.0.0.1:{self.nginx_port}"]
+                              + [f"127.0.0.1:{n.front.port}" for n in self.nodes],
                               capture_output=True, text=True, check=True).stdout
-        if self.balance == "hash":
-            # Route by session id (issue 15 item 2: `hash $session consistent`).
-            conf = conf.replace("upstream stateserver {",
-                                "map $uri $stateserver_session {\n    ~^/v1/sessions/([^/]+) $1;\n    default \"\";\n}\n\n"
-                                "upstream stateserver {\n    hash $stateserver_session consistent;", 1)
         with open(os.path.join(prefix, "nginx.conf"), "w") as f:
             f.write(conf)
         self.nginx = subprocess.Popen([NGINX, "-p", prefix, "-c", os.path.join(prefix, "nginx.conf"), "-g", "daemon off;"],
