@@ -300,6 +300,12 @@ public protocol SessionOwnership: Sendable {
     /// its owner's membership lapsed), `.elsewhere` with the owner's URL while another live
     /// node owns it, `.gone` when no such session exists.
     func claim(session: String) async throws(StorageError) -> OwnershipClaim
+    /// The URL of the live node with `epoch` (nil when it is not a member).
+    func url(ofNode epoch: Int64) async throws(StorageError) -> String?
+    /// Gives a session this node owns to the live node with `epoch` (which asks for it by
+    /// forwarding its requests); `false` when this node did not own it or that node is gone.
+    /// The caller has dropped its copy first.
+    func handOver(session: String, to epoch: Int64) async throws(StorageError) -> Bool
     /// Membership changes of this node: `.lost` when it lapsed (every copy this node holds
     /// must go: another node may own those sessions now), `.joined` when it holds one again.
     func changes() -> AsyncStream<MembershipChange>

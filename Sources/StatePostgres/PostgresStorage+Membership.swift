@@ -89,6 +89,31 @@ extension PostgresStorage: SessionOwnership {
         throw StorageError(.unavailable, "\(name): this node's membership expired in PostgreSQL; it is joining again")
     }
 
+    public func url(ofNode epoch: Int64) async throws(StorageError) -> String? {
+        try await perform("find a node") { db, logger -> String? in
+            let rows = try await db.query(
+                "SELECT url FROM state_nodes WHERE epoch = \(epoch) AND expires_at > now()", logger: logger)
+            for try await url in rows.decode(String.self) { return url }
+            return nil
+        }
+    }
+
+    public func handOver(session: String, to epoch: Int64) async throws(StorageError) -> Bool {
+        let me = self.epoch
+        guard me != 0 else { return false }
+        return try await perform("hand a session over") { db, logger -> Bool in
+            let rows = try await db.query(
+                """
+                UPDATE state_sessions SET owner = \(epoch)
+                WHERE id = \(session) AND owner = \(me)
+                    AND EXISTS (SELECT 1 FROM state_nodes WHERE epoch = \(epoch) AND expires_at > now())
+                RETURNING 1
+                """, logger: logger)
+            for try await _ in rows { return true }
+            return false
+        }
+    }
+
     public func changes() -> AsyncStream<MembershipChange> {
         let (stream, continuation) = AsyncStream<MembershipChange>.makeStream()
         let id = membership.withLock { m in

@@ -18,6 +18,26 @@ public protocol RequestForwarder: Sendable {
 public let forwardedHeader = "stateserver-forwarded"
 
 extension StateServerResponder {
+    /// Several nodes: a session whose requests keep coming through one other node (a
+    /// balancer that routes by session id sends them there) moves to that node, once idle.
+    /// `answer`, and once it is given (the session idle again), the handover when one is due.
+    func handingOver(_ session: Session, _ request: RouteRequest, _ answer: Answer) -> Answer {
+        guard session.ownerEpoch != 0 else { return answer }
+        let from = request.http.header(forwardedHeader).flatMap { Int64($0) } ?? 0
+        guard let target = session.arrived(forwardedBy: from) else { return answer }
+        let sessions = self.sessions
+        switch answer {
+        case .now:
+            Task { await sessions.handOver(session, to: target) }
+            return answer
+        case .later(let work):
+            return .later { () throws(APIError) in
+                defer { Task { await sessions.handOver(session, to: target) } }
+                return try await work()
+            }
+        }
+    }
+
     /// The session named by a request, here, or the owner's reply to the request forwarded to
     /// it (several nodes).
     enum Found {

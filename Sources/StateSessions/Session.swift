@@ -19,6 +19,9 @@ public enum SessionNotice: Sendable {
     /// Several nodes with one owner per session: this node's membership lapsed (`false`: every
     /// session in memory was dropped) or it joined again (`true`).
     case membership(member: Bool)
+    /// Several nodes: the session was handed over to the node its requests came through
+    /// (`moved`), or the handover failed and this node keeps it.
+    case handedOver(session: String, moved: Bool)
     /// Shared storage: a store found waiting for asynchronous work was checked again after
     /// `recoveryDelay`: `settled` when it was still waiting at the same version (the work's
     /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
@@ -81,6 +84,28 @@ public final class Session: Sendable {
     public let ownerEpoch: Int64
     /// Several nodes: the copy was given up (``abandon()``); the manager forgets it.
     let abandoned = Atomic<Bool>(false)
+    /// Several nodes: the node (epoch) that forwarded the latest requests here, and how many in
+    /// a row came from it with no request straight to this node in between.
+    private let forwardedBy = Mutex<(epoch: Int64, streak: Int)>((0, 0))
+
+    /// Several nodes: counts a request for this session, forwarded by the node with `epoch`
+    /// (0: it came straight to this node). Returns that node's epoch when it has forwarded
+    /// ``handOverAfter`` requests in a row: the balancer sends the session there (it routes by
+    /// session id), so the session should live there.
+    public func arrived(forwardedBy epoch: Int64) -> Int64? {
+        guard ownerEpoch != 0 else { return nil }
+        return forwardedBy.withLock { last -> Int64? in
+            guard epoch != 0 else {
+                last = (0, 0)
+                return nil
+            }
+            last = last.epoch == epoch ? (epoch, last.streak + 1) : (epoch, 1)
+            return last.streak >= Self.handOverAfter ? epoch : nil
+        }
+    }
+
+    /// Forwarded requests in a row from one node after which the session moves there.
+    public static let handOverAfter = 3
 
     /// Requests waiting for their turn.
     struct Pipeline {
@@ -178,6 +203,17 @@ public final class Session: Sendable {
         }
         if retired { memory?.count(-counted.exchange(0, ordering: .relaxed)) }
         return retired
+    }
+
+    /// Several nodes: takes the session out of service for a handover when no change runs or
+    /// waits and no asynchronous work is under way — open event streams do not keep it (they
+    /// end with the copy; their clients resume from the new owner with `Last-Event-ID`).
+    func retireForHandOver() -> Bool {
+        pipeline.withLock { p in
+            guard !p.running, !p.deleted, !p.retired, p.waiting.isEmpty, !hasRunningWork else { return false }
+            p.retired = true
+            return true
+        }
     }
 
     /// Several nodes: this node no longer owns the session (its membership lapsed, or another

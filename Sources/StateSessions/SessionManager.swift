@@ -70,6 +70,11 @@ public final class SessionManager: Sendable {
 
     struct Table {
         var byID: [String: Session] = [:]
+        /// Several nodes: sessions being handed over to another node, with its URL: requests
+        /// meanwhile go there.
+        var leaving: [String: String] = [:]
+        /// Several nodes: the URLs of other nodes by epoch (epochs are never reused).
+        var nodeURLs: [Int64: String] = [:]
         /// Deletes so far: a load that raced a delete of the same session checks again.
         var deletes: UInt64 = 0
     }
@@ -220,6 +225,7 @@ public final class SessionManager: Sendable {
     /// for this one first.
     public func locate(id: String, token: String) async throws(StorageError) -> Located? {
         if let session = session(id: id, token: token) { return .here(session) }
+        if let url = sessions.withLock({ $0.leaving[id] }) { return .elsewhere(url: url) }
         guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
@@ -253,6 +259,30 @@ public final class SessionManager: Sendable {
                 return .here(session)
             }
         }
+    }
+
+    /// Several nodes: moves `session` to the node with `epoch`, which keeps forwarding its
+    /// requests here (``Session/arrived(forwardedBy:)``), once no change runs or waits and no
+    /// asynchronous work is under way (its streams end; their clients resume on the new
+    /// owner); otherwise it stays, and a later request tries again. The copy leaves memory first; requests meanwhile are
+    /// forwarded to the new owner. If the handover fails (that node is gone, PostgreSQL
+    /// unreachable), this node still owns the session and loads it again when asked.
+    public func handOver(_ session: Session, to epoch: Int64) async {
+        guard let ownership = activeOwnership, session.ownerEpoch == ownership.epoch, !session.isGone else { return }
+        var url = sessions.withLock { $0.nodeURLs[epoch] }
+        if url == nil {
+            url = try? await ownership.url(ofNode: epoch)
+            if let url { sessions.withLock { $0.nodeURLs[epoch] = url } }
+        }
+        guard let url, session.retireForHandOver() else { return }
+        sessions.withLock { table in
+            if table.byID[session.id] === session { table.byID[session.id] = nil }
+            table.leaving[session.id] = url
+        }
+        session.abandon()
+        let moved = (try? await ownership.handOver(session: session.id, to: epoch)) ?? false
+        sessions.withLock { _ = $0.leaving.removeValue(forKey: session.id) }
+        notify(.handedOver(session: session.id, moved: moved))
     }
 
     /// Forgets a session this node no longer owns (see ``Session/abandon()``).

@@ -172,6 +172,8 @@ struct Server {
                 logger.warning("dropped every session in memory: this node is no longer a member of the cluster")
             case .membership(member: true):
                 break
+            case .handedOver(let session, let moved):
+                logger.debug("session handed over", metadata: ["session.id": "\(session)", "moved": "\(moved)"])
             case .following(false):
                 logger.warning("stopped hearing other nodes' changes; event streams ended until it is back",
                     metadata: ["storage": "\(settings.storage.kind)"])

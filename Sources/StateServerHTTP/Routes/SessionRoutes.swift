@@ -56,7 +56,7 @@ extension StateServerResponder {
         let limit = settings.bodyLimit
         if let session = sessions.session(id: id, token: token) {
             if tooLarge { throw .tooLarge(limit) }
-            return try body(session)
+            return try handingOver(session, request, body(session))
         }
         guard sessions.isDurable else { throw .sessionNotFound }
         return .later { [self] () throws(APIError) in
@@ -66,7 +66,7 @@ extension StateServerResponder {
             case .session(let found): session = found
             }
             if tooLarge { throw .tooLarge(limit) }
-            switch try body(session) {
+            switch try handingOver(session, request, body(session)) {
             case .now(let response): return response
             case .later(let work): return try await work()
             }
