@@ -24,7 +24,8 @@ import Synchronization
 /// left behind by deleted sessions (writes now check that their session exists); 2 keeps
 /// changes instead of states: the journal (`changes`) holds each change's action, effect and a
 /// patch from the previous state, snapshots (`bases`) are kept per version as the bases loads
-/// and replays start from, heads (`sessions.head_seq`, `stores`) fence every append, and
+/// and replays start from, the heads (`sessions.head_seq`, and each store's newest change or
+/// base) fence every append (`stores`, written by the conversion, is not kept per change), and
 /// idempotency keys (`remembered_keys`) refer to their change instead of copying its reply.
 /// Opening a version 0 or 1 database converts it in one transaction, losing nothing.
 public final class SQLiteStorage: SessionStorage {
@@ -611,14 +612,11 @@ extension SQLiteStorage {
                     }
                     throw Self.notNext(e)
                 }
-                if e.version == 1 {
-                    try db.run("INSERT INTO stores (session, feature, version) VALUES (?, ?, 1)", [.text(e.session), .text(e.feature)])
-                } else {
-                    try db.run(
-                        "UPDATE stores SET version = ? WHERE session = ? AND feature = ? AND version = ?",
-                        [.int(Int64(e.version)), .text(e.session), .text(e.feature), .int(Int64(e.version - 1))])
-                    guard db.changes == 1 else { throw Self.notNext(e) }
-                }
+                // The store's head is the newest of its changes and bases (compaction keeps the
+                // base at the head): read, not kept in a row written per change (a page less in
+                // every commit).
+                let head = try Self.storeHead(db, e.session, e.feature)
+                guard e.version == head + 1 else { throw Self.notNext(e) }
                 try db.run(
                     """
                     INSERT INTO changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
@@ -635,9 +633,7 @@ extension SQLiteStorage {
                         [.text(e.session), .text(key), .text(e.feature), .int(Int64(e.version)), .int(e.time)])
                 }
             case .snapshot(let s):
-                let head = try db.query(
-                    "SELECT version FROM stores WHERE session = ? AND feature = ?", [.text(s.session), .text(s.feature)]
-                ) { Int($0.int(0)) }.first ?? 0
+                let head = try Self.storeHead(db, s.session, s.feature)
                 guard s.version <= head else {
                     throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal (\(head))")
                 }
@@ -682,6 +678,16 @@ extension SQLiteStorage {
                 try db.run("DELETE FROM bases WHERE session = ? AND feature = ? AND version < ?", [.text(session), .text(feature), .int(base)])
                 try db.run("DELETE FROM changes WHERE session = ? AND feature = ? AND version <= ?", [.text(session), .text(feature), .int(base)])
             }
+        }
+
+        /// A store's last version: the newest of its changes and bases (0: none yet).
+        static func storeHead(_ db: SQLiteConnection, _ session: String, _ feature: String) throws(StorageError) -> Int {
+            try db.query(
+                """
+                SELECT max(coalesce((SELECT max(version) FROM changes WHERE session = ?1 AND feature = ?2), 0),
+                    coalesce((SELECT max(version) FROM bases WHERE session = ?1 AND feature = ?2), 0))
+                """, [.text(session), .text(feature)]
+            ) { Int($0.int(0)) }.first ?? 0
         }
 
         static func notNext(_ e: JournalEntry) -> StorageError {
