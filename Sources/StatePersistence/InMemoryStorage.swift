@@ -123,6 +123,10 @@ public final class InMemoryStorage: SessionStorage {
             t.journal[e.session, default: []].append(e)
             t.headSeq[e.session] = e.seq
             t.headVersion[e.session, default: [:]][e.feature] = e.version
+            if var s = t.sessions[e.session], s.lastActiveAt < e.time {
+                s.lastActiveAt = e.time
+                t.sessions[e.session] = s
+            }
         case .snapshot(let s):
             try requireSession(s.session, in: t)
             guard s.version <= t.headVersion[s.session]?[s.feature] ?? 0 else {

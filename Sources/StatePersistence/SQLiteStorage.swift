@@ -604,7 +604,9 @@ extension SQLiteStorage {
             case .append(let e, let key):
                 // Fenced: the entry must follow the session's last seq and the store's last
                 // version, whatever compaction removed.
-                try db.run("UPDATE sessions SET head_seq = ? WHERE id = ? AND head_seq = ?", [.int(Int64(e.seq)), .text(e.session), .int(Int64(e.seq - 1))])
+                try db.run(
+                    "UPDATE sessions SET head_seq = ?, last_active = max(last_active, ?) WHERE id = ? AND head_seq = ?",
+                    [.int(Int64(e.seq)), .int(e.time), .text(e.session), .int(Int64(e.seq - 1))])
                 guard db.changes == 1 else {
                     let found = try db.query("SELECT 1 FROM sessions WHERE id = ?", [.text(e.session)]) { _ in true }
                     guard !found.isEmpty else {

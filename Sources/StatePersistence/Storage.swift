@@ -165,7 +165,8 @@ public enum StorageWrite: Sendable {
     /// and the store's last version is `entry.version - 1` (otherwise `.conflict`, nothing
     /// stored), so nothing is ever written behind a compaction or by a writer whose copy is
     /// stale. `idempotencyKey` remembers the key as a reference to this entry (a key already
-    /// remembered is a `.conflict`).
+    /// remembered is a `.conflict`). It also moves the session's last activity forward to the
+    /// entry's time, as a `touch` would (a change never needs a touch of its own).
     case append(JournalEntry, idempotencyKey: String?)
     /// A store's state at a version: a base that loads start from. Written only at or below the
     /// store's last version (a stale writer cannot overwrite newer history); a snapshot at the

@@ -146,7 +146,7 @@ extension PostgresStorage: SessionOwnership {
         }
         memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
         currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
-        logger.info("joined the cluster", metadata: ["cluster.epoch": "\(epoch)", "cluster.advertiseURL": "\(url)"])
+        logger.info("joined the cluster", metadata: ["cluster.epoch": "\(epoch)", "cluster.advertiseUrl": "\(url)"])
         tell(.joined(epoch: epoch))
     }
 

@@ -314,6 +314,18 @@ public final class PostgresStorage: SessionStorage {
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
+        if batch.count == 1, case .touch(let session, let at) = batch[0] {
+            // One statement, no transaction: the row is there or it is not.
+            let updated = try await perform("touch", writes: true) { db, logger -> Bool in
+                let rows = try await db.query(
+                    "UPDATE state_sessions SET last_active = greatest(last_active, \(at)) WHERE id = \(session) RETURNING 1",
+                    logger: logger)
+                for try await _ in rows { return true }
+                return false
+            }
+            guard updated else { throw StorageError(.sessionGone, "session \(session) does not exist") }
+            return
+        }
         if batch.count == 1, case .append(let entry, let key) = batch[0] {
             let epoch = epoch
             return try await perform("commit", writes: true) { db, logger in
@@ -395,7 +407,10 @@ public final class PostgresStorage: SessionStorage {
                     WHERE state_stores.version = excluded.version - 1
                 RETURNING session
             ),
-            head AS (UPDATE state_sessions SET head_seq = \(e.seq) WHERE id IN (SELECT session FROM store) RETURNING id),
+            head AS (
+                UPDATE state_sessions SET head_seq = \(e.seq), last_active = greatest(last_active, \(e.time))
+                WHERE id IN (SELECT session FROM store) RETURNING id
+            ),
             j AS (
                 INSERT INTO state_changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
                 SELECT id, \(e.seq), \(e.feature), \(e.version), \(e.cause), \(action), \(effect), \(e.delta.isPatch),

@@ -246,10 +246,8 @@ extension Session {
                     keysSince: now - SessionManager.milliseconds(settings.idempotencyTTL), maxKeys: settings.idempotencyKeys))
             }
         }
-        if now - lastStoredActivity.load(ordering: .relaxed) > 60_000 {
-            lastStoredActivity.store(now, ordering: .relaxed)
-            batch.append(.touch(session: id, at: now))
-        }
+        // The append moves the session's stored activity too.
+        lastStoredActivity.store(now, ordering: .relaxed)
         return batch
     }
 }

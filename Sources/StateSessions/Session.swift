@@ -166,16 +166,21 @@ public final class Session: Sendable {
         return difference == 0
     }
 
-    /// Marks the session as used now (idle eviction and the TTL count from here). Activity is
-    /// recorded in the journal at most once a minute, off the request path.
+    /// Marks the session as used now (idle eviction and the TTL count from here). Storage
+    /// learns of it with the next change, or from the sweep (``storeActivityIfStale()``).
     public func markUsed() {
-        let now = WallClock.now
-        lastUsed.store(now, ordering: .relaxed)
-        if storage != nil, now - lastStoredActivity.load(ordering: .relaxed) > 60_000 {
-            lastStoredActivity.store(now, ordering: .relaxed)
-            let id = self.id
-            journal.record({ [.touch(session: id, at: now)] }, done: { _ in })
-        }
+        lastUsed.store(WallClock.now, ordering: .relaxed)
+    }
+
+    /// Durable mode: records the last use in storage when it is more than a minute newer than
+    /// what storage has (a session only read; a change records it with its append). Called by
+    /// the sweep, off the request path.
+    func storeActivityIfStale() {
+        let used = lastUsed.load(ordering: .relaxed)
+        guard storage != nil, used - lastStoredActivity.load(ordering: .relaxed) > 60_000 else { return }
+        lastStoredActivity.store(used, ordering: .relaxed)
+        let id = self.id
+        journal.record({ [.touch(session: id, at: used)] }, done: { _ in })
     }
 
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }

@@ -435,6 +435,7 @@ public final class SessionManager: Sendable {
         var purgedIDs: [String] = []
         let snapshot = sessions.withLock { Array($0.byID.values) }
         for session in snapshot {
+            session.storeActivityIfStale()
             let idle = session.idleSince
             if idle < ttlLimit, !session.isBusy {
                 purgedIDs.append(session.id)

@@ -184,7 +184,7 @@ struct Server {
         let ownership = storage?.ownership
         let advertised = settings.storage.advertiseURL
         if ownership != nil, !advertised.isEmpty, !(advertised.hasPrefix("http://") || advertised.hasPrefix("https://")) {
-            logger.critical("setting 'cluster.advertiseURL' must be an http:// or https:// URL", metadata: ["value": "\(advertised)"])
+            logger.critical("setting 'cluster.advertiseUrl' must be an http:// or https:// URL", metadata: ["value": "\(advertised)"])
             StderrLogWriter.shared.flush()
             throw ExitCode(1)
         }

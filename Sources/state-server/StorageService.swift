@@ -69,13 +69,13 @@ enum SyncMode: String, SettingChoice {
 /// | `storage` | `memory`, `sqlite:PATH` or `postgres://USER[:PASSWORD]@HOST:PORT/DB` | `memory` |
 /// | `persistence.maxBytes` | bytes the SQLite database may grow to, 0 = no limit | `1073741824` (1 GiB) |
 /// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
-/// | `cluster.advertiseURL` | URL the other nodes reach this one by (PostgreSQL) | `""`: the listening address |
+/// | `cluster.advertiseUrl` | URL the other nodes reach this one by (PostgreSQL) | `""`: the listening address |
 /// | `cluster.lease` | seconds a node's membership lasts without renewal (PostgreSQL) | `10` |
 struct StorageSettings: Sendable {
     static let kind = Setting("storage", default: StorageKind.memory, "memory, sqlite:PATH or postgres://URL")
     static let maxBytes = Setting("persistence.maxBytes", default: 1 << 30, in: 0...Int.max, "db size cap, 0 = none")
     static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
-    static let advertiseURL = Setting("cluster.advertiseURL", default: "", "URL peers reach this node by")
+    static let advertiseURL = Setting("cluster.advertiseUrl", default: "", "URL peers reach this node by")
     static let lease = Setting("cluster.lease", default: 10.0, in: 1...3600, "membership lease seconds")
 
     var kind: StorageKind

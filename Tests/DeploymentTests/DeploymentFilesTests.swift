@@ -53,7 +53,7 @@ struct DeploymentFilesTests {
             #expect(storage.contains(":${POSTGRES_PASSWORD"), "\(name): the password is not taken from the environment: \(storage)")
             #expect(environment.string("STATE_SERVER_HOST") == "0.0.0.0", "\(name) listens on \(environment.string("STATE_SERVER_HOST") ?? "-")")
             #expect(environment.string("STATE_SERVER_PORT") == "8080", "\(name) port \(environment.string("STATE_SERVER_PORT") ?? "-")")
-            // cluster.advertiseURL: the address the other nodes reach this one by, its service name.
+            // cluster.advertiseUrl: the address the other nodes reach this one by, its service name.
             #expect(environment.string("STATE_SERVER_CLUSTER_ADVERTISE_URL") == "http://\(name):8080",
                     "\(name) advertises \(environment.string("STATE_SERVER_CLUSTER_ADVERTISE_URL") ?? "-")")
 
@@ -180,7 +180,7 @@ struct DeploymentFilesTests {
         }
         #expect(values["STATE_SERVER_PORT"]?.string("value") == "8080")
         #expect(values["STATE_SERVER_HOST"]?.string("value") == "0.0.0.0")
-        // cluster.advertiseURL from the pod's own IP (downward API), defined before its use.
+        // cluster.advertiseUrl from the pod's own IP (downward API), defined before its use.
         #expect(values["POD_IP"]?.map("valueFrom")?.map("fieldRef")?.string("fieldPath") == "status.podIP", "POD_IP: \(values["POD_IP"] ?? [:])")
         #expect(values["STATE_SERVER_CLUSTER_ADVERTISE_URL"]?.string("value") == "http://$(POD_IP):8080",
                 "STATE_SERVER_CLUSTER_ADVERTISE_URL: \(values["STATE_SERVER_CLUSTER_ADVERTISE_URL"] ?? [:])")
