@@ -6,10 +6,7 @@ import CSQLite
 final class SQLiteConnection: @unchecked Sendable {
     let handle: OpaquePointer
     let path: String
-    /// Prepared statements, in order of first use: a connection runs a few dozen SQL texts,
-    /// nearly all string literals, so a scan comparing strings (equal literals share their
-    /// bytes: a pointer comparison) is cheaper than hashing the text on every run.
-    private var statements: [(sql: String, handle: OpaquePointer)] = []
+    private var statements: [String: OpaquePointer] = [:]
 
     init(path: String, readOnly: Bool) throws(StorageError) {
         var db: OpaquePointer?
@@ -27,7 +24,7 @@ final class SQLiteConnection: @unchecked Sendable {
     }
 
     deinit {
-        for statement in statements { sqlite3_finalize(statement.handle) }
+        for statement in statements.values { sqlite3_finalize(statement) }
         sqlite3_close_v2(handle)
     }
 
@@ -74,15 +71,15 @@ final class SQLiteConnection: @unchecked Sendable {
 
     /// A cached prepared statement, reset and with cleared bindings.
     func statement(_ sql: String) throws(StorageError) -> Statement {
-        for cached in statements where cached.sql == sql {
-            sqlite3_reset(cached.handle)
-            sqlite3_clear_bindings(cached.handle)
-            return Statement(connection: self, handle: cached.handle)
+        if let cached = statements[sql] {
+            sqlite3_reset(cached)
+            sqlite3_clear_bindings(cached)
+            return Statement(connection: self, handle: cached)
         }
         var prepared: OpaquePointer?
         let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &prepared, nil)
         guard rc == SQLITE_OK, let prepared else { throw error(rc, "prepare") }
-        statements.append((sql, prepared))
+        statements[sql] = prepared
         return Statement(connection: self, handle: prepared)
     }
 
