@@ -94,8 +94,10 @@ struct APIError: Error, Sendable {
 
     /// Several nodes: the node that owns the session cannot be reached, or ownership is
     /// moving; nothing was applied.
-    static func ownerUnavailable(_ message: String) -> APIError {
-        APIError(status: 503, code: "owner_unavailable", message: message + "; nothing was applied", headers: [("Retry-After", "1")])
+    static func ownerUnavailable(_ message: String, misdirected: Bool = false) -> APIError {
+        APIError(
+            status: 503, code: "owner_unavailable", message: message + "; nothing was applied",
+            headers: [("Retry-After", "1")] + (misdirected ? [("StateServer-Misdirected", "1")] : []))
     }
 
     static func internalError(_ error: any Error) -> APIError {

@@ -16,6 +16,9 @@ public protocol RequestForwarder: Sendable {
 
 /// The header a forwarded request carries (the forwarding node's epoch).
 public let forwardedHeader = "stateserver-forwarded"
+/// The header of a `503 owner_unavailable` from a node a request was forwarded to that does
+/// not own the session (any more): nothing was done, and the forwarding node may look again.
+public let misdirectedHeader = "stateserver-misdirected"
 
 extension StateServerResponder {
     /// Several nodes: a session whose requests keep coming through one other node (a
@@ -50,22 +53,34 @@ extension StateServerResponder {
     /// forwarded already is not forwarded again: the two nodes disagree on the owner for a
     /// moment (a takeover under way), and the client is told to retry.
     func find(_ request: RouteRequest, id: String, token: String) async throws(APIError) -> Found {
-        let located: SessionManager.Located?
-        do throws(StorageError) {
-            located = try await sessions.locate(id: id, token: token)
-        } catch {
-            throw .storage(error)
-        }
-        switch located {
-        case nil: throw .sessionNotFound
-        case .here(let session)?: return .session(session)
-        case .elsewhere(let url)?:
-            guard request.http.header(forwardedHeader) == nil, let forwarder else {
-                throw .ownerUnavailable("the session's owner is changing; try again")
+        var attempt = 1
+        while true {
+            let located: SessionManager.Located?
+            do throws(StorageError) {
+                located = try await sessions.locate(id: id, token: token)
+            } catch {
+                throw .storage(error)
             }
-            return .forwarded(await forwarder.forward(request.http, to: url, route: request.template))
+            switch located {
+            case nil: throw .sessionNotFound
+            case .here(let session)?: return .session(session)
+            case .elsewhere(let url)?:
+                guard request.http.header(forwardedHeader) == nil, let forwarder else {
+                    // Forwarded here, but the session moved on (a handover or a takeover
+                    // under way): nothing was done; the forwarding node looks again.
+                    throw .ownerUnavailable("the session's owner is changing; try again", misdirected: true)
+                }
+                let response = await forwarder.forward(request.http, to: url, route: request.template)
+                let misdirected = response.status == 503
+                    && response.headers.contains { $0.name.lowercased() == misdirectedHeader }
+                guard misdirected, attempt < Self.forwardAttempts else { return .forwarded(response) }
+                attempt += 1
+            }
         }
     }
+
+    /// Forwards of one request at most: the owner may move between two looks, rarely twice.
+    static let forwardAttempts = 3
 }
 
 /// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers

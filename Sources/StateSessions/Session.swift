@@ -210,17 +210,6 @@ public final class Session: Sendable {
         return retired
     }
 
-    /// Several nodes: takes the session out of service for a handover when no change runs or
-    /// waits and no asynchronous work is under way — open event streams do not keep it (they
-    /// end with the copy; their clients resume from the new owner with `Last-Event-ID`).
-    func retireForHandOver() -> Bool {
-        pipeline.withLock { p in
-            guard !p.running, !p.deleted, !p.retired, p.waiting.isEmpty, !hasRunningWork else { return false }
-            p.retired = true
-            return true
-        }
-    }
-
     /// Several nodes: this node no longer owns the session (its membership lapsed, or another
     /// node took the session over). Whatever uses it: its streams end (clients reconnect and
     /// are served by the owner), its asynchronous work is cancelled (a result could not be

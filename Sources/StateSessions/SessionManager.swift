@@ -262,9 +262,9 @@ public final class SessionManager: Sendable {
     }
 
     /// Several nodes: moves `session` to the node with `epoch`, which keeps forwarding its
-    /// requests here (``Session/arrived(forwardedBy:)``), once no change runs or waits and no
-    /// asynchronous work is under way (its streams end; their clients resume on the new
-    /// owner); otherwise it stays, and a later request tries again. The copy leaves memory first; requests meanwhile are
+    /// requests here (``Session/arrived(forwardedBy:)``), once nothing uses it here (no change
+    /// running or waiting, no event stream — a stream relayed to the other node counts — no
+    /// asynchronous work); otherwise it stays, and a later request tries again. The copy leaves memory first; requests meanwhile are
     /// forwarded to the new owner. If the handover fails (that node is gone, PostgreSQL
     /// unreachable), this node still owns the session and loads it again when asked.
     public func handOver(_ session: Session, to epoch: Int64) async {
@@ -274,7 +274,7 @@ public final class SessionManager: Sendable {
             url = try? await ownership.url(ofNode: epoch)
             if let url { sessions.withLock { $0.nodeURLs[epoch] = url } }
         }
-        guard let url, session.retireForHandOver() else { return }
+        guard let url, session.retireIfIdle() else { return }
         sessions.withLock { table in
             if table.byID[session.id] === session { table.byID[session.id] = nil }
             table.leaving[session.id] = url
