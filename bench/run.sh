@@ -712,11 +712,11 @@ if [ -n "$PG_URL" ]; then
         for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
             wrk_run nginx nginx "$NGINX_URL"
             wrk_parallel "pg-direct-$N"
-            # Through nginx by session: first one dispatch on every session through it, so each
-            # session's node holds a current copy (the steady state of that routing; the direct
-            # run and a new node on the hash ring moved sessions), then the measured run.
+            # Through nginx by session: first 4 dispatches on every session through it, so each
+            # session lives on the node nginx sends it to (the steady state of that routing; the
+            # direct run and a new node on the hash ring moved sessions), then the measured run.
             run timeout 150 $PY bench/tools/warm.py --url "$CLUSTER_URL" --sessions "$TMP/sessions-pg.txt" \
-                --timeout 120 > "$RAW/warm-$PHASE-r$ROUND.txt" 2>&1 \
+                --rounds 4 --timeout 120 > "$RAW/warm-$PHASE-r$ROUND.txt" 2>&1 \
                 || warn "the warm-up through nginx ($PHASE) failed: $(tail -c 300 "$RAW/warm-$PHASE-r$ROUND.txt")"
             echo "   $(tail -1 "$RAW/warm-$PHASE-r$ROUND.txt")"
             measure_start
