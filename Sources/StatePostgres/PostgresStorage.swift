@@ -816,7 +816,18 @@ public final class PostgresStorage: SessionStorage {
                     let value = try await client.withConnection { connection in
                         guard lease.take() else { throw NoConnection() }
                         answer.leasedAt = .now
-                        return try await body(connection, logger)
+                        do {
+                            return try await body(connection, logger)
+                        } catch {
+                            // A server that turned read-only (a standby after a switchover) keeps
+                            // refusing writes on this connection: close it, so the pool connects
+                            // again — to the new primary, once the address points there.
+                            if Self.isReadOnly(error) {
+                                logger.warning("PostgreSQL is read-only on this connection (SQLSTATE 25006): closing it")
+                                try? await connection.close()
+                            }
+                            throw error
+                        }
                     }
                     answer.give(.success(value))
                 } catch {
@@ -924,6 +935,12 @@ public final class PostgresStorage: SessionStorage {
 
     /// Whether PostgreSQL answered the statement with an error of its own (then nothing of it
     /// was committed).
+    /// SQLSTATE 25006, read_only_sql_transaction: a write sent to a read-only server.
+    static func isReadOnly(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, error.code == .server else { return false }
+        return error.serverInfo?[.sqlState] == "25006"
+    }
+
     static func isServerError(_ error: any Error) -> Bool {
         if let error = error as? PSQLError, error.code == .server { return true }
         return false

@@ -20,6 +20,41 @@ struct PostgresStorageTests {
         try await withPostgresStorage { storage, _ in try await check.run(storage) }
     }
 
+    @Test("a server that turned read-only (SQLSTATE 25006, as after a switchover): the connection that found it is closed, so writes work again once the server takes them")
+    func readOnlyConnectionsAreDropped() async throws {
+        try await withPostgresStorage(poolSize: 2) { storage, url in
+            let server = try TestPostgres.shared()
+            let database = String(url.split(separator: "/").last ?? "")
+            try await storage.commit([.createSession(session("s")), .append(entry("s", seq: 1, version: 1), idempotencyKey: nil)])
+            // New connections to the database start read-only; the pool's current ones are
+            // ended, so it reconnects into read-only sessions.
+            try server.sql("ALTER DATABASE \(database) SET default_transaction_read_only = on", in: url)
+            try server.sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '\(database)' AND pid <> pg_backend_pid()",
+                in: url)
+            var sawReadOnly = false
+            #expect(try await eventually(timeout: .seconds(10), every: .milliseconds(50)) {
+                let error = await storageError { () async throws(StorageError) in
+                    try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
+                }
+                if error?.message.contains("read-only") == true { sawReadOnly = true }
+                return sawReadOnly
+            }, "a write should meet the read-only server")
+            #expect(try await storage.lastSeq(session: "s") == 1, "nothing written while read-only")
+            // The server takes writes again (the new primary): a pool that kept its read-only
+            // connections would refuse them until they idle out.
+            try server.sql("BEGIN READ WRITE; ALTER DATABASE \(database) RESET default_transaction_read_only; COMMIT", in: url)
+            var last: StorageError?
+            #expect(try await eventually(timeout: .seconds(10), every: .milliseconds(50)) {
+                last = await storageError { () async throws(StorageError) in
+                    try await storage.commit([.append(entry("s", seq: 2, version: 2), idempotencyKey: nil)])
+                }
+                return last == nil
+            }, "writes did not work again: \(String(describing: last))")
+            #expect(try await storage.lastSeq(session: "s") == 2)
+        }
+    }
+
     @Test("the name is the URL without its password")
     func name() async throws {
         try await withPostgresStorage { storage, url in
