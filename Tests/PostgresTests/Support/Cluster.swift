@@ -31,7 +31,10 @@ final class Cluster: Sendable {
         var nodes: [ServerProcess] = []
         do {
             for _ in 0..<count {
-                nodes.append(try await ServerProcess.start(arguments: ["--storage", storage], environment: environment))
+                // A short lease: a dead node's sessions move within seconds.
+                nodes.append(try await ServerProcess.start(
+                    arguments: ["--storage", storage],
+                    environment: ["STATE_SERVER_CLUSTER_LEASE": "2"].merging(environment) { $1 }))
             }
             let nginx = try await NginxProcess.start(upstreams: nodes.map(\.port))
             return Cluster(postgres: postgres, databaseURL: databaseURL, storage: storage, nodes: nodes, nginx: nginx)
