@@ -74,13 +74,16 @@ extension StateServerResponder {
                 let misdirected = response.status == 503
                     && response.headers.contains { $0.name.lowercased() == misdirectedHeader }
                 guard misdirected, attempt < Self.forwardAttempts else { return .forwarded(response) }
+                // The session is moving (a handover's write not yet in PostgreSQL, a takeover):
+                // look again shortly, 25 ms doubling (at most 0.75 s in all).
+                try? await Task.sleep(for: .milliseconds(25 << (attempt - 1)))
                 attempt += 1
             }
         }
     }
 
-    /// Forwards of one request at most: the owner may move between two looks, rarely twice.
-    static let forwardAttempts = 3
+    /// Forwards of one request at most: the owner may move between two looks.
+    static let forwardAttempts = 5
 }
 
 /// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers
