@@ -225,7 +225,7 @@ async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozen
             features = {}
             for f in FEATURES:
                 try:
-                    r = await http.request(node.port, "GET", f"/v1/sessions/{s.id}/state/{f}", s.auth, timeout=15)
+                    r = await _read_when_placed(node.port, f"/v1/sessions/{s.id}/state/{f}", s.auth)
                 except (http.Timeout, http.Broken) as e:
                     # A ready node that does not answer a read is a finding of its own: say what
                     # PostgreSQL is doing, and whether the node answers at all later.
@@ -252,3 +252,16 @@ async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozen
                 op.completed, op.type, op.status, op.version, op.state = time.monotonic(), "ok", 200, fs["version"], fs["state"]
             final.setdefault(s.id, {f: (fs["version"], fs["state"]) for f, fs in features.items()})
     return final
+
+
+async def _read_when_placed(port, path, auth, within: float = 20.0):
+    """GET `path`; while it answers 503 owner_unavailable (the session's owner died moments
+    ago and its lease has not expired yet: nothing to read anywhere until another node takes
+    the session over), ask again after Retry-After, as a client would, for at most `within`
+    seconds. Any other answer is returned as it is."""
+    deadline = time.monotonic() + within
+    while True:
+        r = await http.request(port, "GET", path, auth, timeout=15)
+        if r.status != 503 or r.code != "owner_unavailable" or time.monotonic() > deadline:
+            return r
+        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
