@@ -257,11 +257,13 @@ async def settle_and_read(cluster, history: History, sessions, skip_nodes=frozen
 async def _read_when_placed(port, path, auth, within: float = 20.0):
     """GET `path`; while it answers 503 owner_unavailable (the session's owner died moments
     ago and its lease has not expired yet: nothing to read anywhere until another node takes
-    the session over), ask again after Retry-After, as a client would, for at most `within`
-    seconds. Any other answer is returned as it is."""
+    the session over) or 503 storage_unavailable (a node just back from a partition whose pool
+    is still reconnecting), ask again after Retry-After, as a client would, for at most
+    `within` seconds. Any other answer is returned as it is."""
     deadline = time.monotonic() + within
     while True:
         r = await http.request(port, "GET", path, auth, timeout=15)
-        if r.status != 503 or r.code != "owner_unavailable" or time.monotonic() > deadline:
+        transient = r.status == 503 and r.code in ("owner_unavailable", "storage_unavailable")
+        if not transient or time.monotonic() > deadline:
             return r
         await asyncio.sleep(float(r.headers.get("retry-after", "1")))
