@@ -218,9 +218,7 @@ public final class Session: Sendable {
     func abandon() {
         abandoned.store(true, ordering: .sequentiallyConsistent)
         pipeline.withLock { $0.retired = true }
-        hub.close()
-        for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
-        memory?.count(-counted.exchange(0, ordering: .relaxed))
+        leaveService()
     }
 
     /// Durable mode: counts this session's state bytes in the server's memory budget again
@@ -319,6 +317,12 @@ public final class Session: Sendable {
 
     func markGone() {
         pipeline.withLock { $0.deleted = true }
+        leaveService()
+    }
+
+    /// What a session out of service gives up (deleted, or abandoned to another node): its
+    /// streams end, its asynchronous work is cancelled, its states leave the memory budget.
+    private func leaveService() {
         hub.close()
         for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
         memory?.count(-counted.exchange(0, ordering: .relaxed))

@@ -81,14 +81,15 @@ final class Forwarder: RequestForwarder {
                 metadata: ["owner": "\(base)", "route": "\(route)", "error": "\(error)", "sent": "\(reached)"])
             let isChange = request.method != "GET" && request.method != "HEAD"
             if reached && isChange {
-                return Self.error(
-                    route: route, code: "outcome_unknown",
+                return forwardingFailure(
+                    code: "outcome_unknown",
                     message: "the node that owns this session stopped answering while the change was sent; it may have been applied: "
-                        + "read the state, or retry with the same Idempotency-Key")
+                        + "read the state, or retry with the same Idempotency-Key",
+                    route: route)
             }
-            return Self.error(
-                route: route, code: "owner_unavailable",
-                message: "the node that owns this session cannot be reached; nothing was applied, try again")
+            return forwardingFailure(
+                code: "owner_unavailable", message: "the node that owns this session cannot be reached; nothing was applied, try again",
+                route: route)
         }
     }
 
@@ -132,10 +133,6 @@ final class Forwarder: RequestForwarder {
         if let error = error as? IOError, error.errnoCode == ECONNREFUSED { return true }
         let text = String(describing: error)
         return text.contains("connectTimeout") || text.contains("connection refused") || text.contains("ECONNREFUSED")
-    }
-
-    static func error(route: String, code: String, message: String) -> HTTPResponse {
-        forwardingFailure(code: code, message: message, route: route)
     }
 
     /// Percent-encodes a query name or value (RFC 3986 unreserved characters stay).
