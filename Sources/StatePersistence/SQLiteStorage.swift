@@ -25,7 +25,8 @@ import Synchronization
 /// changes instead of states: the journal (`changes`) holds each change's action, effect and a
 /// patch from the previous state, snapshots (`bases`) are kept per version as the bases loads
 /// and replays start from, the heads (`sessions.head_seq`, and each store's newest change or
-/// base) fence every append (`stores`, written by the conversion, is not kept per change), and
+/// base, kept in the writer's memory once known: ``SQLiteHeads``) fence every append
+/// (`stores`, written by the conversion, is not kept per change), and
 /// idempotency keys (`remembered_keys`) refer to their change instead of copying its reply.
 /// Opening a version 0 or 1 database converts it in one transaction, losing nothing.
 public final class SQLiteStorage: SessionStorage {
@@ -35,6 +36,12 @@ public final class SQLiteStorage: SessionStorage {
     private let lock: ProcessLock
     /// The open file is still the one at the path, and writable (SQLiteStorage+Health.swift).
     let health: SQLiteHealth
+
+    /// A session's last seq, in a query over `sessions` with the session's id as `?1`: the row
+    /// keeps a lower bound (the writer updates it at most once a minute, and before compaction
+    /// may delete the newest changes), the journal the rest.
+    static let headSeqColumn =
+        "max(head_seq, coalesce((SELECT max(seq) FROM changes WHERE changes.session = ?1), 0))"
 
     /// The schema version this code writes (`PRAGMA user_version`).
     static let schemaVersion = 2
@@ -324,7 +331,7 @@ public final class SQLiteStorage: SessionStorage {
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
         try await reader.read { db throws(StorageError) in
-            try db.query("SELECT head_seq FROM sessions WHERE id = ?", [.text(session)]) { Int($0.int(0)) }.first ?? 0
+            try db.query("SELECT \(SQLiteStorage.headSeqColumn) FROM sessions WHERE id = ?1", [.text(session)]) { Int($0.int(0)) }.first ?? 0
         }
     }
 
@@ -395,6 +402,11 @@ extension SQLiteStorage {
         private let connection: SQLiteConnection
         private let queue = Mutex(Queue())
         private let wake = DispatchSemaphore(value: 0)
+        /// Heads of the sessions written lately (writer thread only).
+        private var heads = SQLiteHeads()
+        /// An append writes the session row's activity only when what it holds is older than
+        /// this (milliseconds): at most one session-row write a minute for a busy session.
+        static let activityInterval: Int64 = 60_000
 
         init(connection: SQLiteConnection) {
             self.connection = connection
@@ -477,6 +489,7 @@ extension SQLiteStorage {
             case .notBegun(let error):
                 for job in jobs { job.done(.failure(error)) }
             case .lost:
+                heads.rollBack()
                 // Nothing of the group is stored. Each batch again, alone: one that does not
                 // fit fails by itself, and none is answered for another's failure.
                 for job in jobs { job.done(commitAlone(job.batch)) }
@@ -508,6 +521,7 @@ extension SQLiteStorage {
                     try connection.run("SAVEPOINT batch", [])
                     try apply(batch)
                     try connection.run("RELEASE batch", [])
+                    heads.releaseBatch()
                     results.append(.success(()))
                 } catch {
                     // SQLITE_FULL and I/O errors may have rolled back the whole transaction:
@@ -517,6 +531,7 @@ extension SQLiteStorage {
                     do {
                         try connection.run("ROLLBACK TO batch", [])
                         try connection.run("RELEASE batch", [])
+                        heads.rollBackBatch()
                     } catch {
                         endTransaction()
                         return .lost
@@ -530,6 +545,7 @@ extension SQLiteStorage {
                 endTransaction()
                 return .lost
             }
+            heads.commit()
             return .committed(results)
         }
 
@@ -540,9 +556,11 @@ extension SQLiteStorage {
                 try connection.run("BEGIN IMMEDIATE", [])
                 try apply(batch)
                 try connection.run("COMMIT", [])
+                heads.commit()
                 return .success(())
             } catch {
                 endTransaction()
+                heads.rollBack()
                 return .failure(error)
             }
         }
@@ -596,29 +614,19 @@ extension SQLiteStorage {
                 try db.run(
                     "INSERT INTO sessions (id, token_hash, created_at, last_active) VALUES (?, ?, ?, ?)",
                     [.text(s.id), .blob(s.tokenHash), .int(s.createdAt), .int(s.lastActiveAt)])
+                heads.set(s.id, SQLiteHeads.Head(seq: 0, stores: [:], storedActivity: s.lastActiveAt))
             case .deleteSession(let id):
                 for table in ["changes", "stores", "bases", "remembered_keys"] {
                     try db.run("DELETE FROM \(table) WHERE session = ?", [.text(id)])
                 }
                 try db.run("DELETE FROM sessions WHERE id = ?", [.text(id)])
+                heads.set(id, nil)
             case .append(let e, let key):
                 // Fenced: the entry must follow the session's last seq and the store's last
-                // version, whatever compaction removed.
-                try db.run(
-                    "UPDATE sessions SET head_seq = ?, last_active = max(last_active, ?) WHERE id = ? AND head_seq = ?",
-                    [.int(Int64(e.seq)), .int(e.time), .text(e.session), .int(Int64(e.seq - 1))])
-                guard db.changes == 1 else {
-                    let found = try db.query("SELECT 1 FROM sessions WHERE id = ?", [.text(e.session)]) { _ in true }
-                    guard !found.isEmpty else {
-                        throw StorageError(.sessionGone, "session \(e.session) does not exist (deleted or expired)")
-                    }
-                    throw Self.notNext(e)
-                }
-                // The store's head is the newest of its changes and bases (compaction keeps the
-                // base at the head): read, not kept in a row written per change (a page less in
-                // every commit).
-                let head = try Self.storeHead(db, e.session, e.feature)
-                guard e.version == head + 1 else { throw Self.notNext(e) }
+                // version, whatever compaction removed (heads known to the writer, or read).
+                var head = try sessionHead(e.session)
+                guard e.seq == head.seq + 1 else { throw Self.notNext(e) }
+                guard try e.version == storeVersion(e.session, e.feature) + 1 else { throw Self.notNext(e) }
                 try db.run(
                     """
                     INSERT INTO changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
@@ -634,8 +642,19 @@ extension SQLiteStorage {
                         "INSERT INTO remembered_keys (session, key, feature, version, time) VALUES (?, ?, ?, ?, ?)",
                         [.text(e.session), .text(key), .text(e.feature), .int(Int64(e.version)), .int(e.time)])
                 }
+                head.seq = e.seq
+                head.stores[e.feature] = e.version
+                if e.time - head.storedActivity >= Self.activityInterval {
+                    // The session row keeps a lower bound of the head seq (exact once written
+                    // here or by compaction); readers take the newest of it and the journal's.
+                    try db.run(
+                        "UPDATE sessions SET head_seq = max(head_seq, ?), last_active = max(last_active, ?) WHERE id = ?",
+                        [.int(Int64(e.seq)), .int(e.time), .text(e.session)])
+                    head.storedActivity = e.time
+                }
+                heads.set(e.session, head)
             case .snapshot(let s):
-                let head = try Self.storeHead(db, s.session, s.feature)
+                let head = try storeVersion(s.session, s.feature)
                 guard s.version <= head else {
                     throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal (\(head))")
                 }
@@ -650,7 +669,14 @@ extension SQLiteStorage {
                     ])
             case .touch(let session, let at):
                 try db.run("UPDATE sessions SET last_active = max(last_active, ?) WHERE id = ?", [.int(at), .text(session)])
+                if var head = heads.head(of: session) ?? nil {
+                    head.storedActivity = max(head.storedActivity, at)
+                    heads.set(session, head)
+                }
             case .compact(let session, let feature, let upToVersion, let keepLast, let keysSince, let maxKeys):
+                // The journal's newest seq may go: the session row keeps the head first.
+                let headSeq = try sessionHead(session).seq
+                try db.run("UPDATE sessions SET head_seq = ? WHERE id = ? AND head_seq < ?", [.int(Int64(headSeq)), .text(session), .int(Int64(headSeq))])
                 try db.run("DELETE FROM remembered_keys WHERE session = ? AND time < ?", [.text(session), .int(keysSince)])
                 try db.run(
                     """
@@ -664,11 +690,11 @@ extension SQLiteStorage {
                     SELECT min(v) FROM (
                         SELECT ? AS v
                         UNION ALL SELECT min(version) FROM changes WHERE session = ? AND feature = ?
-                            AND seq > (SELECT head_seq FROM sessions WHERE id = ?) - ?
+                            AND seq > ?
                         UNION ALL SELECT min(version) FROM remembered_keys WHERE session = ? AND feature = ?)
                     """,
                     [
-                        .int(Int64(upToVersion + 1)), .text(session), .text(feature), .text(session), .int(Int64(keepLast)),
+                        .int(Int64(upToVersion + 1)), .text(session), .text(feature), .int(Int64(headSeq - keepLast)),
                         .text(session), .text(feature),
                     ]
                 ) { $0.int(0) }.first ?? Int64(upToVersion + 1)
@@ -680,6 +706,33 @@ extension SQLiteStorage {
                 try db.run("DELETE FROM bases WHERE session = ? AND feature = ? AND version < ?", [.text(session), .text(feature), .int(base)])
                 try db.run("DELETE FROM changes WHERE session = ? AND feature = ? AND version <= ?", [.text(session), .text(feature), .int(base)])
             }
+        }
+
+        /// The session's heads: as the writer knows them, or read (`.sessionGone` when there is no
+        /// such session).
+        private func sessionHead(_ session: String) throws(StorageError) -> SQLiteHeads.Head {
+            switch heads.head(of: session) {
+            case .some(.some(let head)): return head
+            case .some(.none), .none: break
+            }
+            let found = try connection.query(
+                "SELECT \(SQLiteStorage.headSeqColumn), last_active FROM sessions WHERE id = ?1", [.text(session)]
+            ) { SQLiteHeads.Head(seq: Int($0.int(0)), stores: [:], storedActivity: $0.int(1)) }
+            guard let head = found.first else {
+                throw StorageError(.sessionGone, "session \(session) does not exist (deleted or expired)")
+            }
+            heads.set(session, head)
+            return head
+        }
+
+        /// A store's last version, as the writer knows it or read.
+        private func storeVersion(_ session: String, _ feature: String) throws(StorageError) -> Int {
+            var head = try sessionHead(session)
+            if let version = head.stores[feature] { return version }
+            let version = try Self.storeHead(connection, session, feature)
+            head.stores[feature] = version
+            heads.set(session, head)
+            return version
         }
 
         /// A store's last version: the newest of its changes and bases (0: none yet).

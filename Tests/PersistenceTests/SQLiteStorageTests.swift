@@ -62,6 +62,80 @@ struct SQLiteStorageTests {
         #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")
     }
 
+    @Test("the writer's heads follow the transaction: a batch rolled back in a group leaves no head behind; compaction and reopening keep the seq")
+    func headsFollowTheTransaction() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.path("state.sqlite")
+        let storage = try SQLiteStorage(path: path)
+        try await storage.commit([.createSession(Rows.session("s"))])
+        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1), idempotencyKey: nil)])
+
+        // One group: the first batch appends seq 2 then fails (a snapshot ahead of its store);
+        // its savepoint is rolled back, so the second batch's seq 2 is the one that follows.
+        let results = await storage.commit(group: [
+            [.append(Rows.entry("s", seq: 2, version: 2), idempotencyKey: nil), .snapshot(Rows.snapshot("s", version: 9, state: #"{"count":9}"#))],
+            [.append(Rows.entry("s", seq: 2, feature: "todos", version: 1), idempotencyKey: nil)],
+        ])
+        #expect(results.map { (try? $0.get()) != nil } == [false, true], "\(results)")
+        #expect(try await storage.journal(session: "s", afterSeq: 0, limit: 10).map(\.feature) == ["counter", "todos"])
+        // The counter's head is still 1: version 2 at seq 3 follows, version 3 does not.
+        let skipped = await storageError { () async throws(StorageError) in
+            try await storage.commit([.append(Rows.entry("s", seq: 3, version: 3), idempotencyKey: nil)])
+        }
+        #expect(skipped?.kind == .conflict, "\(String(describing: skipped))")
+        try await storage.commit([.append(Rows.entry("s", seq: 3, version: 2), idempotencyKey: nil)])
+
+        // A lone batch that fails after its append leaves no head either.
+        let failed = await storageError { () async throws(StorageError) in
+            try await storage.commit([
+                .append(Rows.entry("s", seq: 4, version: 3), idempotencyKey: nil), .createSession(Rows.session("s")),
+            ])
+        }
+        #expect(failed?.kind == .conflict, "\(String(describing: failed))")
+        try await storage.commit([.append(Rows.entry("s", seq: 4, version: 3), idempotencyKey: nil)])
+
+        // Compaction may take the newest change: the session's seq survives it and a reopen.
+        try await storage.commit([.snapshot(Rows.snapshot("s", version: 3, state: #"{"count":3}"#))])
+        try await storage.commit([
+            .compact(session: "s", feature: "counter", upToVersion: 3, keepLast: 0, keysSince: 0, maxKeys: 100)
+        ])
+        #expect(try await storage.journal(session: "s", afterSeq: 3, limit: 10).isEmpty, "compacted away")
+        #expect(try await storage.lastSeq(session: "s") == 4)
+        await storage.close()
+
+        let reopened = try SQLiteStorage(path: path)
+        #expect(try await reopened.lastSeq(session: "s") == 4)
+        let stale = await storageError { () async throws(StorageError) in
+            try await reopened.commit([.append(Rows.entry("s", seq: 4, version: 4), idempotencyKey: nil)])
+        }
+        #expect(stale?.kind == .conflict, "\(String(describing: stale))")
+        try await reopened.commit([.append(Rows.entry("s", seq: 5, version: 4), idempotencyKey: nil)])
+        #expect(try await reopened.lastSeq(session: "s") == 5)
+        await reopened.close()
+    }
+
+    @Test("an append writes the session's stored activity at most once a minute (one row write less per change)")
+    func activityAtMostOnceAMinute() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let storage = try SQLiteStorage(path: directory.path("state.sqlite"))
+        try await storage.commit([.createSession(Rows.session("s", createdAt: 1_000))])
+        try await storage.commit([.append(Rows.entry("s", seq: 1, version: 1, time: 30_000), idempotencyKey: nil)])
+        #expect(try await storage.session(id: "s")?.lastActiveAt == 1_000, "within a minute of what is stored")
+        try await storage.commit([.append(Rows.entry("s", seq: 2, version: 2, time: 61_000), idempotencyKey: nil)])
+        #expect(try await storage.session(id: "s")?.lastActiveAt == 61_000, "a minute later")
+        try await storage.commit([.append(Rows.entry("s", seq: 3, version: 3, time: 62_000), idempotencyKey: nil)])
+        #expect(try await storage.session(id: "s")?.lastActiveAt == 61_000)
+        // A touch writes at once, and the next append counts its minute from there.
+        try await storage.commit([.touch(session: "s", at: 100_000)])
+        try await storage.commit([.append(Rows.entry("s", seq: 4, version: 4, time: 150_000), idempotencyKey: nil)])
+        #expect(try await storage.session(id: "s")?.lastActiveAt == 100_000)
+        try await storage.commit([.append(Rows.entry("s", seq: 5, version: 5, time: 160_000), idempotencyKey: nil)])
+        #expect(try await storage.session(id: "s")?.lastActiveAt == 160_000)
+        await storage.close()
+    }
+
     @Test("close waits for pending commits; a commit after close fails as unavailable")
     func closeDrainsThenRefuses() async throws {
         let directory = try TemporaryDirectory()
