@@ -6,13 +6,16 @@
 #   bash bench/ab.sh BINARY_A BINARY_B          e.g. an older commit's release build and today's
 #
 # Scenarios (wrk -t2 -c64, keep-alive, 127.0.0.1, memory storage): GET /healthz, GET
-# state/counter over 1,000 sessions, POST dispatch over 1,000 sessions. Knobs: AB_ROUNDS (runs
+# state/counter over 1,000 sessions, POST dispatch over 1,000 sessions, and (with AB_TODOS=1,
+# the default on SQLite) POST toggle: one todo toggled in 100 sessions whose lists hold 100
+# items of 200-byte titles (about 25 KB of state each). Knobs: AB_ROUNDS (runs
 # of each binary per scenario, 3), AB_DURATION (seconds per run, 5), AB_STORAGE (`sqlite`: each
 # binary on a fresh SQLite database of its own, fsync on: durable dispatch).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 2 ] && [ -x "$1" ] && [ -x "$2" ] || { echo "usage: bench/ab.sh BINARY_A BINARY_B" >&2; exit 2; }
 ROUNDS=${AB_ROUNDS:-3}
+TODOS=${AB_TODOS:-$([ "${AB_STORAGE:-memory}" = sqlite ] && echo 1 || echo 0)}
 DURATION=${AB_DURATION:-5}
 command -v wrk >/dev/null || { echo "bench/ab.sh: wrk is missing (apt-get install wrk)" >&2; exit 2; }
 TMP=$(mktemp -d /tmp/ab.XXXXXX)
@@ -32,6 +35,10 @@ start() { # start NAME BINARY -> sets PORT_NAME
     printf -v "PORT_$name" '%s' "$port"
     timeout 120 python3 bench/tools/mksessions.py --url "http://127.0.0.1:$port" --count 1000 \
         --out "$TMP/sessions-$name.txt" --dispatch > /dev/null || { echo "bench/ab.sh: creating sessions failed" >&2; exit 1; }
+    if [ "$TODOS" = 1 ]; then
+        timeout 300 python3 bench/tools/filltodos.py --url "http://127.0.0.1:$port" --sessions "$TMP/sessions-$name.txt" \
+            --count 100 --items 100 --title-bytes 200 --out "$TMP/todos-$name.txt" || { echo "bench/ab.sh: filling todo lists failed" >&2; exit 1; }
+    fi
 }
 
 start A "$1"
@@ -42,13 +49,16 @@ rps() { # rps NAME SCENARIO -> requests/s of one wrk run
     local url="http://127.0.0.1:${!port_var}"
     case $scenario in
         healthz) wrk -t2 -c64 -d"${DURATION}s" "$url/healthz" ;;
+        toggle) wrk -t2 -c64 -d"${DURATION}s" -s bench/wrk/sessions.lua "$url" -- toggle "$TMP/todos-$name.txt" ;;
         *) wrk -t2 -c64 -d"${DURATION}s" -s bench/wrk/sessions.lua "$url" -- "$scenario" "$TMP/sessions-$name.txt" ;;
     esac 2>&1 | awk '/^Requests\/sec:/ {print int($2)}'
 }
 
 echo "A: $1"
 echo "B: $2"
-for scenario in healthz state dispatch; do
+scenarios=(healthz state dispatch)
+[ "$TODOS" = 1 ] && scenarios+=(toggle)
+for scenario in "${scenarios[@]}"; do
     a_runs=(); b_runs=()
     for ((round = 1; round <= ROUNDS; round++)); do
         a_runs+=("$(rps A "$scenario")")

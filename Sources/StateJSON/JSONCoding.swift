@@ -39,7 +39,7 @@ public enum JSONCoding {
     public static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most strings (keys, names, ids) need no escape: copy them in one piece.
-        if !string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+        if !needsEscape(string.utf8.span) {
             out.append(contentsOf: string.utf8)
             out.append(UInt8(ascii: "\""))
             return
@@ -58,6 +58,19 @@ public enum JSONCoding {
             }
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any byte must be escaped in a JSON string: a control character, `"` or `\`.
+    /// A plain loop over a span (no closure, no overflow checks): strings are most of a state's
+    /// bytes.
+    static func needsEscape(_ bytes: Span<UInt8>) -> Bool {
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return true }
+            index &+= 1
+        }
+        return false
     }
 
     /// `string` as a JSON string literal.

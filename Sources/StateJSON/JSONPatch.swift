@@ -27,8 +27,10 @@ public enum JSONPatch {
     public static func diff(from old: [UInt8], to new: [UInt8], limit: Int = .max) -> [UInt8]? {
         var writer = PatchWriter(limit: limit)
         var scanner = DiffScanner(old: old, new: new)
-        let oldRange = Scanner.valueRange(in: old, from: 0)
-        let newRange = Scanner.valueRange(in: new, from: 0)
+        // The documents are whole values: their ranges are the bytes between the blanks around
+        // them (a malformed one shows when it is walked, and is then replaced whole).
+        let oldRange = Scanner.trimmed(old.span)
+        let newRange = Scanner.trimmed(new.span)
         guard let oldRange, let newRange else {
             // Not JSON we can walk: the whole document.
             writer.op("replace", path: [], value: new[...])
@@ -208,15 +210,26 @@ public enum JSONPatch {
 // MARK: - Walking encoded JSON
 
 /// Finds the extent of values in JSON bytes without decoding them.
+/// Walks JSON text by its structure only (strings, brackets, commas), over a `Span` of its
+/// bytes: no copies, no reference counting, one bounds check per byte read.
 enum Scanner {
     static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 }
 
-    static func skipSpace(_ bytes: [UInt8], _ index: inout Int) {
+    static func skipSpace(_ bytes: Span<UInt8>, _ index: inout Int) {
         while index < bytes.count, isSpace(bytes[index]) { index += 1 }
     }
 
+    /// The bytes between leading and trailing blanks; nil when there are none.
+    static func trimmed(_ bytes: Span<UInt8>) -> Range<Int>? {
+        var lower = 0
+        skipSpace(bytes, &lower)
+        var upper = bytes.count
+        while upper > lower, isSpace(bytes[upper - 1]) { upper -= 1 }
+        return lower < upper ? lower..<upper : nil
+    }
+
     /// The range of the value starting at or after `start` (after blanks); nil when malformed.
-    static func valueRange(in bytes: [UInt8], from start: Int) -> Range<Int>? {
+    static func valueRange(in bytes: Span<UInt8>, from start: Int) -> Range<Int>? {
         var index = start
         skipSpace(bytes, &index)
         guard let end = valueEnd(bytes, index) else { return nil }
@@ -224,26 +237,28 @@ enum Scanner {
     }
 
     /// The end (exclusive) of the value starting at `start`.
-    static func valueEnd(_ bytes: [UInt8], _ start: Int) -> Int? {
+    static func valueEnd(_ bytes: Span<UInt8>, _ start: Int) -> Int? {
         guard start < bytes.count else { return nil }
         switch bytes[start] {
         case UInt8(ascii: "\""): return stringEnd(bytes, start)
         case UInt8(ascii: "{"), UInt8(ascii: "["):
+            // Depth and indices stay below `bytes.count`, so `&+` and `&-` cannot wrap.
             var depth = 0
             var index = start
             while index < bytes.count {
-                switch bytes[index] {
-                case UInt8(ascii: "\""):
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
                     guard let end = stringEnd(bytes, index) else { return nil }
                     index = end
                     continue
-                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
-                case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                    depth -= 1
-                    if depth == 0 { return index + 1 }
-                default: break
                 }
-                index += 1
+                if byte == UInt8(ascii: "{") || byte == UInt8(ascii: "[") {
+                    depth &+= 1
+                } else if byte == UInt8(ascii: "}") || byte == UInt8(ascii: "]") {
+                    depth &-= 1
+                    if depth == 0 { return index &+ 1 }
+                }
+                index &+= 1
             }
             return nil
         default:
@@ -260,20 +275,24 @@ enum Scanner {
     }
 
     /// The end (exclusive, after the closing quote) of the string starting at `start`.
-    static func stringEnd(_ bytes: [UInt8], _ start: Int) -> Int? {
-        var index = start + 1
+    static func stringEnd(_ bytes: Span<UInt8>, _ start: Int) -> Int? {
+        guard start >= 0 else { return nil }
+        // Indices stay below `bytes.count`, so `&+` cannot wrap.
+        var index = start &+ 1
         while index < bytes.count {
-            switch bytes[index] {
-            case UInt8(ascii: "\\"): index += 2
-            case UInt8(ascii: "\""): return index + 1
-            default: index += 1
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") { return index &+ 1 }
+            if byte == UInt8(ascii: "\\") {
+                index &+= 2
+                continue
             }
+            index &+= 1
         }
         return nil
     }
 
     /// The members of the object at `range`: each key's range (with quotes) and value's range.
-    static func members(_ bytes: [UInt8], _ range: Range<Int>) -> [(key: Range<Int>, value: Range<Int>)]? {
+    static func members(_ bytes: Span<UInt8>, _ range: Range<Int>) -> [(key: Range<Int>, value: Range<Int>)]? {
         var result: [(key: Range<Int>, value: Range<Int>)] = []
         var index = range.lowerBound + 1
         skipSpace(bytes, &index)
@@ -300,7 +319,7 @@ enum Scanner {
     }
 
     /// The elements of the array at `range`.
-    static func elements(_ bytes: [UInt8], _ range: Range<Int>) -> [Range<Int>]? {
+    static func elements(_ bytes: Span<UInt8>, _ range: Range<Int>) -> [Range<Int>]? {
         var result: [Range<Int>] = []
         var index = range.lowerBound + 1
         skipSpace(bytes, &index)
@@ -318,6 +337,19 @@ enum Scanner {
         }
         return nil
     }
+
+    /// Whether `a` in `x` and `b` in `y` hold the same bytes.
+    static func equal(_ x: Span<UInt8>, _ a: Range<Int>, _ y: Span<UInt8>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        var i = a.lowerBound
+        var j = b.lowerBound
+        while i < a.upperBound {
+            if x[i] != y[j] { return false }
+            i &+= 1
+            j &+= 1
+        }
+        return true
+    }
 }
 
 /// Compares two documents' bytes and writes the operations that turn one into the other.
@@ -326,17 +358,17 @@ private struct DiffScanner {
     let new: [UInt8]
 
     func equal(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
-        a.count == b.count && old[a].elementsEqual(new[b])
+        Scanner.equal(old.span, a, new.span, b)
     }
 
     mutating func diff(_ a: Range<Int>, _ b: Range<Int>, path: [UInt8], into writer: inout PatchWriter) {
         if writer.overLimit || equal(a, b) { return }
         let first = old[a.lowerBound]
         if first == new[b.lowerBound] {
-            if first == UInt8(ascii: "{"), let from = Scanner.members(old, a), let to = Scanner.members(new, b) {
+            if first == UInt8(ascii: "{"), let from = Scanner.members(old.span, a), let to = Scanner.members(new.span, b) {
                 return diffObjects(from, to, path: path, into: &writer)
             }
-            if first == UInt8(ascii: "["), let from = Scanner.elements(old, a), let to = Scanner.elements(new, b) {
+            if first == UInt8(ascii: "["), let from = Scanner.elements(old.span, a), let to = Scanner.elements(new.span, b) {
                 return diffArrays(from, to, path: path, into: &writer)
             }
         }

@@ -1,7 +1,9 @@
 -- wrk script: requests spread over pre-created sessions.
 --   wrk ... -s bench/wrk/sessions.lua URL -- MODE SESSIONS_FILE [LIMIT]
--- MODE: "state" (GET /v1/sessions/{id}/state/counter) or "dispatch" (POST .../dispatch with a
--- counter increment). SESSIONS_FILE has "id token" lines (bench/tools/mksessions.py writes it);
+-- MODE: "state" (GET /v1/sessions/{id}/state/counter), "dispatch" (POST .../dispatch with a
+-- counter increment) or "toggle" (POST .../dispatch toggling a todo: the file's lines then have
+-- a third column, the todo's id, as bench/tools/filltodos.py writes them). SESSIONS_FILE has
+-- "id token" lines (bench/tools/mksessions.py writes it);
 -- LIMIT uses only the first LIMIT sessions. Each wrk thread walks the sessions round-robin from
 -- its own random offset, so every session is hit at about the same rate.
 -- report.lua (beside this file) adds the done() that prints the WRKJSON line.
@@ -16,14 +18,17 @@ function init(args)
   local body = nil
   if mode == "dispatch" then
     body = '{"feature":"counter","action":{"type":"increment"}}'
-  elseif mode ~= "state" then
-    error("MODE must be state or dispatch, not " .. tostring(mode))
+  elseif mode ~= "state" and mode ~= "toggle" then
+    error("MODE must be state, dispatch or toggle, not " .. tostring(mode))
   end
   for line in io.lines(file) do
-    local id, token = line:match("^(%S+)%s+(%S+)")
+    local id, token, todo = line:match("^(%S+)%s+(%S+)%s*(%S*)")
     if id then
       n = n + 1
       local headers = { ["Authorization"] = "Bearer " .. token }
+      if mode == "toggle" then
+        body = '{"feature":"todos","action":{"type":"toggle","id":"' .. todo .. '"}}'
+      end
       if body then
         headers["Content-Type"] = "application/json"
         reqs[n] = wrk.format("POST", "/v1/sessions/" .. id .. "/dispatch", headers, body)
