@@ -57,7 +57,7 @@ bench: release
 	bash bench/run.sh
 
 # The PostgreSQL phase alone (issue 15 item 6): nodes 1, 2, 3 each under a cgroup CPU quota
-# (BENCH_NODE_CPU, default 0.15 CPU), direct and through nginx by session; scaling, CPU per
+# (BENCH_NODE_CPU, default 0.10 CPU), direct and through nginx by session; scaling, CPU per
 # dispatch, round trips to PostgreSQL. Writes only the several-node section of the page.
 bench-cluster: release
 	BENCH_PHASES=postgres bash bench/run.sh

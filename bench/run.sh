@@ -17,7 +17,7 @@
 # with only some phases, BENCH_DOC gets only the several-node section if postgres is one of
 # them, and is left alone otherwise: see bench/report.py),
 # BENCH_NODE_CPU (the postgres phase: each node's CPU quota in CPUs through a cgroup v1 `cpu`
-# group of its own, default 0.15; 0 = no quota).
+# group of its own, default 0.10; 0 = no quota).
 #
 #   make bench-cluster = BENCH_PHASES=postgres bash bench/run.sh (the several-node section only)
 
@@ -449,9 +449,11 @@ if want postgres; then
 # Several nodes on one PostgreSQL (issue 9, issue 15 item 6): a throwaway PostgreSQL (scripts/
 # postgres-test-server.sh) with fsync ON, like the SQLite run's `sync: full`, and
 # pg_stat_statements loaded. Each node runs in a cgroup v1 `cpu` group of its own with a quota of
-# BENCH_NODE_CPU CPUs (default 0.15): on a 2-core machine shared by PostgreSQL, nginx, wrk and
+# BENCH_NODE_CPU CPUs (default 0.10): on a 2-core machine shared by PostgreSQL, nginx, wrk and
 # the nodes, a node held to a small quota is the bottleneck, so adding nodes can show scaling
-# (PostgreSQL's, nginx's and wrk's CPU is reported beside it, to show they were not the limit).
+# (PostgreSQL's, nginx's and wrk's CPU is reported beside it, to show they were not the limit;
+# PostgreSQL costs about three times a node's CPU per dispatch, so at 0.15 the machine itself
+# became the limit at 3 nodes — docs/PERFORMANCE.md).
 # Nodes 1, 2, 3 are started one at a time on the same database and sessions; after each start,
 # dispatch throughput directly (one wrk per node, in parallel, the 64 connections split between
 # them) and through nginx (deploy/nginx's template, `--balance hash`: every request of a session
@@ -469,7 +471,7 @@ SERVER_PORT=""; SERVER_PID=""
 PG_URL=""
 
 # The CPU quota of each node: cpu.cfs_quota_us = BENCH_NODE_CPU x cpu.cfs_period_us (100 ms).
-NODE_CPU=${BENCH_NODE_CPU:-0.15}
+NODE_CPU=${BENCH_NODE_CPU:-0.10}
 CPU_ROOT=/sys/fs/cgroup/cpu
 QUOTA_US=0
 if ! [[ "$NODE_CPU" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then

@@ -227,12 +227,14 @@ public final class EventHub: Sendable {
         state.withLock { $0.latest[feature] = (version, stateJSON) }
     }
 
-    /// Numbers a change, frames it, keeps it for replay and queues it on every subscriber
-    /// observing its feature. Subscribers whose sink refuses the bytes are dropped.
-    public func publish(_ change: EncodedChange) {
+    /// Frames a change under the sequence number its session gave it (the seq of its journal
+    /// entry: the session's pipeline is the one owner of numbering), keeps it for replay and
+    /// queues it on every subscriber observing its feature. Subscribers whose sink refuses the
+    /// bytes are dropped. A number not after the last one published is ignored.
+    public func publish(_ change: EncodedChange, seq: Int) {
         state.withLock { state in
-            guard !state.closed else { return }
-            state.seq += 1
+            guard !state.closed, seq > state.seq else { return }
+            state.seq = seq
             state.latest[change.feature] = (change.version, change.state)
             let watched = state.subscribers.values.contains { $0.wants(change.feature) }
             // Framed once, shared by every subscriber, only when someone watches.

@@ -128,6 +128,8 @@ extension Session {
             status: 200, body: ChangeReply.body(prepared.encoded, withEffect: request.replyHasEffect),
             version: prepared.encoded.version)
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
+        // The change's number, here and nowhere else: its journal entry's seq and its event's
+        // id (the pipeline runs one change at a time, so nothing is numbered in between).
         let seq = hub.seq + 1
         // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
         // builds nothing.
@@ -139,6 +141,7 @@ extension Session {
                 return finish(.failed(.store(StoreError(
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }
+            hub.publish(prepared.encoded, seq: seq)
             if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
             recount()
             finish(.applied(prepared.encoded, reply: reply))

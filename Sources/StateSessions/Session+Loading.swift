@@ -65,10 +65,9 @@ extension Session {
         }
     }
 
-    /// Publishes the store's changes on the hub, and sends its follow-ups through the change path.
+    /// Sends the store's follow-ups through the change path. (Its changes reach the hub from
+    /// the change path too, numbered there: ``Session/execute(_:attempt:finish:)``.)
     func attach(_ store: any AnyStateStore, feature: String) {
-        let hub = self.hub
-        _ = store.addJSONObserver { change in hub.publish(change) }
         store.routeFollowUps { [weak self] prepare in
             guard let self else { return }
             if case .failed(let failure) = await self.submit(ChangeRequest(feature: feature, kind: .followUp(prepare))) {
@@ -168,7 +167,7 @@ extension Session {
                 ]
             }
             store.commit(reset, startWork: false)
-            hub.advance(to: seq)
+            hub.publish(reset.encoded, seq: seq)
         } catch let error as StorageError {
             throw error
         } catch {

@@ -112,10 +112,10 @@ extension Session {
             }
             let version = (try? store.currentJSON().version) ?? 0
             if entry.version == version + 1 {
-                hub.advance(to: entry.seq - 1)
                 do throws(StoreError) {
-                    try store.applyRecorded(
+                    let change = try store.applyRecorded(
                         version: entry.version, cause: entry.cause, action: entry.action, state: state, effect: entry.effect)
+                    hub.publish(change, seq: entry.seq)
                     continue
                 } catch {
                     // Falls through: the store is dropped and loads afresh on next use.

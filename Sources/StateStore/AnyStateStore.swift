@@ -91,7 +91,9 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// reducer), its cause, public action and effect — at `version`, which must be the store's
     /// next; observers see exactly the recorded change. Side effects are off: the process that
     /// made the change runs its work. Throws `.versionConflict` when the store is elsewhere.
-    func applyRecorded(version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?) throws(StoreError)
+    /// Returns the change as observers saw it.
+    @discardableResult
+    func applyRecorded(version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?) throws(StoreError) -> EncodedChange
     /// The change that settles a state left waiting by work lost in a restart
     /// (``Feature/recoveryAction(for:)``), or nil.
     func prepareRecovery() throws(StoreError) -> PreparedChange?
@@ -208,9 +210,10 @@ extension DefaultStateStore: AnyStateStore {
         commit(prepared, startWork: false)
     }
 
+    @discardableResult
     public func applyRecorded(
         version: Int, cause: String, action: [UInt8]?, state stateBytes: [UInt8], effect: [UInt8]?
-    ) throws(StoreError) {
+    ) throws(StoreError) -> EncodedChange {
         let current = self.version
         guard let json = JSONCoding.parse(stateBytes) else {
             throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: current)
@@ -243,6 +246,7 @@ extension DefaultStateStore: AnyStateStore {
         guard applied else {
             throw StoreError(.versionConflict, "the store is not at version \(version - 1)", currentVersion: self.version)
         }
+        return encoded
     }
 
     func decodeState(_ state: JSONValue) throws(StoreError) -> F.State {
