@@ -115,6 +115,9 @@ def main():
           body=json.dumps({"state": {"count": 5}}))
     check("DELETE", f"{prefix}/state/counter", "/v1/sessions/{id}/state/{feature}", 200, headers=auth)
     check("GET", f"{prefix}/events", "/v1/sessions/{id}/events", 200, headers=auth, read_limit=64)
+    check("GET", f"{prefix}/history?limit=2", "/v1/sessions/{id}/history", 200, headers=auth)
+    check("HEAD", f"{prefix}/history", "/v1/sessions/{id}/history", 200, headers=auth)
+    check("GET", f"{prefix}/history?limit=0", "/v1/sessions/{id}/history", 400, headers=auth)
     # Errors.
     check("GET", "/nowhere", "-", 404)
     check("DELETE", "/healthz", "/healthz", 405)

@@ -68,7 +68,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

@@ -32,6 +32,8 @@ public struct HubMetrics: Sendable {
 /// hub encodes each event once and queues the same bytes on every subscriber.
 public protocol EventEncoder: Sendable {
     func encode(seq: Int, event: String, data: [UInt8]) -> [UInt8]
+    /// The event data of a frame this encoder made (nil when it is not one).
+    func data(ofFrame frame: [UInt8]) -> [UInt8]?
 }
 
 /// The bytes every hub of a server may pin for replay together. When a publish would pass it,
@@ -86,6 +88,8 @@ public final class EventHub: Sendable {
         let seq: Int
         let feature: String
         let content: Content
+        /// When it was published (milliseconds since 1970): memory mode's history shows it.
+        var time: Int64 = 0
 
         /// Bytes this frame pins in the replay buffer (roughly: its data).
         var size: Int {
@@ -222,6 +226,40 @@ public final class EventHub: Sendable {
         }
     }
 
+    /// A change the replay buffer holds, as its event data: memory mode's history (durable
+    /// modes read their journal).
+    public struct HeldChange: Sendable {
+        public let seq: Int
+        public let feature: String
+        /// The event's data object (feature, version, cause, action, state, effect).
+        public let data: [UInt8]
+        /// Milliseconds since 1970 (0 when not known).
+        public let time: Int64
+    }
+
+    /// The changes after `seq` still held for replay, oldest first, at most `limit`; and the
+    /// oldest seq held (nil when none is).
+    public func held(after seq: Int, limit: Int) -> (changes: [HeldChange], oldest: Int?) {
+        let (frames, oldest) = state.withLock { state -> ([Frame], Int?) in
+            var found: [Frame] = []
+            for frame in state.replay where frame.seq > seq {
+                guard found.count < limit else { break }
+                found.append(frame)
+            }
+            return (found, state.replay.first?.seq)
+        }
+        let changes = frames.compactMap { frame -> HeldChange? in
+            let data: [UInt8]?
+            switch frame.content {
+            case .framed(let bytes): data = encoder.data(ofFrame: bytes)
+            case .change(let change): data = Self.eventData(change)
+            case .data(let bytes): data = bytes
+            }
+            return data.map { HeldChange(seq: frame.seq, feature: frame.feature, data: $0, time: frame.time) }
+        }
+        return (changes, oldest)
+    }
+
     /// Records a store's state loaded from storage, for snapshots.
     public func seed(feature: String, version: Int, state stateJSON: [UInt8]) {
         state.withLock { $0.latest[feature] = (version, stateJSON) }
@@ -240,7 +278,8 @@ public final class EventHub: Sendable {
             // Framed once, shared by every subscriber, only when someone watches.
             let frame = Frame(
                 seq: state.seq, feature: change.feature,
-                content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change))
+                content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change),
+                time: WallClock.now)
             keep(frame, in: &state)
             var dropped: [UInt64] = []
             var sent = 0

@@ -245,7 +245,7 @@ extension Session {
                 session: id, feature: feature, version: version, stateVersion: stateVersion, state: encoded.state, time: now)))
             if version > 1 {
                 batch.append(.compact(
-                    session: id, feature: feature, upToVersion: version, keepLast: settings.replayBuffer,
+                    session: id, feature: feature, upToVersion: version, keepLast: max(settings.replayBuffer, settings.historyKeep),
                     keysSince: now - SessionManager.milliseconds(settings.idempotencyTTL), maxKeys: settings.idempotencyKeys))
             }
         }

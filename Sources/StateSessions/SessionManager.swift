@@ -7,6 +7,9 @@ import Synchronization
 public struct SessionSettings: Sendable {
     /// Changes kept per session for `Last-Event-ID` replay.
     public var replayBuffer = 1000
+    /// Durable mode: changes of a session its journal keeps for `GET .../history` (compaction
+    /// keeps the last `max(replayBuffer, historyKeep)`).
+    public var historyKeep = 1000
     /// Bytes of changes kept per session for replay (the oldest are forgotten first).
     public var replayBytes = 16 << 20
     /// Bytes of changes kept for replay by all sessions in memory together.

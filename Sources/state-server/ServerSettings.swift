@@ -64,6 +64,7 @@ struct ServerSettings: Sendable {
 /// | key | type | default |
 /// | --- | --- | --- |
 /// | `replayBuffer` | events per session | `1000` |
+/// | `history.keep` | changes per session kept for history (SQLite, PostgreSQL) | `1000` |
 /// | `sessions.max` | sessions | `100000` |
 /// | `sessions.idleTimeout` | seconds before an unused durable session leaves memory | `300` |
 /// | `sessions.ttl` | seconds of inactivity before a session is deleted | `2592000` |
@@ -76,6 +77,7 @@ struct ServerSettings: Sendable {
 /// | `sessions.memoryBytes` | state bytes loaded sessions may hold together (SQLite, PostgreSQL) | `1073741824` |
 struct SessionsSettings: Sendable {
     static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
+    static let historyKeep = Setting("history.keep", default: 1000, in: 0...1_000_000, "changes kept for history")
     static let max = Setting("sessions.max", default: 100_000, in: 1...100_000_000, "sessions (memory storage)")
     static let idleTimeout = Setting("sessions.idleTimeout", default: 300.0, in: 0.1...31_536_000, "idle seconds to evict")
     static let ttl = Setting("sessions.ttl", default: 2_592_000.0, in: 1...3_153_600_000, "idle seconds to delete")
@@ -92,6 +94,7 @@ struct SessionsSettings: Sendable {
 
     init(_ read: inout SettingsReader) throws(SettingsError) {
         manager.replayBuffer = try read(Self.replayBuffer)
+        manager.historyKeep = try read(Self.historyKeep)
         manager.maxSessions = try read(Self.max)
         manager.idleTimeout = .milliseconds(Int(try read(Self.idleTimeout) * 1000))
         manager.ttl = .milliseconds(Int(try read(Self.ttl) * 1000))

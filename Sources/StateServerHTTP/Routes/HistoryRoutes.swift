@@ -1,0 +1,81 @@
+import MicroHTTP
+import StateSessions
+import StateStore
+
+/// `GET /v1/sessions/{id}/history`: the session's changes in order, paged with a cursor.
+extension StateServerResponder {
+    static let historyRoutes: [Route] = [
+        Route(["GET"], "/v1/sessions/{id}/history") { responder, request throws(APIError) in
+            try responder.withSession(request) { session throws(APIError) in
+                let query = try HistoryQuery(request.http, features: responder.sessions.registry)
+                return .later { () throws(APIError) in
+                    let page: HistoryPage
+                    do throws(SessionFailure) {
+                        page = try await session.history(after: query.after, limit: query.limit, feature: query.feature)
+                    } catch {
+                        throw .session(error)
+                    }
+                    return Reply.json(200, historyBody(session.id, page), route: request.template, headers: [Reply.noStore])
+                }
+            }
+        }
+    ]
+
+    /// `{"session", "changes": [{seq, feature, version, cause, action, effect, time}], "next",
+    /// "truncated", "keptFrom"}`.
+    static func historyBody(_ id: String, _ page: HistoryPage) -> [UInt8] {
+        var changes: [UInt8] = [UInt8(ascii: "[")]
+        for (index, change) in page.changes.enumerated() {
+            if index > 0 { changes.append(UInt8(ascii: ",")) }
+            var item = JSONObjectWriter(capacity: 128 + (change.action?.count ?? 0) + (change.effect?.count ?? 0))
+            item.int("seq", change.seq)
+            item.string("feature", change.feature)
+            item.int("version", change.version)
+            item.string("cause", change.cause)
+            item.raw("action", change.action)
+            item.raw("effect", change.effect)
+            item.int("time", Int(change.time))
+            changes.append(contentsOf: item.finish())
+        }
+        changes.append(UInt8(ascii: "]"))
+        var body = JSONObjectWriter(capacity: changes.count + 96)
+        body.string("session", id)
+        body.raw("changes", changes)
+        body.raw("next", page.next.map { Array(String($0).utf8) })
+        body.raw("truncated", Array((page.truncated ? "true" : "false").utf8))
+        body.raw("keptFrom", page.keptFrom.map { Array(String($0).utf8) })
+        return body.finish()
+    }
+}
+
+/// The query of `GET .../history`: `after` (a seq, default 0), `limit` (1 to 1,000, default
+/// 100), `feature` (at most one, registered). Anything else is ignored, as on other routes.
+struct HistoryQuery {
+    static let defaultLimit = 100
+    static let maxLimit = 1000
+
+    let after: Int
+    let limit: Int
+    let feature: String?
+
+    init(_ request: HTTPRequest, features: FeatureRegistry) throws(APIError) {
+        after = try Self.integer(request, "after", default: 0, in: 0...Int.max)
+        limit = try Self.integer(request, "limit", default: Self.defaultLimit, in: 1...Self.maxLimit)
+        let named = request.queryValues("feature")
+        guard named.count <= 1 else { throw .invalidRequest("give at most one 'feature' for the history") }
+        if let name = named.first, features[name] == nil { throw .unknownFeature(name) }
+        feature = named.first
+    }
+
+    static func integer(_ request: HTTPRequest, _ name: String, default value: Int, in range: ClosedRange<Int>) throws(APIError) -> Int {
+        let values = request.queryValues(name)
+        guard values.count <= 1 else { throw .invalidRequest("give '\(name)' at most once") }
+        guard let text = values.first else { return value }
+        guard text.utf8.count <= 19, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let number = Int(text),
+            range.contains(number)
+        else {
+            throw .invalidRequest("'\(name)' must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return number
+    }
+}
