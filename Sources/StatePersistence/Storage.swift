@@ -74,7 +74,7 @@ public struct JournalEntry: Sendable, Equatable {
     public let seq: Int
     public let feature: String
     public let version: Int
-    /// `dispatch`, `rehydrate` or `reset`.
+    /// `dispatch`, `rehydrate`, `reset` or `travel`.
     public let cause: String
     /// The action of a dispatch as a tagged object, in its public form (secrets masked); nil
     /// for other causes.

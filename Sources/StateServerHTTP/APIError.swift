@@ -64,6 +64,16 @@ struct APIError: Error, Sendable {
         APIError(status: 400, code: "invalid_request", message: message)
     }
 
+    /// `422 version_unreachable`: a travel to a version the store never had, or whose state
+    /// the journal no longer keeps; says which versions can be reached.
+    static func versionUnreachable(feature: String, version: Int, oldest: Int, current: Int) -> APIError {
+        let reachable = oldest <= 1 ? "0 to \(current)" : "0 (the initial state) or \(oldest) to \(current)"
+        let why = version > current ? "\(feature) is at version \(current)" : "the state of version \(version) of \(feature) is no longer kept"
+        return APIError(
+            status: 422, code: "version_unreachable",
+            message: "cannot travel to version \(version): \(why); versions \(reachable) can be reached")
+    }
+
     static func unknownFeature(_ name: String) -> APIError {
         APIError(status: 404, code: "unknown_feature", message: "there is no feature named '\(name)'")
     }

@@ -9,6 +9,9 @@ public struct ChangeRequest: Sendable {
         /// A client's state, checked by the feature's rehydrate rule.
         case rehydrate(JSONValue)
         case reset
+        /// The store's state at an earlier version, set again as a new change (cause
+        /// `travel`), checked by the rehydrate rule (``Session/stateForTravel(_:to:)``).
+        case travel(JSONValue)
         /// A follow-up action of asynchronous work, prepared against the store when its turn
         /// comes.
         case followUp(@Sendable (_ ifVersion: Int?) throws(StoreError) -> PreparedChange)

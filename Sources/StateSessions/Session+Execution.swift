@@ -105,6 +105,7 @@ extension Session {
             case .dispatch(let action): prepared = try store.prepareDispatch(json: action, ifVersion: version)
             case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
             case .reset: prepared = try store.prepareReset(ifVersion: version)
+            case .travel(let state): prepared = try store.prepareTravel(json: state, ifVersion: version)
             case .followUp(let prepare): prepared = try prepare(version)
             case .recovery:
                 let (_, current) = try store.currentJSON()

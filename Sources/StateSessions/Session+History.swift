@@ -7,7 +7,7 @@ public struct HistoryPage: Sendable {
         public let seq: Int
         public let feature: String
         public let version: Int
-        /// `dispatch`, `rehydrate` or `reset`.
+        /// `dispatch`, `rehydrate`, `reset` or `travel`.
         public let cause: String
         /// The action of a dispatch, tagged, in its public form (masked as in events); nil for
         /// other causes.

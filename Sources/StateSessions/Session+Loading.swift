@@ -200,7 +200,7 @@ extension Session {
             let payload: [UInt8]? =
                 switch entry.cause {
                 case "dispatch": entry.action
-                case "rehydrate": state
+                case "rehydrate", "travel": state
                 default: nil
                 }
             do throws(StoreError) {

@@ -5,7 +5,7 @@ import Foundation
 public struct EncodedChange: Sendable {
     public let feature: String
     public let version: Int
-    /// `dispatch`, `rehydrate` or `reset`.
+    /// `dispatch`, `rehydrate`, `reset` or `travel`.
     public let cause: String
     /// The action as a tagged object, for dispatches, in its public form
     /// (``Feature/publicAction(_:)``: secrets such as passwords masked).
@@ -74,6 +74,10 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// A client's rehydrate, prepared (see ``rehydrate(json:ifVersion:)``).
     func prepareRehydrate(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
     func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange
+    /// Time travel, prepared: `state` (the store's state at an earlier version) set again as a
+    /// new change with cause `travel`, held to the rules of a client's rehydrate. Cancels all
+    /// running work.
+    func prepareTravel(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange
     /// Applies a prepared change (observers are told, declared work starts when `startWork`).
     /// Returns `false`, applying nothing, when the store is no longer at the change's base
     /// version.
@@ -169,6 +173,10 @@ extension DefaultStateStore: AnyStateStore {
         try prepare(ifVersion: ifVersion, clientRehydrating(try decodeState(state)))
     }
 
+    public func prepareTravel(json state: JSONValue, ifVersion: Int?) throws(StoreError) -> PreparedChange {
+        try prepare(ifVersion: ifVersion, clientRehydrating(try decodeState(state), cause: .travel))
+    }
+
     public func prepareReset(ifVersion: Int?) throws(StoreError) -> PreparedChange {
         try prepare(ifVersion: ifVersion) { _, _ in (feature.initialState, nil, .reset) }
     }
@@ -193,14 +201,15 @@ extension DefaultStateStore: AnyStateStore {
             // history already accepted is not held to today's size ceiling.
             prepared = try prepare(
                 try Self.decodeAction(json, version: version), ifVersion: nil, from: nil, enforceCeiling: false)
-        case "rehydrate":
+        case "rehydrate", "travel":
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)
             }
             // The journaled state is what was applied (after the client rule): restore it as is.
             let decoded = try decodeState(json)
+            let replayed: ChangeCause<F.Action> = cause == "travel" ? .travel : .rehydrate
             prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, version throws(StoreError) in
-                (try validated(decoded, version: version), nil, .rehydrate)
+                (try validated(decoded, version: version), nil, replayed)
             }
         case "reset":
             prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, _ in (feature.initialState, nil, .reset) }
@@ -227,6 +236,7 @@ extension DefaultStateStore: AnyStateStore {
             }
             changeCause = .dispatch(try Self.decodeAction(actionJSON, version: current))
         case "rehydrate": changeCause = .rehydrate
+        case "travel": changeCause = .travel
         case "reset": changeCause = .reset
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: current)

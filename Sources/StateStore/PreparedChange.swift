@@ -9,11 +9,11 @@ public struct PreparedChange: Sendable {
     let apply: @Sendable (_ startWork: Bool) -> Bool
 
     /// What replays the change from a journal: the public action for a dispatch, the state
-    /// for a rehydrate, nothing for a reset.
+    /// for a rehydrate or a travel, nothing for a reset.
     public var payload: [UInt8]? {
         switch encoded.cause {
         case "dispatch": encoded.action
-        case "rehydrate": encoded.state
+        case "rehydrate", "travel": encoded.state
         default: nil
         }
     }

@@ -5,13 +5,16 @@ public enum ChangeCause<Action: Sendable>: Sendable {
     case dispatch(Action)
     case rehydrate
     case reset
+    /// The state of an earlier version, set again as a new change (time travel).
+    case travel
 
-    /// `dispatch`, `rehydrate` or `reset`, as on the wire.
+    /// `dispatch`, `rehydrate`, `reset` or `travel`, as on the wire.
     public var name: String {
         switch self {
         case .dispatch: "dispatch"
         case .rehydrate: "rehydrate"
         case .reset: "reset"
+        case .travel: "travel"
         }
     }
 }
@@ -165,8 +168,8 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     }
 
     /// A client's rehydrate: ``Feature/clientRehydrate(_:current:)`` decides what of `proposed`
-    /// is applied, then ``Feature/validated(_:)``.
-    func clientRehydrating(_ proposed: F.State) -> Next {
+    /// is applied, then ``Feature/validated(_:)``. A travel is held to the same rules.
+    func clientRehydrating(_ proposed: F.State, cause: ChangeCause<F.Action> = .rehydrate) -> Next {
         { [feature] current, version throws(StoreError) in
             let accepted: F.State
             do throws(ActionRejected) {
@@ -176,7 +179,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
                     .invalidState, "\(feature.name) does not accept this state from a client: \(error.message)",
                     currentVersion: version)
             }
-            return (try self.validated(accepted, version: version), nil, .rehydrate)
+            return (try self.validated(accepted, version: version), nil, cause)
         }
     }
 
@@ -316,7 +319,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             }
         }
         switch change.cause {
-        case .reset, .rehydrate: cancel { _ in true }
+        case .reset, .rehydrate, .travel: cancel { _ in true }
         case .dispatch: break
         }
         for id in declared.cancelled { cancel { $0 == id } }

@@ -201,6 +201,7 @@ struct OpenAPISpecTests {
         switch (method, template) {
         case ("POST", "/v1/sessions/{id}/dispatch"): #"{"feature":"counter","action":{"type":"increment"}}"#
         case ("PUT", "/v1/sessions/{id}/state/{feature}"): #"{"state":{"count":1}}"#
+        case ("POST", "/v1/sessions/{id}/state/{feature}/travel"): #"{"version":0}"#
         default: nil
         }
     }

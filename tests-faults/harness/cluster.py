@@ -159,6 +159,8 @@ class Cluster:
         self.n = nodes
         self.node_env = {
             "STATE_SERVER_REPLAY_BUFFER": "20",
+            # Compaction keeps the larger of replayBuffer and history.keep: both small.
+            "STATE_SERVER_HISTORY_KEEP": "20",
             "STATE_SERVER_PERSISTENCE_SNAPSHOT_EVERY": "5",
             "STATE_SERVER_LOG_LEVEL": os.environ.get("FAULTS_LOG_LEVEL", "warning"),
             "STATE_SERVER_HEARTBEAT": "2",

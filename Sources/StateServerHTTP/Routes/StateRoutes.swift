@@ -73,7 +73,48 @@ extension StateServerResponder {
                 }
             }
         },
+        Route(["POST"], "/v1/sessions/{id}/state/{feature}/travel") { responder, request throws(APIError) in
+            try responder.withSession(request) { session throws(APIError) in
+                guard let feature = request["feature"] else { throw .notFound }
+                let version = try StateServerResponder.travelBody(request.http)
+                let precondition = EntityTagCondition.precondition(request.http)
+                return try responder.withStore(session, feature) { store in
+                    .later { () throws(APIError) in
+                        let source: TravelSource
+                        do throws(SessionFailure) {
+                            source = try await session.stateForTravel(store, to: version)
+                        } catch {
+                            throw .session(error)
+                        }
+                        switch source {
+                        case .unreachable(let oldest, let current):
+                            throw .versionUnreachable(feature: feature, version: version, oldest: oldest, current: current)
+                        case .state(let state):
+                            let change = ChangeRequest(feature: feature, kind: .travel(state), precondition: precondition)
+                            switch responder.change(session, change, request: request) {
+                            case .now(let response): return response
+                            case .later(let work): return try await work()
+                            }
+                        }
+                    }
+                }
+            }
+        },
     ]
+
+    /// A travel body: `{"version": N}`, N a whole number ≥ 0 (checked before the feature, like
+    /// dispatch bodies).
+    static func travelBody(_ request: HTTPRequest) throws(APIError) -> Int {
+        let json = try APIError.parse(request.body)
+        guard case .object(let fields) = json else {
+            throw .invalidRequest("the body must be a JSON object like {\"version\": 3}")
+        }
+        guard let value = fields["version"] else { throw .invalidRequest("the body is missing the field 'version'") }
+        guard case .int(let version) = value, version >= 0 else {
+            throw .invalidRequest("'version' must be a whole number from 0 up")
+        }
+        return Int(version)
+    }
 
     /// A PUT body: `{"state": ...}` (checked before the feature, like dispatch bodies).
     static func stateBody(_ request: HTTPRequest) throws(APIError) -> JSONValue {

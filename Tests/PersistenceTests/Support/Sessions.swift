@@ -93,11 +93,13 @@ final class RecordingSink: EventSink {
 /// Settings for tests: snapshots and compaction off unless a test asks.
 func testSettings(
     snapshotEvery: Int = 1_000, replayBuffer: Int = 1_000, idleTimeout: Duration = .seconds(300),
-    ttl: Duration = .seconds(86_400)
+    ttl: Duration = .seconds(86_400), historyKeep: Int? = nil
 ) -> SessionSettings {
     var settings = SessionSettings()
     settings.snapshotEvery = snapshotEvery
     settings.replayBuffer = replayBuffer
+    // Compaction keeps the larger of the two: unless a test says otherwise, the replay buffer.
+    settings.historyKeep = historyKeep ?? replayBuffer
     settings.idleTimeout = idleTimeout
     settings.ttl = ttl
     return settings
