@@ -112,13 +112,7 @@ struct HistoryTests {
 
     @Test("past what is kept, the page says so and names the oldest change kept")
     func truncated() async throws {
-        var settings = InProcessServer.Settings()
-        settings.sessions.replayBuffer = 3
-        settings.sessions.historyKeep = 3
-        settings.sessions.snapshotEvery = 2
-        let server = try InProcessServer(settings: settings)
-        let session = try await server.api.createSession()
-        for _ in 1...12 { try await session.dispatchOK("counter", ["type": "increment"]) }
+        let (server, session) = try await InProcessServer.twelveIncrementsThreeKept()
         let page = try await Self.page(session, "")
         #expect(page.truncated, "12 changes with 3 kept: \(page.seqs)")
         let kept = try #require(page.keptFrom)

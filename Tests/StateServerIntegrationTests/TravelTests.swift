@@ -72,13 +72,7 @@ struct TravelTests {
 
     @Test("outside the kept history: 422 naming the versions that can be reached; inside it, the state")
     func outsideKeptHistory() async throws {
-        var settings = InProcessServer.Settings()
-        settings.sessions.replayBuffer = 3
-        settings.sessions.historyKeep = 3
-        settings.sessions.snapshotEvery = 2
-        let server = try InProcessServer(settings: settings)
-        let session = try await server.api.createSession()
-        for _ in 1...12 { try await session.dispatchOK("counter", ["type": "increment"]) }
+        let (server, session) = try await InProcessServer.twelveIncrementsThreeKept()
         let gone = try await Self.travel(session, "counter", 1)
         expectError(gone, 422, "version_unreachable")
         let message = try #require(gone.json?["error"]?["message"]?.string)

@@ -65,6 +65,19 @@ package final class InProcessServer: Sendable {
 
     package var api: API { API(transport: InProcessTransport(server: self)) }
 
+    /// A server that keeps little history (3 changes, a snapshot every 2, so compaction runs),
+    /// and a session with 12 counter increments: the journal no longer reaches version 1.
+    package static func twelveIncrementsThreeKept() async throws -> (InProcessServer, Session) {
+        var settings = Settings()
+        settings.sessions.replayBuffer = 3
+        settings.sessions.historyKeep = 3
+        settings.sessions.snapshotEvery = 2
+        let server = try InProcessServer(settings: settings)
+        let session = try await server.api.createSession()
+        for _ in 1...12 { try await session.dispatchOK("counter", ["type": "increment"]) }
+        return (server, session)
+    }
+
     /// Closes the storage and removes its directory.
     package func stop() async {
         await storage?.close()
