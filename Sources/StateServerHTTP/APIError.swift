@@ -119,6 +119,7 @@ struct APIError: Error, Sendable {
         case .versionConflict:
             APIError(status: 412, code: "version_conflict", message: error.message, headers: [Reply.etag(error.currentVersion)])
         case .actionRejected: APIError(status: 422, code: "action_rejected", message: error.message)
+        case .forbidden: APIError(status: 403, code: "forbidden", message: error.message)
         case .invalidAction: APIError(status: 422, code: "invalid_action", message: error.message)
         case .invalidState: APIError(status: 422, code: "invalid_state", message: error.message)
         default: internalError(error)

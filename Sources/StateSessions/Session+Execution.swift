@@ -102,7 +102,17 @@ extension Session {
         do throws(StoreError) {
             let version = try request.precondition.resolve(store)
             switch request.kind {
-            case .dispatch(let action): prepared = try store.prepareDispatch(json: action, ifVersion: version)
+            case .dispatch(let action):
+                if settings.middleware.isEmpty {
+                    prepared = try store.prepareDispatch(json: action, ifVersion: version)
+                } else {
+                    let context = DispatchContext(
+                        session: id, feature: request.feature, version: try store.currentJSON().version,
+                        idempotencyKey: request.idempotencyKey)
+                    prepared = try settings.middleware.run(action, context: context) { (action) throws(StoreError) in
+                        try store.prepareDispatch(json: action, ifVersion: version)
+                    }
+                }
             case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
             case .reset: prepared = try store.prepareReset(ifVersion: version)
             case .travel(let state): prepared = try store.prepareTravel(json: state, ifVersion: version)

@@ -7,6 +7,8 @@ import Synchronization
 public struct SessionSettings: Sendable {
     /// Changes kept per session for `Last-Event-ID` replay.
     public var replayBuffer = 1000
+    /// Code around every client dispatch, in order (``DispatchMiddleware``); none by default.
+    public var middleware = MiddlewareChain()
     /// Durable mode: changes of a session its journal keeps for `GET .../history` (compaction
     /// keeps the last `max(replayBuffer, historyKeep)`).
     public var historyKeep = 1000

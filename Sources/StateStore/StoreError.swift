@@ -11,6 +11,8 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let versionConflict = Kind("version_conflict")
         /// The reducer refused the action (a rule of the feature).
         public static let actionRejected = Kind("action_rejected")
+        /// A middleware refused the action: the client may not send it (authorization).
+        public static let forbidden = Kind("forbidden")
         /// The action JSON does not decode as the feature's `Action`.
         public static let invalidAction = Kind("invalid_action")
         /// The state JSON does not decode as the feature's `State`.

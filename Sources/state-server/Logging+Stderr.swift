@@ -117,16 +117,21 @@ extension Logger.Level: SettingChoice {}
 /// | --- | --- | --- |
 /// | `log.level` | trace…critical | `info` |
 /// | `log.format` | `text` or `json` | `text` |
+/// | `log.audit` | `true` or `false` | `false` |
 struct LogSettings: Sendable {
     static let level = Setting("log.level", default: Logger.Level.info, "trace ... critical")
     static let format = Setting("log.format", default: StderrLogHandler.Format.text, "text or json")
+    static let audit = Setting("log.audit", default: false, "log each dispatch (true/false)")
 
     var level: Logger.Level
     var format: StderrLogHandler.Format
+    /// An `audit` line per client dispatch (``AuditLog``).
+    var audit: Bool
 
     init(_ read: inout SettingsReader) throws(SettingsError) {
         level = try read(Self.level)
         format = try read(Self.format)
+        audit = try read(Self.audit)
     }
 
     /// Sends every logger's lines to standard error (once per process).

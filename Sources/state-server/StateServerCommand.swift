@@ -112,6 +112,12 @@ enum Features {
     static func registry(loginCheckDelay seconds: Double) throws -> FeatureRegistry {
         try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(seconds * 1000)))
     }
+
+    /// Middleware around every client dispatch, in order (see docs/FEATURES.md, "Middleware"):
+    /// add your own here. `log.audit` puts ``AuditLog`` in front of them.
+    static func middleware() -> MiddlewareChain {
+        MiddlewareChain()
+    }
 }
 
 enum StateServerVersion {
@@ -273,8 +279,14 @@ struct Server {
             streams: Gauge(label: MetricCatalog.eventStreamsOpen)
         )
         let process = ProcessMetrics(registry: prometheus)
+        var sessions = settings.sessions.manager
+        var middleware = MiddlewareChain()
+        // The audit line comes first, so it also sees what later middleware refuse.
+        if settings.log.audit { middleware.use(AuditLog(logger: logger)) }
+        middleware.append(Features.middleware())
+        sessions.middleware = middleware
         return StateServerApplication(
-            registry: registry, sessions: settings.sessions.manager, routes: settings.http.routes, storage: storage,
+            registry: registry, sessions: sessions, routes: settings.http.routes, storage: storage,
             logger: logger, notify: notify, metrics: { sessions, streams in
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)

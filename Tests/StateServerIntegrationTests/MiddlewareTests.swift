@@ -1,0 +1,153 @@
+import Logging
+import StateJSON
+import StateServerHTTP
+import StateSessions
+import StateStore
+import Synchronization
+import TestSupport
+import Testing
+
+/// Dispatch middleware, in process: memory storage, and SQLite in the suite's second pass.
+@Suite("Middleware around dispatch")
+struct MiddlewareTests {
+    /// Records what it saw, before and after the reducer; may rewrite counter increments.
+    struct Recorder: DispatchMiddleware {
+        let name: String
+        let log: Log
+        var double = false
+
+        func handle(
+            _ action: JSONValue, context: DispatchContext,
+            next: (JSONValue) throws(StoreError) -> PreparedChange
+        ) throws(StoreError) -> PreparedChange {
+            log.add("\(name) before \(context.feature)@\(context.version)")
+            var action = action
+            if double, case .object(var fields) = action, case .int(let by)? = fields["by"] {
+                fields["by"] = .int(by * 2)
+                action = .object(fields)
+            }
+            do {
+                let change = try next(action)
+                log.add("\(name) after v\(change.encoded.version)")
+                return change
+            } catch {
+                log.add("\(name) saw \(error.kind)")
+                throw error
+            }
+        }
+    }
+
+    final class Log: Sendable {
+        private let lines = Mutex<[String]>([])
+        func add(_ line: String) { lines.withLock { $0.append(line) } }
+        var all: [String] { lines.withLock { $0 } }
+    }
+
+    static func server(_ chain: MiddlewareChain) throws -> InProcessServer {
+        var settings = InProcessServer.Settings()
+        settings.sessions.middleware = chain
+        return try InProcessServer(settings: settings)
+    }
+
+    @Test("in registration order, around the reducer: each sees the context and the result; a feature's only its own")
+    func order() async throws {
+        let log = Log()
+        var chain = MiddlewareChain()
+        chain.use(Recorder(name: "outer", log: log))
+        chain.use(Recorder(name: "counter-only", log: log), for: "counter")
+        chain.use(Recorder(name: "inner", log: log))
+        let server = try Self.server(chain)
+        let session = try await server.api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+        try await session.dispatchOK("todos", ["type": "add", "title": "milk"])
+        #expect(log.all == [
+            "outer before counter@0", "counter-only before counter@0", "inner before counter@0",
+            "inner after v1", "counter-only after v1", "outer after v1",
+            "outer before todos@0", "inner before todos@0", "inner after v1", "outer after v1",
+        ])
+        // A refusal of the reducer travels back through the chain.
+        let rejected = try await session.dispatch("todos", ["type": "toggle", "id": "99"])
+        expectError(rejected, 422, "action_rejected")
+        #expect(log.all.suffix(2) == ["inner saw action_rejected", "outer saw action_rejected"])
+        await server.stop()
+    }
+
+    @Test("a middleware may rewrite the action: the reducer, the reply and the history see the new one")
+    func transform() async throws {
+        var chain = MiddlewareChain()
+        chain.use(Recorder(name: "double", log: Log(), double: true), for: "counter")
+        let server = try Self.server(chain)
+        let session = try await server.api.createSession()
+        let reply = try await session.dispatchOK("counter", ["type": "increment", "by": 5])
+        #expect(reply["state"] == ["count": 10])
+        let history = try await session.request("GET", "/history")
+        #expect(history.json?["changes"]?.array?.first?["action"] == ["type": "increment", "by": 10], "\(history)")
+        await server.stop()
+    }
+
+    @Test("refusals: 403 forbidden from an allow-list, 422 action_rejected from a rule; nothing applied; other changes untouched")
+    func refusals() async throws {
+        var chain = MiddlewareChain()
+        chain.use(ActionAllowList(["counter.increment", "todos.*", "settings.*", "login.*"]))
+        let server = try Self.server(chain)
+        let session = try await server.api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+        let forbidden = try await session.dispatch("counter", ["type": "set", "value": 99])
+        expectError(forbidden, 403, "forbidden")
+        #expect(forbidden.json?["error"]?["message"]?.string?.contains("'set'") == true, "\(forbidden)")
+        try await session.dispatchOK("todos", ["type": "add", "title": "milk"])
+        #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
+        // Not a dispatch: PUT and DELETE do not go through middleware.
+        let put = try await session.request("PUT", "/state/counter", body: JSON.object(["state": ["count": 7]]).bytes)
+        #expect(put.status == 200, "\(put)")
+        // Follow-ups of asynchronous work neither (login's `succeeded` is not on the list by name,
+        // `login.*` lets the client's submit through; the check's result is the server's own).
+        var strict = MiddlewareChain()
+        strict.use(ActionAllowList(["login.submit"]))
+        let strictServer = try Self.server(strict)
+        let other = try await strictServer.api.createSession()
+        try await other.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
+        let settled = try await eventually(timeout: .seconds(20)) { try await other.store("login").version == 2 }
+        #expect(settled, "the check's follow-up went through")
+        #expect(try await other.store("login").state["isLoggedIn"] == true)
+        await strictServer.stop()
+        await server.stop()
+    }
+
+    @Test("AuditLog: one line per dispatch with its outcome, no action fields")
+    func auditLog() async throws {
+        let lines = Log()
+        let logger = Logger(label: "audit") { _ in LineHandler(lines: lines) }
+        var chain = MiddlewareChain()
+        chain.use(AuditLog(logger: logger))
+        chain.use(ActionAllowList(["counter.increment", "login.*"]))
+        let server = try Self.server(chain)
+        let session = try await server.api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+        _ = try await session.dispatch("counter", ["type": "set", "value": 3])
+        try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "secret words"])
+        #expect(lines.all == [
+            "audit action=increment applied=1 feature=counter session=\(session.id) version=0",
+            "audit action=set feature=counter refused=forbidden session=\(session.id) version=1",
+            "audit action=submit applied=1 feature=login session=\(session.id) version=0",
+        ])
+        #expect(!lines.all.joined().contains("secret"))
+        await server.stop()
+    }
+
+    /// Keeps each line as `message key=value…` (keys sorted).
+    struct LineHandler: LogHandler {
+        let lines: Log
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let fields = (event.metadata ?? [:]).map { "\($0.key)=\($0.value)" }.sorted()
+            lines.add(([event.message.description] + fields).joined(separator: " "))
+        }
+    }
+}
