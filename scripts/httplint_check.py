@@ -24,6 +24,9 @@ ALLOWED = {
     ("STATUS_BAD_REQUEST", "/v1/sessions/{id}/dispatch"): (
         "the check sends a malformed JSON body on purpose to lint the 400 reply"
     ),
+    ("STATUS_BAD_REQUEST", "/v1/sessions/{id}/history"): (
+        "the check sends limit=0 on purpose to lint the 400 reply"
+    ),
 }
 
 
