@@ -121,6 +121,7 @@ def main():
     check("GET", f"{prefix}/history?limit=2", "/v1/sessions/{id}/history", 200, headers=auth)
     check("HEAD", f"{prefix}/history", "/v1/sessions/{id}/history", 200, headers=auth)
     check("GET", f"{prefix}/history?limit=0", "/v1/sessions/{id}/history", 400, headers=auth)
+    check("GET", "/v1/admin/sessions", "/v1/admin/sessions", 403, headers=auth)
     # Errors.
     check("GET", "/nowhere", "-", 404)
     check("DELETE", "/healthz", "/healthz", 405)

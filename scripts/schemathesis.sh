@@ -50,6 +50,9 @@ trap cleanup EXIT
 
 # A short heartbeat lets the server notice the event streams schemathesis abandons, so the
 # 32-streams-per-session limit frees up during the run.
+# The admin routes are exercised with an admin token of this run (its SHA-256 configured).
+ADMIN_TOKEN="schemathesis-admin-$RANDOM$RANDOM"
+export STATE_SERVER_ADMIN_TOKEN_HASH=$(printf %s "$ADMIN_TOKEN" | sha256sum | cut -d' ' -f1)
 start_server schemathesis.sh --heartbeat 1 --storage "$STORAGE"
 echo "server on $BASE (pid $SERVER_PID, storage $STORAGE)"
 
@@ -112,6 +115,14 @@ parameters = { "path.feature" = "counter" }
 [[operations]]
 include-operation-id = "dispatchAction"
 checks = { negative_data_rejection = { enabled = false } }
+
+[[operations]]
+include-operation-id = "listSessions"
+headers = { Authorization = "Bearer $ADMIN_TOKEN" }
+
+[[operations]]
+include-operation-id = "headListSessions"
+headers = { Authorization = "Bearer $ADMIN_TOKEN" }
 
 [[operations]]
 include-operation-id = "streamEvents"

@@ -197,6 +197,13 @@ public final class InMemoryStorage: SessionStorage {
         }
     }
 
+    public func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
+        tables.withLock { t in
+            Array(t.sessions.values.filter { id.utf8.lexicographicallyPrecedes($0.id.utf8) }
+                .sorted { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }.prefix(max(0, limit)))
+        }
+    }
+
     public func sessionCount() async throws(StorageError) -> Int {
         tables.withLock { $0.sessions.count }
     }

@@ -352,6 +352,15 @@ public final class SQLiteStorage: SessionStorage {
         }
     }
 
+    public func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
+        try await reader.read { db throws(StorageError) in
+            try db.query(
+                "SELECT id, token_hash, created_at, last_active FROM sessions WHERE id > ? ORDER BY id LIMIT ?",
+                [.text(id), .int(Int64(max(0, limit)))]
+            ) { StoredSession(id: $0.text(0), tokenHash: $0.blob(1) ?? [], createdAt: $0.int(2), lastActiveAt: $0.int(3)) }
+        }
+    }
+
     public func sessionCount() async throws(StorageError) -> Int {
         try await reader.read { db throws(StorageError) in
             try db.query("SELECT count(*) FROM sessions", []) { Int($0.int(0)) }.first ?? 0

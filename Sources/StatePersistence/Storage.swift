@@ -249,6 +249,9 @@ public protocol SessionStorage: Sendable {
     func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String]
     /// Number of stored sessions.
     func sessionCount() async throws(StorageError) -> Int
+    /// Stored sessions with an id after `id` (byte order), in id order, at most `limit`: the
+    /// admin's list, paged by id.
+    func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession]
     /// Stops the writer after pending commits.
     func close() async
 

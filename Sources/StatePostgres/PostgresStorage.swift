@@ -624,6 +624,22 @@ public final class PostgresStorage: SessionStorage {
         }
     }
 
+    public func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
+        try await perform("list sessions") { db, logger in
+            // `COLLATE "C"`: byte order, as SQLite and memory list them.
+            let rows = try await db.query(
+                """
+                SELECT id, token_hash, created_at, last_active FROM state_sessions
+                WHERE id COLLATE "C" > \(id) ORDER BY id COLLATE "C" LIMIT \(max(0, limit))
+                """, logger: logger)
+            var sessions: [StoredSession] = []
+            for try await (found, hash, created, last) in rows.decode((String, ByteBuffer, Int64, Int64).self) {
+                sessions.append(StoredSession(id: found, tokenHash: Array(buffer: hash), createdAt: created, lastActiveAt: last))
+            }
+            return sessions
+        }
+    }
+
     public func sessionCount() async throws(StorageError) -> Int {
         try await perform("count sessions") { db, logger in
             let rows = try await db.query("SELECT count(*) FROM state_sessions", logger: logger)

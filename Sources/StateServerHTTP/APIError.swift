@@ -74,6 +74,9 @@ struct APIError: Error, Sendable {
             message: "cannot travel to version \(version): \(why); versions \(reachable) can be reached")
     }
 
+    /// `403 forbidden`: an admin route without the admin credential.
+    static let notAdmin = APIError(status: 403, code: "forbidden", message: "this route needs the admin credential")
+
     static func unknownFeature(_ name: String) -> APIError {
         APIError(status: 404, code: "unknown_feature", message: "there is no feature named '\(name)'")
     }

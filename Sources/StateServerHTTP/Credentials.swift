@@ -1,4 +1,5 @@
 import MicroHTTP
+import StatePersistence
 
 /// The bearer token of a request: `Authorization: Bearer <token>`, or (event streams only,
 /// for `EventSource`) the `access_token` query argument.
@@ -11,6 +12,15 @@ enum Credentials {
             return value
         }
         return nil
+    }
+
+    /// Whether `token` is the admin's: its SHA-256 equals `hash`, compared in constant time.
+    static func isAdmin(_ token: String, hash: [UInt8]?) -> Bool {
+        guard let hash, hash.count == 32 else { return false }
+        let candidate = SHA256.hash(token)
+        var difference: UInt8 = 0
+        for index in 0..<32 { difference |= candidate[index] ^ hash[index] }
+        return difference == 0
     }
 
     /// The token of `Bearer <token>` (scheme in any case, spaces around), by UTF-8 byte: this

@@ -52,12 +52,12 @@ extension StateServerResponder {
     /// forwards the request to the owner when another node owns it. A request that was
     /// forwarded already is not forwarded again: the two nodes disagree on the owner for a
     /// moment (a takeover under way), and the client is told to retry.
-    func find(_ request: RouteRequest, id: String, token: String) async throws(APIError) -> Found {
+    func find(_ request: RouteRequest, id: String, token: String, admin: Bool = false) async throws(APIError) -> Found {
         var attempt = 1
         while true {
             let located: SessionManager.Located?
             do throws(StorageError) {
-                located = try await sessions.locate(id: id, token: token)
+                located = try await sessions.locate(id: id, token: token, admin: admin)
             } catch {
                 throw .storage(error)
             }

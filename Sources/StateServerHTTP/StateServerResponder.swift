@@ -16,6 +16,8 @@ public struct RouteSettings: Sendable {
     /// Bytes queued for one event subscriber before its stream is closed.
     public var streamBufferLimit = 1024 * 1024
     public var maxIdempotencyKeyLength = 200
+    /// The SHA-256 of the admin token (`admin.tokenHash`); nil: no admin (the default).
+    public var adminTokenHash: [UInt8]?
 
     public init() {}
 }
@@ -68,7 +70,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

@@ -131,6 +131,11 @@ struct SettingsError: Error, CustomStringConvertible, Equatable {
 
     fileprivate init(_ reason: Reason) { self.reason = reason }
 
+    /// `key`'s value is not one it may take: `allowed` says what it may be.
+    static func notAllowed(key: String, allowed: String, got: String) -> SettingsError {
+        SettingsError(.outOfRange(key: key, allowed: allowed, got: got))
+    }
+
     /// The key of the setting at fault, if one is.
     var key: String? {
         switch reason {
@@ -174,6 +179,8 @@ struct SettingsReader {
         // What --print-config shows: never a password.
         var shown = value.content
         if case .string(let text) = shown { shown = .string(Settings.withoutPassword(text)) }
+        // The admin credential's hash is a secret too: shown only as set or not.
+        if setting.key.hasPrefix("admin."), case .string(let text) = shown, !text.isEmpty { shown = .string("***") }
         entries.append((setting.key, setting.meaning, shown))
         return value
     }

@@ -58,6 +58,10 @@ struct TimedStorage: SessionStorage {
         try await base.sessionCount()
     }
 
+    func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
+        try await base.sessions(after: id, limit: limit)
+    }
+
     func close() async {
         await base.close()
     }

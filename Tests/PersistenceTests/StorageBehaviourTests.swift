@@ -69,6 +69,11 @@ struct StorageBehaviourTests {
         try await withStorage(backend) { try await StorageBehaviour.inactiveBefore($0.storage) }
     }
 
+    @Test("sessions(after:limit:) lists sessions in byte order of their ids, after a cursor", arguments: Backend.allCases)
+    func listed(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.listed($0.storage) }
+    }
+
     @Test("touch moves a session's last activity forward, never back", arguments: Backend.allCases)
     func touch(_ backend: Backend) async throws {
         try await withStorage(backend) { try await StorageBehaviour.touch($0.storage) }

@@ -1,5 +1,6 @@
 import Foundation
 import TestSupport
+import StatePersistence
 import StateServerHTTP
 import Synchronization
 import Testing
@@ -151,8 +152,9 @@ struct OpenAPISpecTests {
                 let path = template.replacingOccurrences(of: "{id}", with: owner.id)
                     .replacingOccurrences(of: "{feature}", with: "counter")
                 #expect(!path.contains("{"), "\(template) has a path parameter this test cannot fill")
+                let token = template.hasPrefix("/v1/admin/") ? SpecServer.adminToken : owner.token
                 let response = try server.send(
-                    method, path, headers: [("Authorization", "Bearer \(owner.token)")],
+                    method, path, headers: [("Authorization", "Bearer \(token)")],
                     body: listed.contains(method) ? Self.body(method, template) : nil)
                 let label = "\(method) \(template)"
                 // HEAD may be left implicit for a GET route: then either answer is fine.
@@ -240,13 +242,18 @@ private final class SpecServer {
         self.output = output
     }
 
+    static let adminToken = "spec-admin-token"
+
     static func start() async throws -> SpecServer {
         guard let binary = ServerBinary.locate() else { throw ServerBinary.NotFound() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["--host", "127.0.0.1", "--port", "0", "--storage", "memory"]
         process.currentDirectoryURL = Repository.root
-        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        // The admin routes answer the admin (the SHA-256 of `adminToken`, in hex).
+        environment["STATE_SERVER_ADMIN_TOKEN_HASH"] = SHA256.hash(adminToken).map { String(format: "%02x", $0) }.joined()
+        process.environment = environment
         let stdout = Pipe()
         process.standardOutput = stdout
         process.standardError = FileHandle.nullDevice

@@ -21,6 +21,7 @@ package enum StorageBehaviour {
         Check("an empty batch commits and changes nothing", emptyBatch),
         Check("sessions(inactiveBefore:) lists the least recently active first, up to the limit", inactiveBefore),
         Check("touch moves a session's last activity forward, never back", touch),
+        Check("sessions(after:limit:) lists sessions in byte order of their ids, after a cursor", listed),
     ]
 
     package struct Check: Sendable, CustomTestStringConvertible {
@@ -353,6 +354,24 @@ package enum StorageBehaviour {
         #expect(try await storage.sessions(inactiveBefore: 301, limit: 10) == ["a", "b", "c"])
         #expect(try await storage.sessions(inactiveBefore: 1_000, limit: 2) == ["a", "b"])
         #expect(try await storage.sessions(inactiveBefore: 1_000, limit: 10) == ["a", "b", "c", "d"])
+    }
+
+    /// sessions(after:limit:) lists sessions in byte order of their ids, after a cursor
+    package static func listed(_ storage: any SessionStorage) async throws {
+        #expect(try await storage.sessions(after: "", limit: 10).isEmpty)
+        try await storage.commit([
+            .createSession(Rows.session("b-2", lastActive: 200)), .createSession(Rows.session("B1", createdAt: 50)),
+            .createSession(Rows.session("a_1", createdAt: 100)), .createSession(Rows.session("b-10")),
+        ])
+        // Byte order: upper case before `_` before lower case; `-` before digits.
+        let all = try await storage.sessions(after: "", limit: 10)
+        #expect(all.map(\.id) == ["B1", "a_1", "b-10", "b-2"])
+        #expect(all.first == Rows.session("B1", createdAt: 50))
+        #expect(all.last?.lastActiveAt == 200)
+        #expect(try await storage.sessions(after: "", limit: 2).map(\.id) == ["B1", "a_1"])
+        #expect(try await storage.sessions(after: "a_1", limit: 10).map(\.id) == ["b-10", "b-2"], "strictly after")
+        #expect(try await storage.sessions(after: "b-2", limit: 10).isEmpty)
+        #expect(try await storage.sessions(after: "", limit: 0).isEmpty)
     }
 
     /// touch moves a session's last activity forward, never back

@@ -8,7 +8,7 @@ extension StateServerResponder {
         // No HEAD: `405` with `Allow: GET` (a HEAD answer has no body bytes, and a stream's
         // chunked terminator behind a keep-alive proxy would be read as the next reply's start).
         Route(["GET"], "/v1/sessions/{id}/events", head: false) { responder, request throws(APIError) in
-            try responder.withSession(request, allowQueryToken: true) { session throws(APIError) in
+            try responder.withSession(request, allowQueryToken: true, allowAdmin: true) { session throws(APIError) in
                 let requested = request.http.queryValues("feature")
                 for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }
                 let lastEventID = StateServerResponder.lastEventID(request)

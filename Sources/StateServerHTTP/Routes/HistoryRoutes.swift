@@ -6,7 +6,7 @@ import StateStore
 extension StateServerResponder {
     static let historyRoutes: [Route] = [
         Route(["GET"], "/v1/sessions/{id}/history") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
+            try responder.withSession(request, allowAdmin: true) { session throws(APIError) in
                 let query = try HistoryQuery(request.http, features: responder.sessions.registry)
                 return .later { () throws(APIError) in
                     let page: HistoryPage

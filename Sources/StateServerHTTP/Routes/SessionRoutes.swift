@@ -46,22 +46,24 @@ extension StateServerResponder {
     /// The session named by the path and the request's token, then `body` with it: at once
     /// when it is in memory, else on a task once it is loaded. Checks in the contract's order:
     /// 401 (no credentials), 404 (no such session for this token), 413 (body too large).
+    /// `allowAdmin`: a read the admin credential may make on any session (history, events).
     func withSession(
-        _ request: RouteRequest, allowQueryToken: Bool = false,
+        _ request: RouteRequest, allowQueryToken: Bool = false, allowAdmin: Bool = false,
         _ body: @escaping @Sendable (Session) throws(APIError) -> Answer
     ) throws(APIError) -> Answer {
         guard let id = request["id"] else { throw .notFound }
         guard let token = Credentials.token(request.http, allowQueryToken: allowQueryToken) else { throw .unauthorized }
+        let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
         let tooLarge = request.http.bodyTooLarge
         let limit = settings.bodyLimit
-        if let session = sessions.session(id: id, token: token) {
+        if let session = sessions.session(id: id, token: token, admin: admin) {
             if tooLarge { throw .tooLarge(limit) }
             return try handingOver(session, request, body(session))
         }
         guard sessions.isDurable else { throw .sessionNotFound }
         return .later { [self] () throws(APIError) in
             let session: Session
-            switch try await find(request, id: id, token: token) {
+            switch try await find(request, id: id, token: token, admin: admin) {
             case .forwarded(let response): return response
             case .session(let found): session = found
             }

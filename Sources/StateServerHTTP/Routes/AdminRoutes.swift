@@ -1,0 +1,41 @@
+import MicroHTTP
+import StatePersistence
+import StateSessions
+import StateStore
+
+/// Admin routes: the admin credential (`admin.tokenHash`) as the bearer token.
+extension StateServerResponder {
+    static let adminRoutes: [Route] = [
+        Route(["GET"], "/v1/admin/sessions") { responder, request throws(APIError) in
+            guard let token = Credentials.token(request.http, allowQueryToken: false) else { throw .unauthorized }
+            guard Credentials.isAdmin(token, hash: responder.settings.adminTokenHash) else { throw .notAdmin }
+            let afters = request.http.queryValues("after")
+            guard afters.count <= 1 else { throw .invalidRequest("give 'after' at most once") }
+            let after = afters.first ?? ""
+            guard after.utf8.count <= 64 else { throw .invalidRequest("'after' is a session id: at most 64 bytes") }
+            let limit = try HistoryQuery.integer(request.http, "limit", default: 100, in: 1...1000)
+            return .later { () throws(APIError) in
+                let listed: [(id: String, lastActive: Int64)]
+                do throws(StorageError) {
+                    listed = try await responder.sessions.list(after: after, limit: limit)
+                } catch {
+                    throw .storage(error)
+                }
+                var items: [UInt8] = [UInt8(ascii: "[")]
+                for (index, session) in listed.enumerated() {
+                    if index > 0 { items.append(UInt8(ascii: ",")) }
+                    var item = JSONObjectWriter(capacity: 64)
+                    item.string("id", session.id)
+                    item.int("lastActive", Int(session.lastActive))
+                    items.append(contentsOf: item.finish())
+                }
+                items.append(UInt8(ascii: "]"))
+                var body = JSONObjectWriter(capacity: items.count + 64)
+                body.raw("sessions", items)
+                let next = listed.count >= limit ? listed.last?.id : nil
+                body.raw("next", next.map { JSONCoding.quoted($0) })
+                return Reply.json(200, body.finish(), route: request.template, headers: [Reply.noStore])
+            }
+        }
+    ]
+}
