@@ -122,6 +122,7 @@ def main():
     check("HEAD", f"{prefix}/history", "/v1/sessions/{id}/history", 200, headers=auth)
     check("GET", f"{prefix}/history?limit=0", "/v1/sessions/{id}/history", 400, headers=auth)
     check("GET", "/v1/admin/sessions", "/v1/admin/sessions", 403, headers=auth)
+    check("GET", f"{prefix}/recording", "/v1/sessions/{id}/recording", 200, headers=auth)
     # Errors.
     check("GET", "/nowhere", "-", 404)
     check("DELETE", "/healthz", "/healthz", 405)

@@ -16,6 +16,8 @@ public struct RouteSettings: Sendable {
     /// Bytes queued for one event subscriber before its stream is closed.
     public var streamBufferLimit = 1024 * 1024
     public var maxIdempotencyKeyLength = 200
+    /// The server's version, written into recordings.
+    public var serverVersion = "1.0.0"
     /// The SHA-256 of the admin token (`admin.tokenHash`); nil: no admin (the default).
     public var adminTokenHash: [UInt8]?
 

@@ -54,6 +54,7 @@ struct HTTPSettings: Sendable {
         routes.maxStreamsPerSession = try read(Self.streamsPerSession)
         routes.maxStreams = try read(Self.streamsTotal)
         routes.streamBufferLimit = try read(Self.streamBufferLimit)
+        routes.serverVersion = StateServerVersion.current
         let shutdownRetry = try read(Self.shutdownRetry)
         server.shutdownBytes = ServerSentEvents.shutdown(retryAfterMilliseconds: Int((shutdownRetry * 1000).rounded()))
         server.threads = try read(Self.threads)

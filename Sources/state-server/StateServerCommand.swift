@@ -24,7 +24,7 @@ struct StateServerCommand: AsyncParsableCommand {
         abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
         discussion: ServerSettings.helpText,
         version: StateServerVersion.current,
-        subcommands: [FeaturesCommand.self, HealthcheckCommand.self])
+        subcommands: [FeaturesCommand.self, HealthcheckCommand.self, ReplayCommand.self])
 
     @Option(help: "Address to listen on (default 127.0.0.1). Env: STATE_SERVER_HOST.")
     var host: String?

@@ -18,7 +18,20 @@ extension StateServerResponder {
                     return Reply.json(200, historyBody(session.id, page), route: request.template, headers: [Reply.noStore])
                 }
             }
-        }
+        },
+        Route(["GET"], "/v1/sessions/{id}/recording") { responder, request throws(APIError) in
+            try responder.withSession(request, allowAdmin: true) { session throws(APIError) in
+                .later { () throws(APIError) in
+                    let recording: Recording
+                    do throws(SessionFailure) {
+                        recording = try await session.recording(server: responder.settings.serverVersion)
+                    } catch {
+                        throw .session(error)
+                    }
+                    return Reply.json(200, recording.json, route: request.template, headers: [Reply.noStore])
+                }
+            }
+        },
     ]
 
     /// `{"session", "changes": [{seq, feature, version, cause, action, effect, time}], "next",

@@ -1,0 +1,99 @@
+import ExampleFeatures
+import Foundation
+import StateStore
+import TestSupport
+import Testing
+
+/// `GET /v1/sessions/{id}/recording`, in process (memory, and SQLite in the second pass), and
+/// `state-server replay` on what it exports.
+@Suite("Recordings: exported by the server, replayed offline", .inProcessServer())
+struct RecordingRouteTests {
+    static func recording(_ session: Session, sourceLocation: SourceLocation = #_sourceLocation) async throws -> (Recording, [UInt8]) {
+        let response = try await session.request("GET", "/recording")
+        try #require(response.status == 200, "\(response)", sourceLocation: sourceLocation)
+        #expect(response.header("Cache-Control") == "no-store", sourceLocation: sourceLocation)
+        return (try Recording(json: response.body), response.body)
+    }
+
+    @Test("record on the server, replay offline: the same states, step by step, and the same final state")
+    func roundTrip() async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment", "by": 3])
+        try await session.dispatchOK("todos", ["type": "add", "title": "milk"])
+        try await session.dispatchOK("todos", ["type": "toggle", "id": "1"])
+        try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
+        let settled = try await eventually(timeout: .seconds(20)) { try await session.store("login").version == 2 }
+        #expect(settled)
+        _ = try await session.request("PUT", "/state/settings", body: JSON.object(["state": ["backgroundColor": "#000000", "textColor": "#ffffff"]]).bytes)
+        _ = try await session.request("POST", "/state/counter/travel", body: JSON.object(["version": 0]).bytes)
+        _ = try await session.request("DELETE", "/state/todos")
+
+        let (recording, _) = try await Self.recording(session)
+        #expect(recording.features.map(\.name) == ["counter", "todos", "settings", "login"])
+        #expect(recording.features.allSatisfy { $0.version == 0 })
+        #expect(recording.changes.map(\.cause) == ["dispatch", "dispatch", "dispatch", "dispatch", "dispatch", "rehydrate", "travel", "reset"])
+        #expect(recording.changes.map(\.seq) == Array(1...8))
+        #expect(recording.changes[3].action?.bytes == Array(#"{"password":"********","type":"submit","username":"ada"}"#.utf8))
+        #expect(try recording.replay(with: try ExampleFeatures.registry()) == nil)
+        // Each feature's last recorded state is its state now.
+        let stores = try await session.allStores()
+        for name in ["counter", "todos", "settings", "login"] {
+            let last = try #require(recording.changes.last { $0.feature == name })
+            #expect(try JSON.parse(last.state.bytes) == stores[name]?.state && last.version == stores[name]?.version, "\(name)")
+        }
+    }
+
+    @Test("past the kept history the recording starts where the journal does, and still replays")
+    func truncated() async throws {
+        let (server, session) = try await InProcessServer.twelveIncrementsThreeKept()
+        let (recording, _) = try await Self.recording(session)
+        let counter = try #require(recording.features.first { $0.name == "counter" })
+        #expect(counter.version > 0 && counter.version < 12, "\(counter)")
+        #expect(recording.changes.last?.version == 12)
+        #expect(recording.changes.first?.version == counter.version + 1)
+        #expect(try recording.replay(with: try ExampleFeatures.registry()) == nil)
+        await server.stop()
+    }
+
+    @Test("state-server replay: 0 when the states agree, 1 with the first difference, 2 for a file that is no recording")
+    func command() async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        try await session.dispatchOK("counter", ["type": "increment"])
+        try await session.dispatchOK("counter", ["type": "increment", "by": 5])
+        let (_, bytes) = try await Self.recording(session)
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let good = directory.path("good.json")
+        try Data(bytes).write(to: URL(fileURLWithPath: good))
+        let bad = directory.path("bad.json")
+        let tampered = String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: #""state":{"count":6}"#, with: #""state":{"count":60}"#)
+        try Data(tampered.utf8).write(to: URL(fileURLWithPath: bad))
+        let garbage = directory.path("garbage.json")
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: garbage))
+
+        let ok = try Self.run(["replay", good])
+        #expect(ok.status == 0 && ok.output.contains("2 changes of 4 features, every state the same"), "\(ok)")
+        let diverged = try Self.run(["replay", bad])
+        #expect(diverged.status == 1, "\(diverged)")
+        #expect(diverged.output.contains("diverges at step 2 (seq 2), counter version 2"), "\(diverged)")
+        #expect(diverged.output.contains(#"{"op":"replace","path":"/count","value":6}"#), "\(diverged)")
+        let unreadable = try Self.run(["replay", garbage])
+        #expect(unreadable.status == 2 && unreadable.output.contains("'format'"), "\(unreadable)")
+    }
+
+    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let binary = try #require(ServerBinary.locate())
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+    }
+}
