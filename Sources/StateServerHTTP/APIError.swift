@@ -77,6 +77,11 @@ struct APIError: Error, Sendable {
     /// `403 forbidden`: an admin route without the admin credential.
     static let notAdmin = APIError(status: 403, code: "forbidden", message: "this route needs the admin credential")
 
+    /// `422 recording_diverges`: an imported recording that today's reducers do not follow.
+    static func recordingDiverges(_ divergence: String) -> APIError {
+        APIError(status: 422, code: "recording_diverges", message: "the recording diverges from this server's reducers at \(divergence)")
+    }
+
     static func unknownFeature(_ name: String) -> APIError {
         APIError(status: 404, code: "unknown_feature", message: "there is no feature named '\(name)'")
     }

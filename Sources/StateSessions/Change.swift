@@ -17,6 +17,9 @@ public struct ChangeRequest: Sendable {
         case followUp(@Sendable (_ ifVersion: Int?) throws(StoreError) -> PreparedChange)
         /// Settles a state left waiting by work lost in a restart (``Feature/recoveryAction(for:)``).
         case recovery
+        /// A recorded change applied as the server's own (no client rule, no asynchronous work):
+        /// importing a recording (``StateStore/AnyStateStore/prepareReplay(cause:payload:)``).
+        case replay(cause: String, payload: [UInt8]?)
     }
 
     public var feature: String

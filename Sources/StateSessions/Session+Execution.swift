@@ -116,6 +116,7 @@ extension Session {
             case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
             case .reset: prepared = try store.prepareReset(ifVersion: version)
             case .travel(let state): prepared = try store.prepareTravel(json: state, ifVersion: version)
+            case .replay(let cause, let payload): prepared = try store.prepareReplay(cause: cause, payload: payload)
             case .followUp(let prepare): prepared = try prepare(version)
             case .recovery:
                 let (_, current) = try store.currentJSON()
@@ -145,10 +146,12 @@ extension Session {
         // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
         // builds nothing.
         let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
+        // A recorded change replayed (an import) starts no work: its follow-ups are recorded too.
+        let startsWork: Bool = if case .replay = request.kind { false } else { true }
         let committed: @Sendable () -> Void = { [self] in
             // Every change of this store goes through this pipeline, so it is still at the
             // change's base version.
-            guard store.commit(prepared, startWork: true) else {
+            guard store.commit(prepared, startWork: startsWork) else {
                 return finish(.failed(.store(StoreError(
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }

@@ -91,6 +91,9 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// Re-applies an action, state or reset through the reducer with side effects off (a
     /// recording replayed; the server's own journal uses ``applyRecorded(version:cause:action:state:effect:)``).
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
+    /// ``replay(cause:payload:)``, prepared: for an owner that journals it first (a recording
+    /// imported into a new session).
+    func prepareReplay(cause: String, payload: [UInt8]?) throws(StoreError) -> PreparedChange
     /// Applies a journaled change as recorded — its state as stored (not recomputed by the
     /// reducer), its cause, public action and effect — at `version`, which must be the store's
     /// next; observers see exactly the recorded change. Side effects are off: the process that
@@ -191,6 +194,10 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func replay(cause: String, payload: [UInt8]?) throws(StoreError) {
+        commit(try prepareReplay(cause: cause, payload: payload), startWork: false)
+    }
+
+    public func prepareReplay(cause: String, payload: [UInt8]?) throws(StoreError) -> PreparedChange {
         let prepared: PreparedChange
         switch cause {
         case "dispatch":
@@ -216,7 +223,7 @@ extension DefaultStateStore: AnyStateStore {
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
-        commit(prepared, startWork: false)
+        return prepared
     }
 
     @discardableResult

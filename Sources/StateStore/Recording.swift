@@ -115,6 +115,7 @@ public struct Recording: Sendable, Equatable {
         guard case .array(let features)? = root["features"], case .array(let changes)? = root["changes"] else {
             throw Unreadable(description: "'features' and 'changes' must be arrays")
         }
+        if let value = root["server"], value.stringValue == nil { throw Unreadable(description: "'server' must be a string") }
         let server = root["server"]?.stringValue ?? ""
         var starts: [Start] = []
         for (index, item) in features.enumerated() {

@@ -204,6 +204,7 @@ struct OpenAPISpecTests {
         case ("POST", "/v1/sessions/{id}/dispatch"): #"{"feature":"counter","action":{"type":"increment"}}"#
         case ("PUT", "/v1/sessions/{id}/state/{feature}"): #"{"state":{"count":1}}"#
         case ("POST", "/v1/sessions/{id}/state/{feature}/travel"): #"{"version":0}"#
+        case ("POST", "/v1/recordings"): #"{"format":"stateserver-recording","version":1,"server":"","features":[],"changes":[]}"#
         default: nil
         }
     }

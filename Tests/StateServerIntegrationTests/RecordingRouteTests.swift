@@ -1,5 +1,6 @@
 import ExampleFeatures
 import Foundation
+import StatePersistence
 import StateStore
 import TestSupport
 import Testing
@@ -81,6 +82,62 @@ struct RecordingRouteTests {
         #expect(diverged.output.contains(#"{"op":"replace","path":"/count","value":6}"#), "\(diverged)")
         let unreadable = try Self.run(["replay", garbage])
         #expect(unreadable.status == 2 && unreadable.output.contains("'format'"), "\(unreadable)")
+    }
+
+    @Test("POST /v1/recordings: a new session with the recorded changes, exported again the same; a divergent or unreadable one creates nothing")
+    func importRecording() async throws {
+        // A server of its own, with an admin, so the test can count its sessions.
+        var settings = InProcessServer.Settings()
+        settings.routes.adminTokenHash = SHA256.hash(Self.adminToken)
+        let server = try InProcessServer(settings: settings)
+        defer { Task { await server.stop() } }
+        let api = server.api
+        let original = try await api.createSession()
+        try await original.dispatchOK("todos", ["type": "add", "title": "milk"])
+        try await original.dispatchOK("todos", ["type": "toggle", "id": "1"])
+        try await original.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
+        let settled = try await eventually(timeout: .seconds(20)) { try await original.store("login").version == 2 }
+        #expect(settled)
+        _ = try await original.request("POST", "/state/todos/travel", body: JSON.object(["version": 1]).bytes)
+        let (recording, bytes) = try await Self.recording(original)
+
+        let imported = try await api.request("POST", "/v1/recordings", body: bytes)
+        #expect(imported.status == 201 && imported.header("Cache-Control") == "no-store", "\(imported)")
+        let id = try #require(imported.json?["id"]?.string)
+        let token = try #require(imported.json?["token"]?.string)
+        #expect(imported.json?["changes"] == 5 && imported.header("Location") == "/v1/sessions/\(id)", "\(imported)")
+        let copy = Session(api: api, id: id, token: token)
+        // The same stores, versions and states; login's check is not run again (its result is recorded).
+        #expect(try await copy.allStores() == (try await original.allStores()))
+        let (again, _) = try await Self.recording(copy)
+        #expect(again.changes.map(\.state) == recording.changes.map(\.state))
+        #expect(again.changes.map(\.cause) == recording.changes.map(\.cause))
+
+        // The toggle's recorded state says the item is still open: today's reducer disagrees.
+        var tampered = recording.changes
+        let toggle = tampered[1]
+        tampered[1] = Recording.Step(
+            seq: toggle.seq, feature: toggle.feature, version: toggle.version, cause: toggle.cause, action: toggle.action,
+            state: tampered[0].state, effect: toggle.effect)
+        let diverging = Recording(server: recording.server, features: recording.features, changes: tampered)
+        let before = try await Self.sessionCount(api)
+        let refused = try await api.request("POST", "/v1/recordings", body: diverging.json)
+        expectError(refused, 422, "recording_diverges")
+        #expect(refused.json?["error"]?["message"]?.string?.contains("step 2 (seq 2), todos version 2, dispatch") == true, "\(refused)")
+        expectError(try await api.request("POST", "/v1/recordings", body: Array("{".utf8)), 400, "malformed_json")
+        expectError(try await api.request("POST", "/v1/recordings", body: Array(#"{"format":"x"}"#.utf8)), 400, "invalid_request")
+        let unknown = #"{"format":"stateserver-recording","version":1,"server":"","features":[{"name":"nope","stateVersion":1,"version":0,"state":{}}],"changes":[]}"#
+        expectError(try await api.request("POST", "/v1/recordings", body: Array(unknown.utf8)), 400, "invalid_request")
+        #expect(try await Self.sessionCount(api) == before, "a refused import leaves no session")
+    }
+
+    static let adminToken = "import-test-admin"
+
+    /// The sessions the server holds (the admin's list).
+    static func sessionCount(_ api: API) async throws -> Int {
+        let response = try await api.request("GET", "/v1/admin/sessions?limit=1000", headers: [("Authorization", "Bearer \(adminToken)")])
+        try #require(response.status == 200, "\(response)")
+        return try #require(response.json?["sessions"]?.array?.count)
     }
 
     static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {

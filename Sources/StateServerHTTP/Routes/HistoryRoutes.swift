@@ -32,7 +32,77 @@ extension StateServerResponder {
                 }
             }
         },
+        Route(["POST"], "/v1/recordings") { responder, request throws(APIError) in
+            if request.http.bodyTooLarge { throw .tooLarge(responder.settings.bodyLimit) }
+            _ = try APIError.parse(request.http.body)
+            let recording: Recording
+            do throws(Recording.Unreadable) {
+                recording = try Recording(json: request.http.body)
+            } catch {
+                throw .invalidRequest("the body is not a recording: \(error)")
+            }
+            return .later { () throws(APIError) in try await importRecording(recording, into: responder.sessions) }
+        },
     ]
+
+    /// A new session with the recording's changes applied in order, as the server's own (no
+    /// client rules, no asynchronous work: recorded follow-ups are applied as recorded). The
+    /// recording is replayed offline first: one that today's reducers do not follow creates
+    /// nothing (`422 recording_diverges`).
+    static func importRecording(_ recording: Recording, into sessions: SessionManager) async throws(APIError) -> HTTPResponse {
+        let divergence: Recording.Divergence?
+        do throws(Recording.Unreadable) {
+            divergence = try recording.replay(with: sessions.registry)
+        } catch {
+            throw .invalidRequest("the body is not a recording this server can replay: \(error)")
+        }
+        if let divergence { throw .recordingDiverges(divergence.description) }
+        let session: Session
+        let token: String
+        do throws(SessionManager.CreateFailure) {
+            (session, token) = try await sessions.create()
+        } catch {
+            switch error {
+            case .limitReached: throw .sessionLimit
+            case .storage(let error): throw .storage(error)
+            }
+        }
+        var requests: [ChangeRequest] = []
+        for start in recording.features {
+            let initial = sessions.registry[start.name].flatMap { JSONCoding.parse($0.initialStateJSON) }
+            if start.state != initial {
+                requests.append(ChangeRequest(feature: start.name, kind: .replay(cause: "rehydrate", payload: start.state.bytes)))
+            }
+        }
+        for step in recording.changes {
+            let payload: [UInt8]? =
+                switch step.cause {
+                case "dispatch": step.action?.bytes
+                case "rehydrate", "travel": step.state.bytes
+                default: nil
+                }
+            requests.append(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: payload)))
+        }
+        for change in requests {
+            var failure: SessionFailure?
+            do throws(SessionFailure) {
+                _ = try await session.store(change.feature)
+                if case .failed(let why) = await session.submit(change) { failure = why }
+            } catch {
+                failure = error
+            }
+            if let failure {
+                // Nothing half-imported stays behind.
+                try? await sessions.delete(session)
+                throw .session(failure)
+            }
+        }
+        var body = JSONObjectWriter()
+        body.string("id", session.id)
+        body.string("token", token)
+        body.int("changes", requests.count)
+        return Reply.json(201, body.finish(), route: "/v1/recordings", headers: [("Location", "/v1/sessions/\(session.id)"), Reply.noStore])
+    }
 
     /// `{"session", "changes": [{seq, feature, version, cause, action, effect, time}], "next",
     /// "truncated", "keptFrom"}`.
