@@ -152,6 +152,7 @@ let package = Package(
                 .embedInCode("Resources/index.html"),
                 .embedInCode("Resources/client.js"),
                 .embedInCode("Resources/openapi.json"),
+                .embedInCode("Resources/devtools.html"),
             ],
             swiftSettings: safeSettings
         ),

@@ -99,7 +99,7 @@ def main():
     prefix = f"/v1/sessions/{sid}"
     increment = json.dumps({"feature": "counter", "action": {"type": "increment"}})
 
-    for path in ["/", "/client.js", "/openapi.json", "/v1/features"]:
+    for path in ["/", "/devtools", "/client.js", "/openapi.json", "/v1/features"]:
         _, headers, _ = check("GET", path, path, 200)
         check("HEAD", path, path, 200)
         check("GET", path, path, 304, headers={"If-None-Match": headers.get("ETag", '"none"')})

@@ -9,6 +9,8 @@ enum StaticAssets {
     static let indexTag = Reply.contentTag(indexHTML)
     static let clientTag = Reply.contentTag(clientJS)
     static let openAPITag = Reply.contentTag(openAPI)
+    static let devtoolsHTML = PackageResources.devtools_html
+    static let devtoolsTag = Reply.contentTag(devtoolsHTML)
 
     /// The file with `Cache-Control: no-cache` and a strong ETag (its hash): a reload asks with
     /// `If-None-Match` and gets `304` with no body.

@@ -40,6 +40,11 @@ extension StateServerResponder {
                 request.http, StaticAssets.openAPI, etag: StaticAssets.openAPITag, route: "/openapi.json",
                 headers: [Reply.jsonType]))
         },
+        Route(["GET"], "/devtools") { _, request in
+            .now(StaticAssets.response(
+                request.http, StaticAssets.devtoolsHTML, etag: StaticAssets.devtoolsTag, type: "text/html; charset=utf-8",
+                route: "/devtools"))
+        },
         Route(["GET"], "/client.js") { _, request in
             .now(StaticAssets.response(request.http, StaticAssets.clientJS, etag: StaticAssets.clientTag, type: "text/javascript; charset=utf-8", route: "/client.js"))
         },

@@ -1,0 +1,92 @@
+"""The devtools page (GET /devtools) in headless Chromium, against the real server binary.
+
+Shares the fixtures of test_page.py (server, browser). Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import unquote
+from urllib.request import Request, urlopen
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from test_page import browser, screenshot, server, severe_console_errors, wait  # noqa: F401  (fixtures)
+
+
+def api(base, method, path, token=None, body=None):
+    request = Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    with urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def rows(driver):
+    return driver.find_elements(By.CSS_SELECTOR, "#log tr.change")
+
+
+def test_devtools_log_state_diff_travel_dispatch_and_export(server, browser):
+    base, _ = server
+    created = api(base, "POST", "/v1/sessions")
+    sid, token = created["id"], created["token"]
+    for action in ({"type": "increment"}, {"type": "increment", "by": 5}):
+        api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "counter", "action": action})
+    api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "add", "title": "milk"}})
+
+    page = browser(1280, 900)
+    page.get(base + "/devtools")
+    page.find_element(By.ID, "session-id").send_keys(sid)
+    page.find_element(By.ID, "session-token").send_keys(token)
+    page.find_element(By.ID, "open").click()
+    wait(page, lambda d: len(rows(d)) == 3, "the action log never showed the 3 changes")
+    cells = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")][:5] for row in rows(page)]
+    assert cells[0] == ["1", "counter", "1", "dispatch", '{"type":"increment"}']
+    assert cells[2][:4] == ["3", "todos", "1", "dispatch"]
+
+    # The state at a step: every feature as it was then.
+    rows(page)[0].click()
+    state = json.loads(page.find_element(By.ID, "state").text)
+    assert state["counter"] == {"version": 1, "state": {"count": 1}}
+    assert state["todos"]["version"] == 0
+
+    # A diff between two steps names what changed.
+    Select(page.find_element(By.ID, "diff-from")).select_by_value("1")
+    Select(page.find_element(By.ID, "diff-to")).select_by_value("3")
+    page.find_element(By.ID, "diff").click()
+    diff = page.find_element(By.ID, "diff-result").text
+    assert "/counter/count: 1 → 6" in diff, diff
+    assert "/todos/items" in diff, diff
+
+    # A hand-made dispatch into the live session appears in the log.
+    Select(page.find_element(By.ID, "feature")).select_by_value("counter")
+    action = page.find_element(By.ID, "action")
+    action.clear()
+    action.send_keys('{"type": "set", "value": 40}')
+    page.find_element(By.ID, "dispatch").click()
+    wait(page, lambda d: len(rows(d)) == 4, "the dispatched action never appeared")
+    assert api(base, "GET", f"/v1/sessions/{sid}/state/counter", token)["state"] == {"count": 40}
+
+    # A change made elsewhere arrives live (the event stream).
+    api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "counter", "action": {"type": "increment"}})
+    wait(page, lambda d: len(rows(d)) == 5, "a change made elsewhere never arrived")
+
+    # Travel to the first step: a new change with cause travel.
+    rows(page)[0].find_element(By.CSS_SELECTOR, "button.travel").click()
+    wait(page, lambda d: len(rows(d)) == 6, "the travel never appeared")
+    last = [cell.text for cell in rows(page)[-1].find_elements(By.TAG_NAME, "td")][:4]
+    assert last == ["6", "counter", "5", "travel"], last
+    assert api(base, "GET", f"/v1/sessions/{sid}/state/counter", token) == {"feature": "counter", "version": 5, "state": {"count": 1}}
+
+    # The export link holds the recording.
+    link = page.find_element(By.ID, "export")
+    assert link.get_attribute("download") == f"recording-{sid}.json"
+    href = link.get_attribute("href")
+    assert href.startswith("data:application/json;charset=utf-8,"), href[:60]
+    exported = json.loads(unquote(href.split(",", 1)[1]))
+    assert exported["format"] == "stateserver-recording" and len(exported["changes"]) == 6, exported
+    screenshot(page, "devtools.png")
+    assert severe_console_errors(page) == []
