@@ -82,6 +82,27 @@ public enum JSONCoding {
     }
 }
 
+/// Builds a JSON array from elements that are already JSON bytes (objects finished by a
+/// ``JSONObjectWriter``, say).
+public struct JSONArrayWriter {
+    public private(set) var bytes: [UInt8] = [UInt8(ascii: "[")]
+
+    public init(capacity: Int = 128) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    public mutating func append(_ json: [UInt8]) {
+        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        bytes.append(contentsOf: json)
+    }
+
+    /// The finished array.
+    public consuming func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "]"))
+        return bytes
+    }
+}
+
 /// Builds a JSON object byte by byte from fields whose values are already JSON bytes, so an
 /// encoded state is spliced into responses and events without being encoded again.
 public struct JSONObjectWriter {

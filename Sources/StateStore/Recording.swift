@@ -47,6 +47,16 @@ public struct Recording: Sendable, Equatable {
         public let state: JSONValue
         public let effect: JSONValue?
 
+        /// What replays the step (``AnyStateStore/replay(cause:payload:)``): the action of a
+        /// dispatch, the state of a rehydrate or travel, nothing for a reset.
+        public var payload: [UInt8]? {
+            switch cause {
+            case "dispatch": action?.bytes
+            case "rehydrate", "travel": state.bytes
+            default: nil
+            }
+        }
+
         public init(seq: Int, feature: String, version: Int, cause: String, action: JSONValue?, state: JSONValue, effect: JSONValue?) {
             self.seq = seq
             self.feature = feature
@@ -142,21 +152,18 @@ public struct Recording: Sendable, Equatable {
         out.string("format", Self.format)
         out.int("version", Self.currentVersion)
         out.string("server", server)
-        var list: [UInt8] = [UInt8(ascii: "[")]
-        for (index, start) in features.enumerated() {
-            if index > 0 { list.append(UInt8(ascii: ",")) }
+        var list = JSONArrayWriter()
+        for start in features {
             var item = JSONObjectWriter()
             item.string("name", start.name)
             item.int("stateVersion", start.stateVersion)
             item.int("version", start.version)
             item.raw("state", start.state.bytes)
-            list += item.finish()
+            list.append(item.finish())
         }
-        list.append(UInt8(ascii: "]"))
-        out.raw("features", list)
-        var steps: [UInt8] = [UInt8(ascii: "[")]
-        for (index, step) in changes.enumerated() {
-            if index > 0 { steps.append(UInt8(ascii: ",")) }
+        out.raw("features", list.finish())
+        var steps = JSONArrayWriter(capacity: 4096)
+        for step in changes {
             var item = JSONObjectWriter()
             item.int("seq", step.seq)
             item.string("feature", step.feature)
@@ -165,10 +172,9 @@ public struct Recording: Sendable, Equatable {
             item.raw("action", step.action?.bytes)
             item.raw("state", step.state.bytes)
             item.raw("effect", step.effect?.bytes)
-            steps += item.finish()
+            steps.append(item.finish())
         }
-        steps.append(UInt8(ascii: "]"))
-        out.raw("changes", steps)
+        out.raw("changes", steps.finish())
         return out.finish()
     }
 
@@ -196,14 +202,8 @@ public struct Recording: Sendable, Equatable {
             guard let store = stores[step.feature] else {
                 throw Unreadable(description: "changes[\(index)] is for '\(step.feature)', which the recording does not start")
             }
-            let payload: [UInt8]? =
-                switch step.cause {
-                case "dispatch": step.action?.bytes
-                case "rehydrate", "travel": step.state.bytes
-                default: nil
-                }
             do throws(StoreError) {
-                try store.replay(cause: step.cause, payload: payload)
+                try store.replay(cause: step.cause, payload: step.payload)
                 let (state, version) = try store.currentJSON()
                 guard let replayed = JSONCoding.parse(state) else { return Divergence(index: index, step: step, actual: .failure(
                     StoreError(.encodingFailed, "the replayed state is not JSON", currentVersion: version))) }

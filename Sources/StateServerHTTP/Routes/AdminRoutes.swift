@@ -21,17 +21,16 @@ extension StateServerResponder {
                 } catch {
                     throw .storage(error)
                 }
-                var items: [UInt8] = [UInt8(ascii: "[")]
-                for (index, session) in listed.enumerated() {
-                    if index > 0 { items.append(UInt8(ascii: ",")) }
+                var items = JSONArrayWriter()
+                for session in listed {
                     var item = JSONObjectWriter(capacity: 64)
                     item.string("id", session.id)
                     item.int("lastActive", Int(session.lastActive))
-                    items.append(contentsOf: item.finish())
+                    items.append(item.finish())
                 }
-                items.append(UInt8(ascii: "]"))
-                var body = JSONObjectWriter(capacity: items.count + 64)
-                body.raw("sessions", items)
+                let list = items.finish()
+                var body = JSONObjectWriter(capacity: list.count + 64)
+                body.raw("sessions", list)
                 let next = listed.count >= limit ? listed.last?.id : nil
                 body.raw("next", next.map { JSONCoding.quoted($0) })
                 return Reply.json(200, body.finish(), route: request.template, headers: [Reply.noStore])

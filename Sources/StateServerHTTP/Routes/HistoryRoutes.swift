@@ -75,13 +75,7 @@ extension StateServerResponder {
             }
         }
         for step in recording.changes {
-            let payload: [UInt8]? =
-                switch step.cause {
-                case "dispatch": step.action?.bytes
-                case "rehydrate", "travel": step.state.bytes
-                default: nil
-                }
-            requests.append(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: payload)))
+            requests.append(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: step.payload)))
         }
         for change in requests {
             var failure: SessionFailure?
@@ -107,9 +101,8 @@ extension StateServerResponder {
     /// `{"session", "changes": [{seq, feature, version, cause, action, effect, time}], "next",
     /// "truncated", "keptFrom"}`.
     static func historyBody(_ id: String, _ page: HistoryPage) -> [UInt8] {
-        var changes: [UInt8] = [UInt8(ascii: "[")]
-        for (index, change) in page.changes.enumerated() {
-            if index > 0 { changes.append(UInt8(ascii: ",")) }
+        var changes = JSONArrayWriter()
+        for change in page.changes {
             var item = JSONObjectWriter(capacity: 128 + (change.action?.count ?? 0) + (change.effect?.count ?? 0))
             item.int("seq", change.seq)
             item.string("feature", change.feature)
@@ -118,12 +111,12 @@ extension StateServerResponder {
             item.raw("action", change.action)
             item.raw("effect", change.effect)
             item.int("time", Int(change.time))
-            changes.append(contentsOf: item.finish())
+            changes.append(item.finish())
         }
-        changes.append(UInt8(ascii: "]"))
-        var body = JSONObjectWriter(capacity: changes.count + 96)
+        let list = changes.finish()
+        var body = JSONObjectWriter(capacity: list.count + 96)
         body.string("session", id)
-        body.raw("changes", changes)
+        body.raw("changes", list)
         body.raw("next", page.next.map { Array(String($0).utf8) })
         body.raw("truncated", Array((page.truncated ? "true" : "false").utf8))
         body.raw("keptFrom", page.keptFrom.map { Array(String($0).utf8) })
