@@ -1,5 +1,6 @@
 import CoreMetrics
 import DequeModule
+import StatePersistence
 import StateStore
 import Synchronization
 
@@ -90,14 +91,25 @@ public final class EventHub: Sendable {
         let content: Content
         /// When it was published (milliseconds since 1970): memory mode's history shows it.
         var time: Int64 = 0
+        /// The same event for delta streams (`?delta=json-patch`), framed: the change with a
+        /// JSON Patch from the feature's previous version instead of its state. Nil when no
+        /// patch was known or smaller than the state: delta streams then get the full event.
+        var delta: [UInt8]? = nil
 
         /// Bytes this frame pins in the replay buffer (roughly: its data).
         var size: Int {
-            switch content {
+            let own = switch content {
             case .framed(let bytes): bytes.count
             case .change(let change): change.state.count + (change.action?.count ?? 0) + (change.effect?.count ?? 0) + 96
             case .data(let data): data.count
             }
+            return own + (delta?.count ?? 0)
+        }
+
+        /// The frame for a subscriber: the delta form when it asked for deltas and there is one.
+        func bytes(_ encoder: any EventEncoder, deltas: Bool) -> [UInt8] {
+            if deltas, let delta { return delta }
+            return bytes(encoder)
         }
 
         func bytes(_ encoder: any EventEncoder) -> [UInt8] {
@@ -112,6 +124,8 @@ public final class EventHub: Sendable {
     struct Subscriber {
         let features: Set<String>?
         let sink: any EventSink
+        /// Wants `state` events as patches (``EventHub/deltaData(_:patch:)``) where one is known.
+        var deltas = false
 
         func wants(_ feature: String) -> Bool { features?.contains(feature) ?? true }
     }
@@ -269,23 +283,55 @@ public final class EventHub: Sendable {
     /// entry: the session's pipeline is the one owner of numbering), keeps it for replay and
     /// queues it on every subscriber observing its feature. Subscribers whose sink refuses the
     /// bytes are dropped. A number not after the last one published is ignored.
-    public func publish(_ change: EncodedChange, seq: Int) {
+    ///
+    /// `delta` is how the journal stored the change's state, when it did (a patch from the
+    /// previous version, or the state itself when no patch was smaller): delta streams reuse it.
+    /// Without one, the patch is computed here, once for all subscribers, only when a delta
+    /// stream watches the feature. Either way the patch is sent only against the version just
+    /// before the change's, which the hub holds (a client's state at that version is the same).
+    public func publish(_ change: EncodedChange, seq: Int, delta journaled: StateDelta? = nil) {
+        // Computed before taking the lock: one change is published at a time per session (its
+        // pipeline), so the feature's latest state cannot move meanwhile.
+        var patch: [UInt8]?
+        if case .patch(let bytes)? = journaled {
+            patch = bytes
+        } else if journaled == nil,
+            let base = state.withLock({ state in
+                state.subscribers.values.contains { $0.deltas && $0.wants(change.feature) } ? state.latest[change.feature] : nil
+            }),
+            base.version == change.version - 1, case .patch(let bytes) = StateDelta.between(base.state, change.state)
+        {
+            patch = bytes
+        }
         state.withLock { state in
             guard !state.closed, seq > state.seq else { return }
             state.seq = seq
+            // The patch goes from the version before this change: only then is it sent.
+            let base = state.latest[change.feature]
+            let patch = base?.version == change.version - 1 ? patch : nil
             state.latest[change.feature] = (change.version, change.state)
-            let watched = state.subscribers.values.contains { $0.wants(change.feature) }
+            var watched = false
+            var deltaWatched = false
+            for subscriber in state.subscribers.values where subscriber.wants(change.feature) {
+                watched = true
+                if subscriber.deltas { deltaWatched = true }
+            }
             // Framed once, shared by every subscriber, only when someone watches.
-            let frame = Frame(
+            var frame = Frame(
                 seq: state.seq, feature: change.feature,
                 content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change),
                 time: WallClock.now)
+            if let patch, deltaWatched || journaled != nil {
+                // Kept for replay too when the journal gave it for free.
+                frame.delta = encoder.encode(seq: state.seq, event: "state", data: Self.deltaData(change, patch: patch))
+            }
             keep(frame, in: &state)
             var dropped: [UInt64] = []
             var sent = 0
             if watched {
-                let bytes = frame.bytes(encoder)
+                let full = frame.bytes(encoder)
                 for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
+                    let bytes = subscriber.deltas ? frame.delta ?? full : full
                     if subscriber.sink.send(bytes) { sent += 1 } else { dropped.append(id) }
                 }
             }
@@ -298,17 +344,19 @@ public final class EventHub: Sendable {
     /// Adds a subscriber and sends what it must see first, atomically with respect to
     /// `publish`: the changes after `lastEventID` when they are all still held, otherwise a
     /// snapshot of the observed features. Returns `nil` when the hub is closed.
+    /// With `deltas`, replayed and live `state` events carry a patch where one is known (a
+    /// resume without a gap leaves the client at the version each patch starts from).
     public func subscribe(
-        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max
+        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false
     ) -> Subscription {
         let outcome = state.withLock { state -> Subscription in
             guard !state.closed else { return .closed }
             // Checked and taken under one lock: concurrent subscribers never pass the limit.
             guard state.subscribers.count < limit else { return .full }
-            let subscriber = Subscriber(features: features, sink: sink)
+            let subscriber = Subscriber(features: features, sink: sink, deltas: deltas)
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
-                    guard sink.offer(frame.bytes(encoder)) else { return .caughtUpPartially }
+                    guard sink.offer(frame.bytes(encoder, deltas: deltas)) else { return .caughtUpPartially }
                 }
             } else {
                 guard sink.offer(snapshotFrame(features: features, state: state)) else { return .caughtUpPartially }
@@ -415,6 +463,20 @@ public final class EventHub: Sendable {
         var data = JSONObjectWriter()
         data.raw("features", inner.finish())
         return encoder.encode(seq: state.seq, event: "snapshot", data: data.finish())
+    }
+
+    /// The `data` JSON of a change's `state` event on a delta stream: `baseVersion` and `patch`
+    /// (RFC 6902, from the state at `baseVersion`) in place of `state`.
+    public static func deltaData(_ change: EncodedChange, patch: [UInt8]) -> [UInt8] {
+        var data = JSONObjectWriter(capacity: patch.count + (change.action?.count ?? 0) + 160)
+        data.string("feature", change.feature)
+        data.int("version", change.version)
+        data.string("cause", change.cause)
+        data.raw("action", change.action)
+        data.int("baseVersion", change.version - 1)
+        data.raw("patch", patch)
+        data.raw("effect", change.effect)
+        return data.finish()
     }
 
     /// The `data` JSON of a change's `state` event.

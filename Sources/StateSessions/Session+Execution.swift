@@ -146,6 +146,8 @@ extension Session {
         // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
         // builds nothing.
         let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
+        // How the journal stores the state: delta event streams reuse its patch.
+        let journaled: StateDelta? = if case .append(let entry, _)? = batch.first { entry.delta } else { nil }
         // A recorded change replayed (an import) starts no work: its follow-ups are recorded too.
         let startsWork: Bool = if case .replay = request.kind { false } else { true }
         let committed: @Sendable () -> Void = { [self] in
@@ -155,7 +157,7 @@ extension Session {
                 return finish(.failed(.store(StoreError(
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }
-            hub.publish(prepared.encoded, seq: seq)
+            hub.publish(prepared.encoded, seq: seq, delta: journaled)
             if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
             recount()
             finish(.applied(prepared.encoded, reply: reply))

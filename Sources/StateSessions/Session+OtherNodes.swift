@@ -115,7 +115,7 @@ extension Session {
                 do throws(StoreError) {
                     let change = try store.applyRecorded(
                         version: entry.version, cause: entry.cause, action: entry.action, state: state, effect: entry.effect)
-                    hub.publish(change, seq: entry.seq)
+                    hub.publish(change, seq: entry.seq, delta: entry.delta)
                     continue
                 } catch {
                     // Falls through: the store is dropped and loads afresh on next use.

@@ -356,8 +356,10 @@ public final class Session: Sendable {
     /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``);
     /// with shared storage, a commit heard between the caller's catch-up and this subscription
     /// is fetched now.
-    public func subscribe(features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max) -> Subscription {
-        let outcome = hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit)
+    public func subscribe(
+        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false
+    ) -> Subscription {
+        let outcome = hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit, deltas: deltas)
         if case .subscribed = outcome { pullIfBehind() }
         return outcome
     }

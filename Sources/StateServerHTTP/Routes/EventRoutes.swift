@@ -11,6 +11,7 @@ extension StateServerResponder {
             try responder.withSession(request, allowQueryToken: true, allowAdmin: true) { session throws(APIError) in
                 let requested = request.http.queryValues("feature")
                 for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }
+                _ = try StateServerResponder.wantsDeltas(request)
                 let lastEventID = StateServerResponder.lastEventID(request)
                 if session.isReady(for: requested.isEmpty ? nil : requested), !session.needsBackfill(after: lastEventID) {
                     return .now(try responder.events(request, session))
@@ -28,6 +29,18 @@ extension StateServerResponder {
             }
         }
     ]
+
+    /// `delta=json-patch`: `state` events carry a patch from the previous version instead of
+    /// the state. Any other value, or the parameter twice, is `400 invalid_request`.
+    static func wantsDeltas(_ request: RouteRequest) throws(APIError) -> Bool {
+        let values = request.http.queryValues("delta")
+        guard values.count <= 1 else { throw .invalidRequest("give 'delta' at most once") }
+        guard let value = values.first else { return false }
+        guard value == "json-patch" else {
+            throw .invalidRequest("'delta' must be 'json-patch' (state events with an RFC 6902 patch), or left out")
+        }
+        return true
+    }
 
     static func lastEventID(_ request: RouteRequest) -> Int? {
         request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
@@ -49,7 +62,10 @@ extension StateServerResponder {
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
         let counter = OpenStreamCounter(responder: self)
-        switch session.subscribe(features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession) {
+        let deltas = try StateServerResponder.wantsDeltas(request)
+        switch session.subscribe(
+            features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession, deltas: deltas)
+        {
         case .closed:
             counter.release()
             throw .sessionNotFound
