@@ -76,14 +76,25 @@ extension RemoteStore {
     /// Each call opens its own connection; iterate the sequence from one task. Events are
     /// buffered while the consumer is busy.
     ///
+    /// **Deltas.** By default the stream asks for JSON Patch deltas (`?delta=json-patch`): a
+    /// change of a large state travels as a patch from the version before, which this sequence
+    /// applies to the state it holds and delivers as the whole typed state, as without deltas.
+    /// A patch whose base version is not the one held (or that does not apply) is never
+    /// guessed at: the sequence reconnects without `Last-Event-ID` and starts again from a fresh
+    /// snapshot (delivered as ``Event/snapshot(_:)``).
+    ///
     /// - Parameters:
     ///   - lastEventID: resume after this event (an ``Event/eventID`` saved earlier) instead of
-    ///     starting with a snapshot.
+    ///     starting with a snapshot. With deltas, resuming needs the state at that event: the
+    ///     first patch finds none and resynchronises from a snapshot.
     ///   - reconnect: when and how often to reconnect.
-    public func changes(lastEventID: Int? = nil, reconnect: ReconnectPolicy = .default) -> AsyncThrowingStream<Event, any Error> {
+    ///   - deltas: ask for JSON Patch deltas (the default) or whole states in every event.
+    public func changes(
+        lastEventID: Int? = nil, reconnect: ReconnectPolicy = .default, deltas: Bool = true
+    ) -> AsyncThrowingStream<Event, any Error> {
         let (events, continuation) = AsyncThrowingStream.makeStream(of: Event.self, throwing: (any Error).self)
         let task = Task { [self] in
-            await self.streamEvents(lastEventID: lastEventID, policy: reconnect, into: continuation)
+            await self.streamEvents(lastEventID: lastEventID, policy: reconnect, deltas: deltas, into: continuation)
         }
         continuation.onTermination = { _ in task.cancel() }
         return events
@@ -94,13 +105,16 @@ extension RemoteStore {
         var decoder: ChangeDecoder<F>
         /// Consecutive attempts that failed; 0 once a connection is accepted.
         var failures = 0
+        /// Consecutive resynchronisations without a change applied in between.
+        var resyncs = 0
     }
 
     /// Connects, reconnects and feeds `continuation` until the stream ends.
     private func streamEvents(
-        lastEventID: Int?, policy: ReconnectPolicy, into continuation: AsyncThrowingStream<Event, any Error>.Continuation
+        lastEventID: Int?, policy: ReconnectPolicy, deltas: Bool,
+        into continuation: AsyncThrowingStream<Event, any Error>.Continuation
     ) async {
-        var progress = StreamProgress(decoder: ChangeDecoder(featureName: feature.name, lastEventID: lastEventID))
+        var progress = StreamProgress(decoder: ChangeDecoder(featureName: feature.name, lastEventID: lastEventID, deltas: deltas))
         while !Task.isCancelled {
             var lastError: (any Error)?
             var retryAfter: Duration?
@@ -113,6 +127,19 @@ extension RemoteStore {
                         try await Task.sleep(for: policy.jitteredDelay(after: hint))
                     } catch {
                         break
+                    }
+                    continue
+                }
+                if case .resync = ending {
+                    // Starts again from a snapshot at once; a server that keeps sending patches
+                    // this client cannot apply is waited on like a failing one.
+                    progress.resyncs += 1
+                    if progress.resyncs > 1 {
+                        do {
+                            try await Task.sleep(for: policy.jitteredDelay(beforeAttempt: progress.resyncs - 1))
+                        } catch {
+                            break
+                        }
                     }
                     continue
                 }
@@ -152,6 +179,8 @@ extension RemoteStore {
         case ended
         /// The server is shutting down and asked for a reconnection after this delay.
         case shutdown(retry: Duration)
+        /// A patch did not fit the state held: connect again for a fresh snapshot.
+        case resync
     }
 
     /// One connection: returns when the server ends the stream or announces its shutdown,
@@ -162,9 +191,9 @@ extension RemoteStore {
     ) async throws -> Ending {
         var headers = ["Accept": "text/event-stream", "Cache-Control": "no-cache"]
         if let lastEventID = progress.decoder.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
-        let request = client.request(
-            "GET", sessionPath + ["events"], query: [URLQueryItem(name: "feature", value: feature.name)],
-            credentials: credentials, headers: headers)
+        var query = [URLQueryItem(name: "feature", value: feature.name)]
+        if progress.decoder.deltas { query.append(URLQueryItem(name: "delta", value: "json-patch")) }
+        let request = client.request("GET", sessionPath + ["events"], query: query, credentials: credentials, headers: headers)
         let connection = EventStreamConnection(request: request, idleTimeout: policy.idleTimeout)
         // Cancelling the consuming task finishes `parts` (and so cancels the request) by itself;
         // this closes the connection on every other way out too.
@@ -201,7 +230,15 @@ extension RemoteStore {
                     if let hint = ChangeDecoder<F>.shutdownDelay(event, default: policy.initialDelay) {
                         return .shutdown(retry: hint)
                     }
-                    guard let delivered = try progress.decoder.decode(event) else { continue }
+                    let decoded: Event?
+                    do {
+                        decoded = try progress.decoder.decode(event)
+                    } catch is ChangeDecoder<F>.Resync {
+                        progress.decoder.forget()
+                        return .resync
+                    }
+                    guard let delivered = decoded else { continue }
+                    if case .change = delivered { progress.resyncs = 0 }
                     remember(version: delivered.version, state: delivered.state)
                     if case .terminated = continuation.yield(delivered) { throw CancellationError() }
                 }
@@ -230,16 +267,42 @@ extension RemoteStore.Event: Equatable where F.State: Equatable, F.Action: Equat
 /// missed) and is dropped, so each change — and each effect — is delivered once. A `snapshot`
 /// always restarts the count, even backwards (a server that lost changes).
 ///
+/// With deltas it holds the store's state as JSON at its version: a `state` event carrying a
+/// `patch` is applied to it when its `baseVersion` is that version, and is a ``Failure/resync``
+/// otherwise (as is a patch that does not apply).
+///
 /// Not thread-safe: a value owned by the one task that reads the stream.
 struct ChangeDecoder<F: Feature>: Sendable {
     typealias Event = RemoteStore<F>.Event
+
+    /// Thrown by ``decode(_:)`` when the stream cannot go on as it is: a patch that does not
+    /// fit the state held. Start again from a snapshot (``forget()``, then connect).
+    struct Resync: Error {}
+
     let featureName: String
     /// The id of the last event seen: sent as `Last-Event-ID` on reconnection.
     var lastEventID: Int?
+    /// Whether the stream asks for patches.
+    let deltas: Bool
+    /// The state as JSON at its version, for patches (deltas only).
+    private(set) var held: (version: Int, state: JSONValue)?
+
+    init(featureName: String, lastEventID: Int? = nil, deltas: Bool = false) {
+        self.featureName = featureName
+        self.lastEventID = lastEventID
+        self.deltas = deltas
+    }
+
+    /// Forgets where the stream was: the next connection starts from a snapshot.
+    mutating func forget() {
+        lastEventID = nil
+        held = nil
+    }
 
     /// The event to deliver for `event`, or `nil` for one to skip: a change already delivered,
-    /// another feature's change, an unknown event type.
-    mutating func decode(_ event: ServerSentEvent) throws(StateClientError) -> Event? {
+    /// another feature's change, an unknown event type. Throws ``StateClientError`` for an
+    /// event that is not what the contract says, and ``Resync`` (see there).
+    mutating func decode(_ event: ServerSentEvent) throws -> Event? {
         switch event.type {
         case "snapshot":
             let id = try Self.eventID(of: event)
@@ -249,25 +312,40 @@ struct ChangeDecoder<F: Feature>: Sendable {
             }
             let decoded = try WireCoding.decode(StateBody<F.State>.self, from: entry, what: "\(featureName) state in the snapshot")
             lastEventID = id
+            if deltas, let state = entry["state"] { held = (decoded.version, state) }
             return .snapshot(.init(version: decoded.version, state: decoded.state, eventID: id))
 
         case "state":
             let id = try Self.eventID(of: event)
             if let last = lastEventID, id <= last { return nil }
-            let data = Data(event.data.utf8)
-            let header = try WireCoding.decodeBody(EventFeature.self, from: data, what: "state event")
-            guard header.feature == featureName else {
+            let body = try WireCoding.decodeBody(StateEventBody.self, from: Data(event.data.utf8), what: "state event")
+            guard body.feature == featureName else {
                 lastEventID = id
                 return nil
             }
-            let body = try WireCoding.decodeBody(StateEventBody<F.State>.self, from: data, what: "\(featureName) state event")
+            let stateJSON: JSONValue
+            if let patch = body.patch {
+                guard var document = held?.state, let base = body.baseVersion, held?.version == base else { throw Resync() }
+                do throws(JSONPatch.Failure) {
+                    try JSONPatch.apply(patch, to: &document)
+                } catch {
+                    throw Resync()
+                }
+                stateJSON = document
+            } else if let state = body.state {
+                stateJSON = state
+            } else {
+                throw StateClientError(kind: .invalidResponse, message: "a state event has neither 'state' nor 'patch'")
+            }
+            let state = try WireCoding.decode(F.State.self, from: stateJSON, what: "\(featureName) state event")
             let effect = try WireCoding.effect(F.Effect.self, from: body.effect)
             // The action is informational (and in its public form): one this client's type does
             // not know (a newer server) does not stop the stream.
             let action = try? WireCoding.action(F.Action.self, from: body.action)
             lastEventID = id
+            if deltas { held = (body.version, stateJSON) }
             return .change(.init(
-                version: body.version, state: body.state, effect: effect, cause: .init(rawValue: body.cause),
+                version: body.version, state: state, effect: effect, cause: .init(rawValue: body.cause),
                 action: action, eventID: id))
 
         default:

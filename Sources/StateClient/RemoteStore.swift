@@ -69,6 +69,8 @@ public final class RemoteStore<F: Feature>: Sendable {
         public static var rehydrate: Cause { Cause(rawValue: "rehydrate") }
         /// The store went back to the initial state (``RemoteStore/reset(ifVersion:)``).
         public static var reset: Cause { Cause(rawValue: "reset") }
+        /// The store was set to the state of an earlier version (``RemoteStore/travel(to:ifVersion:)``).
+        public static var travel: Cause { Cause(rawValue: "travel") }
     }
 
     /// One change applied to the store: the reply to ``dispatch(_:ifVersion:idempotencyKey:)``,

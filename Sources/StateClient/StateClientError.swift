@@ -74,6 +74,17 @@ public struct StateClientError: Error, Sendable, CustomStringConvertible {
         public static let sessionLimitReached: Code = "session_limit_reached"
         /// 503: durable storage could not record the change; nothing applied, try again.
         public static let storageUnavailable: Code = "storage_unavailable"
+        /// 503 (several nodes): the session's owner could not be reached; nothing applied, try again.
+        public static let ownerUnavailable: Code = "owner_unavailable"
+        /// 503 (several nodes): the change may have been applied; read the state, or retry with
+        /// the same idempotency key.
+        public static let outcomeUnknown: Code = "outcome_unknown"
+        /// 403: a middleware of the server refused the action for this client.
+        public static let forbidden: Code = "forbidden"
+        /// 422: a travel to a version whose state is not kept (the message names those that are).
+        public static let versionUnreachable: Code = "version_unreachable"
+        /// 422: this server's reducers do not follow an imported recording; nothing was created.
+        public static let recordingDiverges: Code = "recording_diverges"
     }
 
     public let kind: Kind

@@ -144,10 +144,10 @@ public final class StateServerClient: Sendable {
     /// Sends a request and returns the answer when its status is one of `expecting`; throws the
     /// server's error otherwise.
     func send(
-        _ method: String, _ path: [String], credentials: SessionCredentials? = nil, headers: [String: String] = [:],
-        json body: JSONValue? = nil, expecting: Set<Int>
+        _ method: String, _ path: [String], query: [URLQueryItem] = [], credentials: SessionCredentials? = nil,
+        headers: [String: String] = [:], json body: JSONValue? = nil, expecting: Set<Int>
     ) async throws -> Reply {
-        var request = request(method, path, credentials: credentials, headers: headers)
+        var request = request(method, path, query: query, credentials: credentials, headers: headers)
         if let body {
             do {
                 request.httpBody = try JSONEncoder().encode(body)

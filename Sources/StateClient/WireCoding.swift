@@ -90,13 +90,16 @@ struct StateBody<State: Decodable>: Decodable {
     var state: State
 }
 
-/// The data of a `state` event.
-struct StateEventBody<State: Decodable>: Decodable {
+/// The data of a `state` event: the whole `state`, or on a delta stream `baseVersion` and a
+/// JSON Patch from it.
+struct StateEventBody: Decodable {
     var feature: String
     var version: Int
     var cause: String
     var action: JSONValue?
-    var state: State
+    var state: JSONValue?
+    var baseVersion: Int?
+    var patch: JSONValue?
     var effect: JSONValue?
 }
 
