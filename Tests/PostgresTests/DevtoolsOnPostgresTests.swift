@@ -57,4 +57,28 @@ struct DevtoolsOnPostgresTests {
             #expect(refused.status == 404, "\(refused)")
         }
     }
+
+    @Test("a delta stream opened on any node gets the owner's patches, whichever node the change was asked of")
+    func deltasThroughEveryNode() async throws {
+        try await withCluster { cluster in
+            let (a, b, c) = (cluster.nodes[0].api, cluster.nodes[1].api, cluster.nodes[2].api)
+            let session = try await a.createSession()
+            let title = String(repeating: "a long enough title ", count: 5)
+            for _ in 0..<3 { try await session.dispatchOK("todos", ["type": "add", "title": .string(title)]) }
+            let (stream, snapshot) = try await cluster.session(session, on: b).subscribe(query: "delta=json-patch&feature=todos")
+            defer { stream.close() }
+            var state = try #require(snapshot.json?["features"]?["todos"]?["state"])
+            var version = try #require(snapshot.json?["features"]?["todos"]?["version"]?.int)
+            try await cluster.session(session, on: c).dispatchOK("todos", ["type": "add", "title": .string(title)])
+            try await cluster.session(session, on: a).dispatchOK("todos", ["type": "toggle", "id": "2"])
+            for _ in 0..<2 {
+                let event = try await stream.nextEvent(timeout: .seconds(10))
+                let patch = try #require(event.json?["patch"], "a patch: \(event)")
+                #expect(event.json?["baseVersion"]?.int == version, "\(event)")
+                state = try state.applying(patch: patch)
+                version += 1
+            }
+            #expect(try await cluster.session(session, on: c).store("todos") == StoreState(version: version, state: state))
+        }
+    }
 }
