@@ -91,9 +91,10 @@ public final class EventHub: Sendable {
         let content: Content
         /// When it was published (milliseconds since 1970): memory mode's history shows it.
         var time: Int64 = 0
-        /// The same event for delta streams (`?delta=json-patch`), framed: the change with a
-        /// JSON Patch from the feature's previous version instead of its state. Nil when no
-        /// patch was known or smaller than the state: delta streams then get the full event.
+        /// The JSON Patch from the feature's previous version, when one was known and smaller
+        /// than the state (delta streams, `?delta=json-patch`, get it instead of the state).
+        var patch: [UInt8]? = nil
+        /// The delta event framed, built at publish time when someone watched.
         var delta: [UInt8]? = nil
 
         /// Bytes this frame pins in the replay buffer (roughly: its data).
@@ -103,12 +104,17 @@ public final class EventHub: Sendable {
             case .change(let change): change.state.count + (change.action?.count ?? 0) + (change.effect?.count ?? 0) + 96
             case .data(let data): data.count
             }
-            return own + (delta?.count ?? 0)
+            return own + (patch?.count ?? 0) + (delta?.count ?? 0)
         }
 
         /// The frame for a subscriber: the delta form when it asked for deltas and there is one.
         func bytes(_ encoder: any EventEncoder, deltas: Bool) -> [UInt8] {
-            if deltas, let delta { return delta }
+            if deltas {
+                if let delta { return delta }
+                if let patch, case .change(let change) = content {
+                    return encoder.encode(seq: seq, event: "state", data: EventHub.deltaData(change, patch: patch))
+                }
+            }
             return bytes(encoder)
         }
 
@@ -310,19 +316,15 @@ public final class EventHub: Sendable {
             let base = state.latest[change.feature]
             let patch = base?.version == change.version - 1 ? patch : nil
             state.latest[change.feature] = (change.version, change.state)
-            var watched = false
-            var deltaWatched = false
-            for subscriber in state.subscribers.values where subscriber.wants(change.feature) {
-                watched = true
-                if subscriber.deltas { deltaWatched = true }
-            }
+            let watched = state.subscribers.values.contains { $0.wants(change.feature) }
             // Framed once, shared by every subscriber, only when someone watches.
             var frame = Frame(
                 seq: state.seq, feature: change.feature,
                 content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change),
-                time: WallClock.now)
-            if let patch, deltaWatched || journaled != nil {
-                // Kept for replay too when the journal gave it for free.
+                time: WallClock.now, patch: patch)
+            if let patch, watched {
+                // Framed with the full form (which no longer holds the change's parts), for the
+                // delta streams now and for replays.
                 frame.delta = encoder.encode(seq: state.seq, event: "state", data: Self.deltaData(change, patch: patch))
             }
             keep(frame, in: &state)
