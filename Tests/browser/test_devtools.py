@@ -70,7 +70,7 @@ def test_devtools_log_state_diff_travel_dispatch_and_export(server, browser):
     wait(page, lambda d: len(rows(d)) == 4, "the dispatched action never appeared")
     assert api(base, "GET", f"/v1/sessions/{sid}/state/counter", token)["state"] == {"count": 40}
 
-    # A change made elsewhere arrives live (the event stream).
+    # A change made elsewhere arrives live (the event stream, through client.js).
     api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "counter", "action": {"type": "increment"}})
     wait(page, lambda d: len(rows(d)) == 5, "a change made elsewhere never arrived")
 
@@ -88,5 +88,24 @@ def test_devtools_log_state_diff_travel_dispatch_and_export(server, browser):
     assert href.startswith("data:application/json;charset=utf-8,"), href[:60]
     exported = json.loads(unquote(href.split(",", 1)[1]))
     assert exported["format"] == "stateserver-recording" and len(exported["changes"]) == 6, exported
+
+    # The live stream asks for JSON Patch deltas: changes made elsewhere to a growing todo list
+    # arrive as patches, and the page's state at the last step is the server's.
+    assert page.execute_script("return window.devtools.stream.delta") is True
+    for index in range(8):
+        api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "add", "title": f"a todo with a longish title {index}"}})
+    api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "toggle", "id": "3"}})
+    wait(page, lambda d: len(rows(d)) == 15, "the todos made elsewhere never arrived")
+    assert page.execute_script("return window.devtools.patched") >= 4
+    rows(page)[-1].click()
+    state = json.loads(page.find_element(By.ID, "state").text)
+    server_todos = api(base, "GET", f"/v1/sessions/{sid}/state/todos", token)
+    assert state["todos"] == {"version": server_todos["version"], "state": server_todos["state"]}
+    assert [row[:4] for row in ([cell.text for cell in r.find_elements(By.TAG_NAME, "td")] for r in rows(page))][-1] == [
+        "15", "todos", "10", "dispatch"]
+    # What was appended from the stream is what the server recorded.
+    recorded = api(base, "GET", f"/v1/sessions/{sid}/recording", token)
+    assert page.execute_script("return window.devtools.recording.changes") == recorded["changes"]
+    page.execute_script("window.scrollTo(0, 0)")
     screenshot(page, "devtools.png")
     assert severe_console_errors(page) == []

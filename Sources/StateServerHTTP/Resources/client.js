@@ -16,6 +16,11 @@
  *     });
  *     await client.dispatch("counter", {type: "increment"});
  *
+ * Also: `getState`, `putState`, `resetState`, `deleteSession`, `history({after, limit, feature})`,
+ * `travel(feature, version, {ifMatch})`, `recording()`, and `StateClient.importRecording(recording)`
+ * (a client for a new session replayed from a recording); `StateClient.applyPatch(document, patch)`
+ * applies an RFC 6902 JSON Patch.
+ *
  * Guarantees of `subscribe`
  * -------------------------
  * - The first callback is `onSnapshot`, then `onChange` once per applied change, in order.
@@ -24,6 +29,26 @@
  *   that feature. So `onChange` and `onEffect` run at most once per change, however the stream
  *   reconnects: an effect (a toast, say) is shown once.
  * - A fresh `snapshot` (sent when the server cannot replay the gap) replaces the whole state.
+ * - `onChange` always gets the whole new `state` of the feature, whether the event carried it or
+ *   a patch (see "Deltas" below), and `sub.features` always holds whole states.
+ *
+ * Deltas (`delta`, on by default)
+ * -------------------------------
+ * The stream is opened with `?delta=json-patch`: a `state` event may then carry `baseVersion`
+ * (the version before the change) and `patch` (an RFC 6902 JSON Patch from the state at that
+ * version) instead of `state` — the server does so only when the patch is smaller than the state,
+ * so small states still come whole. The client applies the patch to a copy of the state it holds
+ * for that feature and stores the result; the change given to `onChange` has the whole `state`
+ * (as without deltas) and keeps `baseVersion` and `patch`. A resumed stream (`Last-Event-ID`)
+ * replays patched events too: the client holds their base states.
+ * A patch the client cannot use — it holds another version of the feature than `baseVersion`,
+ * or an operation fails — is never delivered. The subscription RESYNCS instead: it drops the
+ * connection and opens a new one WITHOUT `Last-Event-ID`, so the server starts it with a fresh
+ * `snapshot`; it reports "reconnecting" through `onStatus`, not an error, and counts it in
+ * `sub.resyncs`. As with any snapshot, the effect of a change the snapshot already covers is not
+ * delivered. The first resync is immediate; a second one before any patch applies waits the
+ * backoff, and from the third the subscription asks for whole states (no `delta`).
+ * `delta: false` asks for whole states from the start.
  *
  * Reconnecting and `Last-Event-ID` — the two transports
  * -----------------------------------------------------
@@ -122,6 +147,173 @@
     const error = body && body.error;
     const message = (error && error.message) || `the server answered ${response.status} ${response.statusText}`.trim();
     return new StateClientError(message, { status: response.status, code: error && error.code, body });
+  }
+
+  // MARK: JSON Patch (RFC 6902) with JSON Pointers (RFC 6901)
+
+  /** A JSON Patch operation that cannot be applied. */
+  class PatchError extends Error {
+    /**
+     * @param {string} message
+     * @param {{index?: number, operation?: any}} [details] the failing operation and its index
+     */
+    constructor(message, details = {}) {
+      super(message);
+      this.name = "PatchError";
+      /** @type {number|undefined} */
+      this.index = details.index;
+      this.operation = details.operation;
+    }
+  }
+
+  const hasOwn = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
+  const isContainer = (value) => value !== null && typeof value === "object";
+
+  /** A deep copy of a JSON value (a member named "__proto__" stays an ordinary member). */
+  function cloneJSON(value) {
+    return value === undefined ? undefined : JSON.parse(JSON.stringify(value));
+  }
+
+  /** Equality of JSON values (RFC 6902 `test`): member order does not matter, array order does. */
+  function jsonEqual(a, b) {
+    if (a === b) return true;
+    if (!isContainer(a) || !isContainer(b) || Array.isArray(a) !== Array.isArray(b)) return false;
+    if (Array.isArray(a)) return a.length === b.length && a.every((item, i) => jsonEqual(item, b[i]));
+    const keys = Object.keys(a);
+    return keys.length === Object.keys(b).length && keys.every((key) => hasOwn(b, key) && jsonEqual(a[key], b[key]));
+  }
+
+  /** The reference tokens of an RFC 6901 JSON Pointer ("" is the whole document). */
+  function parsePointer(pointer) {
+    if (typeof pointer !== "string") throw new Error("a JSON Pointer must be a string");
+    if (pointer === "") return [];
+    if (pointer[0] !== "/") throw new Error(`the JSON Pointer '${pointer}' does not start with '/'`);
+    return pointer
+      .slice(1)
+      .split("/")
+      .map((token) => {
+        if (/~(?![01])/.test(token)) throw new Error(`the JSON Pointer '${pointer}' has a bad '~' escape`);
+        return token.replace(/~1/g, "/").replace(/~0/g, "~");
+      });
+  }
+
+  /** The index a token names in `array`: `-` (past the end) and `length` only when adding. */
+  function arrayIndex(array, token, adding) {
+    if (adding && token === "-") return array.length;
+    if (!/^(0|[1-9][0-9]*)$/.test(token)) throw new Error(`'${token}' is not an array index`);
+    const index = Number(token);
+    if (index > array.length || (!adding && index === array.length)) {
+      throw new Error(`index ${index} is out of bounds (the array has ${array.length} items)`);
+    }
+    return index;
+  }
+
+  function childOf(node, token) {
+    if (Array.isArray(node)) return node[arrayIndex(node, token, false)];
+    if (isContainer(node) && hasOwn(node, token)) return node[token];
+    throw new Error(isContainer(node) ? `there is no member '${token}'` : `'${token}' is below a value that is not an object or an array`);
+  }
+
+  function valueAt(document, tokens) {
+    return tokens.reduce(childOf, document);
+  }
+
+  /** The object or array that holds the last token's value. */
+  function parentOf(document, tokens) {
+    const parent = valueAt(document, tokens.slice(0, -1));
+    if (!isContainer(parent)) throw new Error("the parent of the target is not an object or an array");
+    return parent;
+  }
+
+  function setMember(object, key, value) {
+    Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
+  }
+
+  function addAt(document, tokens, value) {
+    if (tokens.length === 0) return value;
+    const parent = parentOf(document, tokens);
+    const key = tokens[tokens.length - 1];
+    if (Array.isArray(parent)) parent.splice(arrayIndex(parent, key, true), 0, value);
+    else setMember(parent, key, value);
+    return document;
+  }
+
+  function removeAt(document, tokens) {
+    if (tokens.length === 0) throw new Error("the whole document cannot be removed");
+    const parent = parentOf(document, tokens);
+    const key = tokens[tokens.length - 1];
+    if (Array.isArray(parent)) return parent.splice(arrayIndex(parent, key, false), 1)[0];
+    if (!hasOwn(parent, key)) throw new Error(`there is no member '${key}'`);
+    const value = parent[key];
+    delete parent[key];
+    return value;
+  }
+
+  function replaceAt(document, tokens, value) {
+    if (tokens.length === 0) return value;
+    const parent = parentOf(document, tokens);
+    const key = tokens[tokens.length - 1];
+    if (Array.isArray(parent)) parent[arrayIndex(parent, key, false)] = value;
+    else if (hasOwn(parent, key)) setMember(parent, key, value);
+    else throw new Error(`there is no member '${key}'`);
+    return document;
+  }
+
+  /** Applies one operation to `document` (changed in place); returns the resulting document. */
+  function applyOperation(document, operation) {
+    if (!isContainer(operation) || Array.isArray(operation)) throw new Error("an operation must be an object");
+    const path = parsePointer(operation.path);
+    const needValue = () => {
+      if (!hasOwn(operation, "value")) throw new Error(`'${operation.op}' needs a 'value'`);
+      return cloneJSON(operation.value);
+    };
+    switch (operation.op) {
+      case "add":
+        return addAt(document, path, needValue());
+      case "remove":
+        removeAt(document, path);
+        return document;
+      case "replace":
+        return replaceAt(document, path, needValue());
+      case "move": {
+        const from = parsePointer(operation.from);
+        if (operation.from === operation.path) {
+          valueAt(document, from); // must exist
+          return document;
+        }
+        if (operation.path.startsWith(operation.from + "/")) throw new Error("a value cannot be moved into itself");
+        return addAt(document, path, removeAt(document, from));
+      }
+      case "copy":
+        return addAt(document, path, cloneJSON(valueAt(document, parsePointer(operation.from))));
+      case "test":
+        if (!jsonEqual(valueAt(document, path), needValue())) throw new Error("the value is not the one expected");
+        return document;
+      default:
+        throw new Error(`unknown operation '${operation.op}'`);
+    }
+  }
+
+  /**
+   * Applies an RFC 6902 JSON Patch (all six operations; RFC 6901 pointers, `-` appends) to a
+   * copy of `document`, which is left as it was.
+   * @param {any} document a JSON value
+   * @param {Array<{op: string, path: string, value?: any, from?: string}>} patch
+   * @returns {any} the patched copy
+   * @throws {PatchError} when an operation fails (a missing target, a failed `test`, ...)
+   */
+  function applyPatch(document, patch) {
+    if (!Array.isArray(patch)) throw new PatchError("a JSON Patch must be an array of operations");
+    let result = cloneJSON(document);
+    patch.forEach((operation, index) => {
+      try {
+        result = applyOperation(result, operation);
+      } catch (error) {
+        const what = isContainer(operation) ? `${operation.op} ${JSON.stringify(operation.path)}` : JSON.stringify(operation);
+        throw new PatchError(`operation ${index} (${what}) failed: ${error.message}`, { index, operation });
+      }
+    });
+    return result;
   }
 
   /**
@@ -263,15 +455,91 @@
     }
 
     /**
+     * One page of the session's changes, oldest first (`GET .../history`). States are not in it.
+     * @param {{after?: number, limit?: number, feature?: string}} [options] `after`: the changes
+     *   after this seq (pass the previous page's `next`); `limit`: 1 to 1000 (default 100);
+     *   `feature`: only this feature's changes
+     * @returns {Promise<{session: string, changes: Array<{seq: number, feature: string, version: number,
+     *   cause: string, action: any, effect: any, time: number}>, next: number|null, truncated: boolean,
+     *   keptFrom: number|null}>} follow `next` until it is `null`
+     */
+    async history({ after, limit, feature } = {}) {
+      const params = new URLSearchParams();
+      if (after !== undefined && after !== null) params.set("after", String(after));
+      if (limit !== undefined && limit !== null) params.set("limit", String(limit));
+      if (feature !== undefined && feature !== null) params.set("feature", feature);
+      const query = params.toString();
+      const response = await StateClient._fetch(this._url("/history") + (query ? "?" + query : ""), {
+        headers: this._headers(),
+      });
+      return response.json();
+    }
+
+    /**
+     * Time travel (`POST .../state/{feature}/travel`): sets the feature to the state it had at
+     * `version`, as a new change (cause "travel") that every subscriber sees.
+     * @param {string} feature
+     * @param {number} version a version the store had (0 is the initial state)
+     * @param {{ifMatch?: number}} [options] apply only when the store is at this version
+     * @returns {Promise<{feature: string, version: number, state: any}>} the new version and state
+     * @throws {StateClientError} e.g. 422 "version_unreachable", 412 "version_conflict"
+     */
+    async travel(feature, version, { ifMatch } = {}) {
+      const headers = this._headers({ "Content-Type": "application/json" });
+      if (ifMatch !== undefined && ifMatch !== null) headers["If-Match"] = `"${ifMatch}"`;
+      const path = "/state/" + encodeURIComponent(feature) + "/travel";
+      const response = await StateClient._fetch(this._url(path), {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ version }),
+      });
+      return response.json();
+    }
+
+    /**
+     * The session as a recording (`GET .../recording`): the starting state of every feature and
+     * every kept change with the state it led to. `StateClient.importRecording` replays one.
+     * @returns {Promise<{format: string, version: number, features: any[], changes: any[]}>}
+     */
+    async recording() {
+      const response = await StateClient._fetch(this._url("/recording"), { headers: this._headers() });
+      return response.json();
+    }
+
+    /**
+     * Replays a recording into a new session (`POST /v1/recordings`).
+     * @param {object|string} recording a recording document (as `recording()` returns), or its JSON
+     * @param {{baseUrl?: string}} [options]
+     * @returns {Promise<StateClient>} a client for the new session; `importedChanges` counts the
+     *   changes applied
+     * @throws {StateClientError} e.g. 422 "recording_diverges", 400 "invalid_request"
+     */
+    static async importRecording(recording, { baseUrl = "" } = {}) {
+      const base = baseUrl.replace(/\/+$/, "");
+      const response = await StateClient._fetch(base + "/v1/recordings", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: typeof recording === "string" ? recording : JSON.stringify(recording),
+      });
+      const body = await response.json();
+      const client = new StateClient({ sessionId: body.id, token: body.token, baseUrl: base });
+      client.importedChanges = body.changes;
+      return client;
+    }
+
+    /**
      * Observes the session's changes through its event stream; see the file's header for the
      * reconnect behaviour of each transport.
      *
      * @param {object} [options]
      * @param {string[]} [options.features] observe only these features (default: all)
+     * @param {boolean} [options.delta] ask for JSON Patch deltas (default true; see the header)
      * @param {(features: Object<string, {version: number, state: any}>, seq: number) => void} [options.onSnapshot]
      *   the whole observed state: first, and again whenever the server cannot replay a gap
-     * @param {(change: {feature: string, version: number, cause: string, action: any, state: any, effect: any, seq: number}) => void} [options.onChange]
-     *   one applied change, at most once
+     * @param {(change: {feature: string, version: number, cause: string, action: any, state: any, effect: any, seq: number,
+     *   baseVersion?: number, patch?: any[]}) => void} [options.onChange]
+     *   one applied change, at most once, always with the whole new `state` (`baseVersion` and
+     *   `patch` too when the event carried a patch)
      * @param {(effect: any, change: object) => void} [options.onEffect] a change's one-shot effect, at most once
      * @param {(error: StateClientError) => void} [options.onError] a problem; when `error.fatal`
      *   the subscription has stopped (the session is gone or the token is wrong)
@@ -302,6 +570,11 @@
       this.lastEventId = Number.isInteger(options.lastEventId) ? options.lastEventId : null;
       /** The latest known `{version, state}` of every observed feature. */
       this.features = {};
+      /** Whether the stream asks for JSON Patch deltas (turned off after repeated resyncs). */
+      this.delta = options.delta !== false;
+      /** How many times a patch that could not be used made the subscription resync. */
+      this.resyncs = 0;
+      this._failedPatches = 0; // resyncs since a patch last applied
       /** @type {"connecting"|"open"|"reconnecting"|"closed"} */
       this.status = "connecting";
       this._attempt = 0;
@@ -362,6 +635,7 @@
     _streamUrl(withToken) {
       const params = new URLSearchParams();
       for (const feature of this._options.features || []) params.append("feature", feature);
+      if (this.delta) params.set("delta", "json-patch");
       if (withToken) params.set("access_token", this._client.token);
       const query = params.toString();
       return this._client._url("/events") + (query ? "?" + query : "");
@@ -404,6 +678,25 @@
       }, delay);
     }
 
+    /**
+     * A patch could not be used: drop the connection and open a new one without Last-Event-ID,
+     * which starts with a fresh snapshot (see "Deltas" in the header).
+     */
+    _resync() {
+      if (this._closed) return;
+      this.resyncs++;
+      this._failedPatches++;
+      if (this._failedPatches >= 3) this.delta = false;
+      this.lastEventId = null;
+      this._teardown();
+      if (this._failedPatches === 1) {
+        this._setStatus("reconnecting");
+        this._connect();
+      } else {
+        this._scheduleReconnect(false, backoffDelay(this._failedPatches - 2));
+      }
+    }
+
     _fail(error) {
       this._closed = true;
       this._teardown();
@@ -443,8 +736,19 @@
         }
         const known = this.features[payload.feature];
         if (known && payload.version <= known.version) return; // already reflected
-        this.features[payload.feature] = { version: payload.version, state: payload.state };
-        const change = Object.assign({}, payload, { seq });
+        let state = payload.state;
+        if (payload.patch !== undefined) {
+          // A delta: only usable on top of the state at baseVersion; anything else resyncs.
+          if (!known || known.version !== payload.baseVersion) return this._resync();
+          try {
+            state = applyPatch(known.state, payload.patch);
+          } catch (_) {
+            return this._resync();
+          }
+          this._failedPatches = 0;
+        }
+        this.features[payload.feature] = { version: payload.version, state };
+        const change = Object.assign({}, payload, { state, seq });
         this._call("onChange", change);
         if (payload.effect !== null && payload.effect !== undefined) this._call("onEffect", payload.effect, change);
       }
@@ -537,6 +841,7 @@
      * the end of the stream, or with the wait (ms) a `shutdown` event asks for.
      */
     async _readStream(body, touch) {
+      const connection = this._abort;
       const reader = body.getReader();
       const decoder = new TextDecoder("utf-8");
       let buffer = "";
@@ -557,6 +862,7 @@
           if (line === "") {
             if (data.length > 0) {
               const wait = this._handle(type || "message", data.join("\n"), id, retry);
+              if (this._abort !== connection) return; // dropped meanwhile (a resync): read no more
               if (wait !== undefined) return wait;
             }
             type = "";
@@ -581,6 +887,8 @@
   StateClient.Error = StateClientError;
   StateClient.Subscription = Subscription;
   StateClient.randomKey = randomKey;
+  StateClient.PatchError = PatchError;
+  StateClient.applyPatch = applyPatch;
 
   global.StateClient = StateClient;
   if (typeof module === "object" && module && module.exports) module.exports = StateClient;
