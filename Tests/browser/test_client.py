@@ -6,12 +6,17 @@ Shares the fixtures and helpers of test_page.py. Every wait polls a condition wi
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import json
+from urllib.parse import urlparse
 from urllib.request import Request, urlopen
 
 from selenium.webdriver.common.by import By
 
 from test_page import (  # noqa: F401  (fixtures)
+    WAIT,
+    ServerProcess,
     browser,
     run_client_script,
     screenshot,
@@ -434,3 +439,62 @@ def test_client_history_travel_recording_and_import(server, browser):
     imported = {name: entry["state"] for name, entry in result["imported"]["features"].items()}
     assert imported == original and original["counter"] == {"count": 3} and len(original["todos"]["items"]) == 2
     assert result["diverges"] == {"status": 422, "code": "recording_diverges"}
+
+
+def test_an_admin_subscription_waits_out_a_refused_stream_instead_of_giving_up(browser):
+    """The admin credential reads a session's events and history but not its state: when its
+    EventSource is refused for good (429 here), the client's check that the session still exists
+    must not take the state's 404 as the end."""
+    token = "browser-admin-token"
+    process = ServerProcess(
+        ["--port", "0"],
+        "browser-admin-server.log",
+        env={
+            "STATE_SERVER_ADMIN_TOKEN_HASH": hashlib.sha256(token.encode()).hexdigest(),
+            "STATE_SERVER_STREAMS_PER_SESSION": "1",
+        },
+    )
+    holder = None
+    try:
+        base = process.base
+        sid = api(base, "POST", "/v1/sessions")["id"]
+        # One stream (the admin's own, from Python) holds the session's only slot.
+        address = urlparse(base)
+        holder = http.client.HTTPConnection(address.hostname, address.port, timeout=WAIT)
+        holder.request("GET", f"/v1/sessions/{sid}/events", headers={"Authorization": "Bearer " + token})
+        assert holder.getresponse().status == 200
+        page = browser(800, 600)
+        page.get(base + "/")
+        wait_loaded(page)
+        page.execute_script(
+            """
+            const watch = window.adminWatch = {errors: [], snapshots: 0};
+            const client = new StateClient({sessionId: arguments[0], token: arguments[1]});
+            watch.sub = client.subscribe({
+              onSnapshot() { watch.snapshots++; },
+              onError(error) { watch.errors.push({code: error.code, fatal: !!error.fatal}); },
+            });
+            """,
+            sid,
+            token,
+        )
+        wait(
+            page,
+            lambda d: d.execute_script(
+                "return performance.getEntriesByType('resource').some((e) => e.name.includes('/history'))"
+            ),
+            "the refused stream never led to the history check",
+        )
+        assert page.execute_script("return window.adminWatch.sub.status") != "closed"
+        holder.close()
+        holder = None
+        wait(
+            page,
+            lambda d: d.execute_script("return window.adminWatch.snapshots === 1 && window.adminWatch.sub.status === 'open'"),
+            "the admin subscription never opened once the slot was free",
+        )
+        assert page.execute_script("return window.adminWatch.errors") == []
+    finally:
+        if holder is not None:
+            holder.close()
+        process.stop()

@@ -57,8 +57,9 @@
  * logs that query). When a connection drops or the server ends the stream, EventSource
  * reconnects on its own and sends `Last-Event-ID` itself, so the server replays exactly the
  * changes that were missed. When EventSource gives up for good (the server answered with an error
- * status, e.g. 429 or 503), this client checks that the session still exists (`GET .../state`;
- * 404 or 401 is reported to `onError` as fatal and the subscription stops) and otherwise opens a
+ * status, e.g. 429 or 503), this client checks that the session still exists (`GET .../state`,
+ * or for the admin credential `GET .../history`; 404 or 401 is reported to `onError` as fatal
+ * and the subscription stops) and otherwise opens a
  * new EventSource after an exponential backoff (0.5 s doubling to 30 s, with jitter).
  * LIMITATION: a new EventSource object cannot be given a `Last-Event-ID`, so that manual
  * reconnect starts with a fresh `snapshot`: the state is complete again, but an effect produced
@@ -669,7 +670,10 @@
               });
             }
           } catch (error) {
-            if (error.fatal) return this._fail(error);
+            // The admin credential may read a session's history and events but not its state:
+            // a 404 from the state is final only if the history refuses the token too.
+            const admitted = error.code === "session_not_found" && (await this._client.history({ limit: 1 }).then(() => true, () => false));
+            if (error.fatal && !admitted) return this._fail(error);
             // Anything else (network, 5xx, 429): try the stream again after a longer wait.
           }
           if (this._closed) return;
