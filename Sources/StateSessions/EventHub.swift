@@ -155,6 +155,8 @@ public final class EventHub: Sendable {
     private let encoder: any EventEncoder
     private let metrics: HubMetrics
     private let state: Mutex<State>
+    /// Whether a delta stream ever subscribed: until then publishing looks for none.
+    private let deltaStreamsSeen = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - features: every registered feature with its initial state (version 0).
@@ -301,7 +303,7 @@ public final class EventHub: Sendable {
         var patch: [UInt8]?
         if case .patch(let bytes)? = journaled {
             patch = bytes
-        } else if journaled == nil,
+        } else if journaled == nil, deltaStreamsSeen.load(ordering: .relaxed),
             let base = state.withLock({ state in
                 state.subscribers.values.contains { $0.deltas && $0.wants(change.feature) } ? state.latest[change.feature] : nil
             }),
@@ -313,9 +315,8 @@ public final class EventHub: Sendable {
             guard !state.closed, seq > state.seq else { return }
             state.seq = seq
             // The patch goes from the version before this change: only then is it sent.
-            let base = state.latest[change.feature]
+            let base = state.latest.updateValue((change.version, change.state), forKey: change.feature)
             let patch = base?.version == change.version - 1 ? patch : nil
-            state.latest[change.feature] = (change.version, change.state)
             let watched = state.subscribers.values.contains { $0.wants(change.feature) }
             // Framed once, shared by every subscriber, only when someone watches.
             var frame = Frame(
@@ -356,6 +357,7 @@ public final class EventHub: Sendable {
             // Checked and taken under one lock: concurrent subscribers never pass the limit.
             guard state.subscribers.count < limit else { return .full }
             let subscriber = Subscriber(features: features, sink: sink, deltas: deltas)
+            if deltas { deltaStreamsSeen.store(true, ordering: .relaxed) }
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
                     guard sink.offer(frame.bytes(encoder, deltas: deltas)) else { return .caughtUpPartially }
