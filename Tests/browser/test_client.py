@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 from urllib.parse import urlparse
-from urllib.request import Request, urlopen
 
 from selenium.webdriver.common.by import By
 
 from test_page import (  # noqa: F401  (fixtures)
     WAIT,
     ServerProcess,
+    api,
     browser,
     run_client_script,
     screenshot,
@@ -45,16 +44,6 @@ RECORD_EVENT_SOURCES = """
   };
 })();
 """
-
-
-def api(base, method, path, token=None, body=None):
-    request = Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
-    if token:
-        request.add_header("Authorization", "Bearer " + token)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    with urlopen(request, timeout=10) as response:
-        return json.loads(response.read() or b"null")
 
 
 def dispatch(base, sid, token, feature, action):

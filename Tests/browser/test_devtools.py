@@ -7,22 +7,11 @@ from __future__ import annotations
 
 import json
 from urllib.parse import unquote
-from urllib.request import Request, urlopen
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from test_page import browser, screenshot, server, severe_console_errors, wait  # noqa: F401  (fixtures)
-
-
-def api(base, method, path, token=None, body=None):
-    request = Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
-    if token:
-        request.add_header("Authorization", "Bearer " + token)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    with urlopen(request, timeout=10) as response:
-        return json.loads(response.read() or b"null")
+from test_page import api, browser, screenshot, server, severe_console_errors, wait  # noqa: F401  (fixtures)
 
 
 def rows(driver):

@@ -10,6 +10,7 @@ Screenshots and the server's log go to test-artifacts/ (gitignored).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -17,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 from selenium import webdriver
@@ -127,6 +128,17 @@ def browser():
 
 
 # ---- helpers --------------------------------------------------------------------------------
+
+
+def api(base, method, path, token=None, body=None):
+    """One JSON request to the server (with the bearer token when given); the decoded reply."""
+    request = Request(base + path, method=method, data=json.dumps(body).encode() if body is not None else None)
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    with urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
 
 
 def wait(driver, condition, message):
