@@ -17,9 +17,14 @@ public struct ChangeRequest: Sendable {
         case followUp(@Sendable (_ ifVersion: Int?) throws(StoreError) -> PreparedChange)
         /// Settles a state left waiting by work lost in a restart (``Feature/recoveryAction(for:)``).
         case recovery
-        /// A recorded change applied as the server's own (no client rule, no asynchronous work):
-        /// importing a recording (``StateStore/AnyStateStore/prepareReplay(cause:payload:)``).
+        /// A recorded change applied as the server's own (no client rule, no asynchronous work,
+        /// the size ceiling held): the admin's import of a recording as recorded
+        /// (``StateStore/AnyStateStore/prepareReplay(cause:payload:enforceCeiling:)``).
         case replay(cause: String, payload: [UInt8]?)
+        /// A recording's starting state set in the session it is imported into (cause
+        /// `import`), held to a client's rehydrate rules unless `asRecorded`
+        /// (``StateStore/AnyStateStore/prepareImport(json:asRecorded:)``).
+        case importStart(JSONValue, asRecorded: Bool)
     }
 
     public var feature: String

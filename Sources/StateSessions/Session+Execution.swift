@@ -116,7 +116,9 @@ extension Session {
             case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
             case .reset: prepared = try store.prepareReset(ifVersion: version)
             case .travel(let state): prepared = try store.prepareTravel(json: state, ifVersion: version)
-            case .replay(let cause, let payload): prepared = try store.prepareReplay(cause: cause, payload: payload)
+            case .replay(let cause, let payload):
+                prepared = try store.prepareReplay(cause: cause, payload: payload, enforceCeiling: true)
+            case .importStart(let state, let asRecorded): prepared = try store.prepareImport(json: state, asRecorded: asRecorded)
             case .followUp(let prepare): prepared = try prepare(version)
             case .recovery:
                 let (_, current) = try store.currentJSON()
@@ -148,7 +150,7 @@ extension Session {
         let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
         // How the journal stores the state: delta event streams reuse its patch.
         let journaled: StateDelta? = if case .append(let entry, _)? = batch.first { entry.delta } else { nil }
-        // A recorded change replayed (an import) starts no work: its follow-ups are recorded too.
+        // A recorded change replayed as recorded starts no work: its follow-ups are recorded too.
         let startsWork: Bool = if case .replay = request.kind { false } else { true }
         let committed: @Sendable () -> Void = { [self] in
             // Every change of this store goes through this pipeline, so it is still at the

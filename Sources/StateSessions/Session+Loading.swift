@@ -198,11 +198,7 @@ extension Session {
                 return false
             }
             let payload: [UInt8]? =
-                switch entry.cause {
-                case "dispatch": entry.action
-                case "rehydrate", "travel": state
-                default: nil
-                }
+                entry.cause == "dispatch" ? entry.action : ChangeCauseName.setsState(entry.cause) ? state : nil
             do throws(StoreError) {
                 try store.replay(cause: entry.cause, payload: payload)
             } catch {

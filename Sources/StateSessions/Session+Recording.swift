@@ -85,3 +85,83 @@ extension Session {
         return Recording(server: server, features: starts, changes: steps)
     }
 }
+
+/// What an import did (``Session/importRecording(_:asRecorded:workWait:)``).
+public struct ImportSummary: Sendable {
+    /// Changes the import applied: starting states and steps.
+    public var changes = 0
+    /// Recorded follow-ups (actions a client may not send) not copied: the work of the
+    /// recorded dispatches ran again on the server and sent its own.
+    public var leftToServer = 0
+}
+
+extension Session {
+    /// Applies `recording` to this (new) session, step by step through the change path.
+    ///
+    /// As a client (`asRecorded` false, anyone may): each starting state that is not the
+    /// initial state is set as a client's rehydrate would be (cause `import`:
+    /// ``Feature/clientRehydrate(_:current:)``, ``Feature/validated(_:)``, the size ceiling);
+    /// each step is sent as a client would send it — a dispatch through the client rules and the
+    /// middleware, starting its asynchronous work; a rehydrate or travel through the rehydrate
+    /// rules; a reset. A recorded action a client may not send was a follow-up of the server's
+    /// work: it is not copied, the work runs again here and sends its own. After a dispatch that
+    /// started work the import waits (up to `workWait` over the whole import) for that work to
+    /// return, so follow-ups land where they did in the recording.
+    ///
+    /// As recorded (the admin's): starting states and steps are applied as the server's own —
+    /// follow-ups copied, no client rule, no middleware, no work started — still validated and
+    /// held to the size ceiling.
+    ///
+    /// Stops at the first refusal, which it throws (the caller deletes the session).
+    public func importRecording(
+        _ recording: Recording, asRecorded: Bool, workWait: Duration
+    ) async throws(SessionFailure) -> ImportSummary {
+        var summary = ImportSummary()
+        let clock = ContinuousClock()
+        let waitUntil = clock.now.advanced(by: workWait)
+        func apply(_ request: ChangeRequest) async throws(SessionFailure) {
+            _ = try await store(request.feature)
+            if case .failed(let why) = await submit(request) { throw why }
+            summary.changes += 1
+        }
+        for start in recording.features {
+            let initial = registry[start.name].flatMap { JSONCoding.parse($0.initialStateJSON) }
+            if start.state != initial {
+                try await apply(ChangeRequest(feature: start.name, kind: .importStart(start.state, asRecorded: asRecorded)))
+            }
+        }
+        for step in recording.changes {
+            if asRecorded {
+                try await apply(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: step.payload)))
+                continue
+            }
+            let kind: ChangeRequest.Kind
+            switch step.cause {
+            case "dispatch":
+                guard let action = step.action else { throw .store(StoreError(.invalidAction, "a recorded dispatch has no action", currentVersion: 0)) }
+                guard let store = try await store(step.feature) else { throw .unknownFeature(step.feature) }
+                if !store.acceptsFromClient(json: action) {
+                    summary.leftToServer += 1
+                    continue
+                }
+                kind = .dispatch(action)
+            case "rehydrate": kind = .rehydrate(step.state)
+            case "travel": kind = .travel(step.state)
+            case "import": kind = .importStart(step.state, asRecorded: false)
+            case "reset": kind = .reset
+            default:
+                throw .store(StoreError(.invalidAction, "unknown recorded cause '\(step.cause)'", currentVersion: 0))
+            }
+            try await apply(ChangeRequest(feature: step.feature, kind: kind))
+            if case .dispatch = kind { await workReturned(step.feature, until: waitUntil, clock: clock) }
+        }
+        return summary
+    }
+
+    /// Waits until `feature`'s store has no live asynchronous work, or `deadline`.
+    private func workReturned(_ feature: String, until deadline: ContinuousClock.Instant, clock: ContinuousClock) async {
+        while let store = loadedStore(feature), store.hasRunningWork, clock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}

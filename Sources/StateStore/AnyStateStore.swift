@@ -92,8 +92,18 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// recording replayed; the server's own journal uses ``applyRecorded(version:cause:action:state:effect:)``).
     func replay(cause: String, payload: [UInt8]?) throws(StoreError)
     /// ``replay(cause:payload:)``, prepared: for an owner that journals it first (a recording
-    /// imported into a new session).
-    func prepareReplay(cause: String, payload: [UInt8]?) throws(StoreError) -> PreparedChange
+    /// imported as recorded into a new session). With `enforceCeiling`, a state over the
+    /// feature's ``Feature/maxStateBytes`` is refused (history already accepted is not held to
+    /// today's ceiling; a recording from outside is).
+    func prepareReplay(cause: String, payload: [UInt8]?, enforceCeiling: Bool) throws(StoreError) -> PreparedChange
+    /// Whether a client may send `action`: the feature's ``Feature/acceptsFromClient(_:)``. An
+    /// action that does not decode counts as a client's (its dispatch then says what is wrong).
+    func acceptsFromClient(json action: JSONValue) -> Bool
+    /// A recording's starting state set in the session it is imported into, as a change of
+    /// cause `import` (cancels running work). Held to a client's rehydrate rules
+    /// (``Feature/clientRehydrate(_:current:)``, ``Feature/validated(_:)``, the size ceiling);
+    /// `asRecorded` (the admin's import) skips the client rule only.
+    func prepareImport(json state: JSONValue, asRecorded: Bool) throws(StoreError) -> PreparedChange
     /// Applies a journaled change as recorded — its state as stored (not recomputed by the
     /// reducer), its cause, public action and effect — at `version`, which must be the store's
     /// next; observers see exactly the recorded change. Side effects are off: the process that
@@ -194,36 +204,50 @@ extension DefaultStateStore: AnyStateStore {
     }
 
     public func replay(cause: String, payload: [UInt8]?) throws(StoreError) {
-        commit(try prepareReplay(cause: cause, payload: payload), startWork: false)
+        commit(try prepareReplay(cause: cause, payload: payload, enforceCeiling: false), startWork: false)
     }
 
-    public func prepareReplay(cause: String, payload: [UInt8]?) throws(StoreError) -> PreparedChange {
+    public func prepareReplay(cause: String, payload: [UInt8]?, enforceCeiling: Bool) throws(StoreError) -> PreparedChange {
         let prepared: PreparedChange
         switch cause {
         case "dispatch":
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: version)
             }
-            // Journaled actions include the server's own (follow-ups): no client rule here, and
-            // history already accepted is not held to today's size ceiling.
+            // Journaled actions include the server's own (follow-ups): no client rule here.
             prepared = try prepare(
-                try Self.decodeAction(json, version: version), ifVersion: nil, from: nil, enforceCeiling: false)
-        case "rehydrate", "travel":
+                try Self.decodeAction(json, version: version), ifVersion: nil, from: nil, enforceCeiling: enforceCeiling)
+        case _ where ChangeCauseName.setsState(cause):
             guard let payload, let json = JSONCoding.parse(payload) else {
                 throw StoreError(.invalidState, "a journaled state is not JSON", currentVersion: version)
             }
             // The journaled state is what was applied (after the client rule): restore it as is.
             let decoded = try decodeState(json)
-            let replayed: ChangeCause<F.Action> = cause == "travel" ? .travel : .rehydrate
-            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, version throws(StoreError) in
+            let replayed: ChangeCause<F.Action> = cause == "travel" ? .travel : cause == "import" ? .import : .rehydrate
+            prepared = try prepare(ifVersion: nil, enforceCeiling: enforceCeiling) { _, version throws(StoreError) in
                 (try validated(decoded, version: version), nil, replayed)
             }
         case "reset":
-            prepared = try prepare(ifVersion: nil, enforceCeiling: false) { _, _ in (feature.initialState, nil, .reset) }
+            prepared = try prepare(ifVersion: nil, enforceCeiling: enforceCeiling) { _, _ in (feature.initialState, nil, .reset) }
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
         return prepared
+    }
+
+    public func acceptsFromClient(json action: JSONValue) -> Bool {
+        guard let decoded = try? Self.decodeAction(action, version: 0) else { return true }
+        return feature.acceptsFromClient(decoded)
+    }
+
+    public func prepareImport(json state: JSONValue, asRecorded: Bool) throws(StoreError) -> PreparedChange {
+        let decoded = try decodeState(state)
+        if asRecorded {
+            return try prepare(ifVersion: nil) { _, version throws(StoreError) in
+                (try validated(decoded, version: version), nil, .import)
+            }
+        }
+        return try prepare(ifVersion: nil, clientRehydrating(decoded, cause: .import))
     }
 
     @discardableResult
@@ -244,6 +268,7 @@ extension DefaultStateStore: AnyStateStore {
             changeCause = .dispatch(try Self.decodeAction(actionJSON, version: current))
         case "rehydrate": changeCause = .rehydrate
         case "travel": changeCause = .travel
+        case "import": changeCause = .import
         case "reset": changeCause = .reset
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: current)

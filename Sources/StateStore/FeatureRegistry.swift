@@ -20,6 +20,11 @@ public struct AnyFeature: Sendable {
         stateVersion = feature.stateVersion
         make = { onRejected in DefaultStateStore(feature: feature, onFollowUpRejected: onRejected) }
         restoreBody = { saved, savedVersion, version, onRejected throws(StoreError) in
+            guard StoreVersion.isValid(version) else {
+                throw StoreError(
+                    .invalidState, "a store's version must be from 0 to \(StoreVersion.max), not \(version)",
+                    currentVersion: 0)
+            }
             guard var json = saved else {
                 return DefaultStateStore(feature: feature, version: version, onFollowUpRejected: onRejected)
             }

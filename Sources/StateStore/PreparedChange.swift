@@ -9,13 +9,10 @@ public struct PreparedChange: Sendable {
     let apply: @Sendable (_ startWork: Bool) -> Bool
 
     /// What replays the change from a journal: the public action for a dispatch, the state
-    /// for a rehydrate or a travel, nothing for a reset.
+    /// for a rehydrate, a travel or an import, nothing for a reset.
     public var payload: [UInt8]? {
-        switch encoded.cause {
-        case "dispatch": encoded.action
-        case "rehydrate", "travel": encoded.state
-        default: nil
-        }
+        if encoded.cause == "dispatch" { return encoded.action }
+        return ChangeCauseName.setsState(encoded.cause) ? encoded.state : nil
     }
 }
 

@@ -50,11 +50,8 @@ public struct Recording: Sendable, Equatable {
         /// What replays the step (``AnyStateStore/replay(cause:payload:)``): the action of a
         /// dispatch, the state of a rehydrate or travel, nothing for a reset.
         public var payload: [UInt8]? {
-            switch cause {
-            case "dispatch": action?.bytes
-            case "rehydrate", "travel": state.bytes
-            default: nil
-            }
+            if cause == "dispatch" { return action?.bytes }
+            return ChangeCauseName.setsState(cause) ? state.bytes : nil
         }
 
         public init(seq: Int, feature: String, version: Int, cause: String, action: JSONValue?, state: JSONValue, effect: JSONValue?) {
@@ -130,8 +127,11 @@ public struct Recording: Sendable, Equatable {
         var starts: [Start] = []
         for (index, item) in features.enumerated() {
             guard case .object(let f) = item, let name = f["name"]?.stringValue, let stateVersion = f["stateVersion"]?.intValue,
-                let version = f["version"]?.intValue, version >= 0, let state = f["state"]
-            else { throw Unreadable(description: "features[\(index)] needs name, stateVersion, version (from 0) and state") }
+                let version = f["version"]?.intValue, StoreVersion.isValid(version), let state = f["state"]
+            else {
+                throw Unreadable(
+                    description: "features[\(index)] needs name, stateVersion, version (from 0 to \(StoreVersion.max)) and state")
+            }
             starts.append(Start(name: name, stateVersion: stateVersion, version: version, state: state))
         }
         var steps: [Step] = []
@@ -139,6 +139,9 @@ public struct Recording: Sendable, Equatable {
             guard case .object(let c) = item, let seq = c["seq"]?.intValue, let feature = c["feature"]?.stringValue,
                 let version = c["version"]?.intValue, let cause = c["cause"]?.stringValue, let state = c["state"]
             else { throw Unreadable(description: "changes[\(index)] needs seq, feature, version, cause and state") }
+            guard seq >= 1, seq <= StoreVersion.max, version >= 1, version <= StoreVersion.max else {
+                throw Unreadable(description: "changes[\(index)] needs seq and version from 1 to \(StoreVersion.max)")
+            }
             let action = c["action"].flatMap { $0 == .null ? nil : $0 }
             let effect = c["effect"].flatMap { $0 == .null ? nil : $0 }
             steps.append(Step(seq: seq, feature: feature, version: version, cause: cause, action: action, state: state, effect: effect))

@@ -7,15 +7,28 @@ public enum ChangeCause<Action: Sendable>: Sendable {
     case reset
     /// The state of an earlier version, set again as a new change (time travel).
     case travel
+    /// A recording's starting state, set in the session it is imported into.
+    case `import`
 
-    /// `dispatch`, `rehydrate`, `reset` or `travel`, as on the wire.
+    /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`, as on the wire.
     public var name: String {
         switch self {
         case .dispatch: "dispatch"
         case .rehydrate: "rehydrate"
         case .reset: "reset"
         case .travel: "travel"
+        case .import: "import"
         }
+    }
+}
+
+/// The causes as on the wire, for code that reads journaled or recorded changes.
+public enum ChangeCauseName {
+    /// Whether a change of cause `name` sets a state of its own (a rehydrate, a travel, an
+    /// import): it is replayed from its state, where a dispatch is replayed from its action
+    /// and a reset from nothing.
+    public static func setsState(_ name: String) -> Bool {
+        name == "rehydrate" || name == "travel" || name == "import"
     }
 }
 
@@ -25,6 +38,19 @@ public struct StoreChange<State: Sendable, Action: Sendable, Effect: Sendable>: 
     public let cause: ChangeCause<Action>
     public let state: State
     public let effect: Effect?
+}
+
+/// The bounds of versions and sequence numbers.
+public enum StoreVersion {
+    /// The largest version a store can reach, and the largest sequence number a session can
+    /// number a change with: 2^53 − 1, the largest integer every JSON reader holds exactly
+    /// (JavaScript's `Number.MAX_SAFE_INTEGER`). A version or sequence number read from input
+    /// (a recording, a restore) is refused past it, and a store at it refuses every change, so
+    /// `version + 1` can never overflow.
+    public static let max = 9_007_199_254_740_991
+
+    /// Whether `value` is a version a store can have (0 to ``max``).
+    public static func isValid(_ value: Int) -> Bool { value >= 0 && value <= max }
 }
 
 /// Identifies an observer so it can be removed.
@@ -282,6 +308,11 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
                 .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
                 currentVersion: inner.version)
         }
+        guard inner.version < StoreVersion.max else {
+            throw StoreError(
+                .invalidState, "the store is at version \(inner.version), the last a store can reach: it accepts no change",
+                currentVersion: inner.version)
+        }
         let (state, effect, cause) = try next(inner.state, inner.version)
         let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
         let encoded = try EncodedChange(
@@ -319,7 +350,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             }
         }
         switch change.cause {
-        case .reset, .rehydrate, .travel: cancel { _ in true }
+        case .reset, .rehydrate, .travel, .import: cancel { _ in true }
         case .dispatch: break
         }
         for id in declared.cancelled { cancel { $0 == id } }

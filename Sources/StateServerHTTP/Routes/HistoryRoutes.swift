@@ -41,15 +41,27 @@ extension StateServerResponder {
             } catch {
                 throw .invalidRequest("the body is not a recording: \(error)")
             }
-            return .later { () throws(APIError) in try await importRecording(recording, into: responder.sessions) }
+            // The admin credential imports as recorded; anything else (or nothing) as a client.
+            let asRecorded = Credentials.token(request.http, allowQueryToken: false).map {
+                Credentials.isAdmin($0, hash: responder.settings.adminTokenHash)
+            } ?? false
+            return .later { () throws(APIError) in
+                try await importRecording(recording, asRecorded: asRecorded, into: responder.sessions)
+            }
         },
     ]
 
-    /// A new session with the recording's changes applied in order, as the server's own (no
-    /// client rules, no asynchronous work: recorded follow-ups are applied as recorded). The
-    /// recording is replayed offline first: one that today's reducers do not follow creates
-    /// nothing (`422 recording_diverges`).
-    static func importRecording(_ recording: Recording, into sessions: SessionManager) async throws(APIError) -> HTTPResponse {
+    /// How long an import as a client waits, over all its steps, for the asynchronous work of
+    /// its dispatches to return before it goes on.
+    static let importWorkWait: Duration = .seconds(10)
+
+    /// A new session with the recording applied (``Session/importRecording(_:asRecorded:workWait:)``:
+    /// as a client, or as recorded with the admin credential). The recording is replayed
+    /// offline first: one that today's reducers do not follow creates nothing
+    /// (`422 recording_diverges`); a step the import refuses deletes the session again.
+    static func importRecording(
+        _ recording: Recording, asRecorded: Bool, into sessions: SessionManager
+    ) async throws(APIError) -> HTTPResponse {
         let divergence: Recording.Divergence?
         do throws(Recording.Unreadable) {
             divergence = try recording.replay(with: sessions.registry)
@@ -67,34 +79,20 @@ extension StateServerResponder {
             case .storage(let error): throw .storage(error)
             }
         }
-        var requests: [ChangeRequest] = []
-        for start in recording.features {
-            let initial = sessions.registry[start.name].flatMap { JSONCoding.parse($0.initialStateJSON) }
-            if start.state != initial {
-                requests.append(ChangeRequest(feature: start.name, kind: .replay(cause: "rehydrate", payload: start.state.bytes)))
-            }
-        }
-        for step in recording.changes {
-            requests.append(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: step.payload)))
-        }
-        for change in requests {
-            var failure: SessionFailure?
-            do throws(SessionFailure) {
-                _ = try await session.store(change.feature)
-                if case .failed(let why) = await session.submit(change) { failure = why }
-            } catch {
-                failure = error
-            }
-            if let failure {
-                // Nothing half-imported stays behind.
-                try? await sessions.delete(session)
-                throw .session(failure)
-            }
+        let summary: ImportSummary
+        do throws(SessionFailure) {
+            summary = try await session.importRecording(recording, asRecorded: asRecorded, workWait: importWorkWait)
+        } catch {
+            // Nothing half-imported stays behind.
+            try? await sessions.delete(session)
+            throw .session(error)
         }
         var body = JSONObjectWriter()
         body.string("id", session.id)
         body.string("token", token)
-        body.int("changes", requests.count)
+        body.int("changes", summary.changes)
+        body.int("leftToServer", summary.leftToServer)
+        body.raw("asRecorded", Array((asRecorded ? "true" : "false").utf8))
         return Reply.json(201, body.finish(), route: "/v1/recordings", headers: [("Location", "/v1/sessions/\(session.id)"), Reply.noStore])
     }
 
