@@ -3,7 +3,8 @@ import CMicroHTTPDShim
 import DequeModule
 import Synchronization
 
-/// The body of a long-lived streaming response (server-sent events).
+/// The body of a long-lived streaming response: server-sent events, or (``carriesEvents``
+/// false) any body produced in pieces, such as a long JSON document.
 ///
 /// Producers on any thread call ``send(_:)``; libmicrohttpd pulls the bytes on its own thread.
 /// When nothing is queued the connection is suspended (no busy loop, no thread held) and the
@@ -29,13 +30,48 @@ public final class EventStream: Sendable {
         /// Whether bytes were sent since the last heartbeat tick.
         var active = false
         var onFinish: [@Sendable () -> Void] = []
+        /// Writers waiting for room in the queue (``write(_:)``).
+        var waiters: [CheckedContinuation<Void, Never>] = []
     }
 
     let state = Mutex(State())
     public let bufferLimit: Int
+    /// Server-sent events get heartbeats and the shutdown farewell; other bodies get neither
+    /// (a ping inside a JSON document would break it).
+    public let carriesEvents: Bool
 
-    public init(bufferLimit: Int) {
+    public init(bufferLimit: Int, carriesEvents: Bool = true) {
         self.bufferLimit = bufferLimit
+        self.carriesEvents = carriesEvents
+    }
+
+    /// Queues `bytes` once the queue has room for them (at once on an empty queue), waiting as
+    /// long as the reader is slower than the writer: a producer of a long body never holds more
+    /// than `bufferLimit` of it. Returns `false` when the stream is closed or finished (the
+    /// client went away): stop producing.
+    public func write(_ bytes: [UInt8]) async -> Bool {
+        while true {
+            let queued: Bool? = state.withLock { state in
+                guard !state.closing, !state.finished else { return false }
+                guard state.queuedBytes == 0 || state.queuedBytes + bytes.count <= bufferLimit else { return nil }
+                state.queue.append(bytes)
+                state.queuedBytes += bytes.count
+                state.active = true
+                Self.wake(&state)
+                return true
+            }
+            if let queued { return queued }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state in
+                    if state.closing || state.finished || state.queuedBytes == 0 || state.queuedBytes + bytes.count <= bufferLimit {
+                        return true
+                    }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
     }
 
     /// Queues bytes. Returns `false` when the stream is closed, or when the queue would exceed
@@ -92,7 +128,7 @@ public final class EventStream: Sendable {
     public func close(after farewell: [UInt8]) -> Bool {
         state.withLock { state in
             guard !state.closing, !state.finished else { return false }
-            if !farewell.isEmpty {
+            if !farewell.isEmpty, carriesEvents {
                 state.queue.append(farewell)
                 state.queuedBytes += farewell.count
                 state.active = true
@@ -123,7 +159,7 @@ public final class EventStream: Sendable {
         state.withLock { state in
             defer { state.active = false }
             // A ping does not count as activity, so an idle stream gets one every interval.
-            guard !state.active, !state.closing, !state.finished else { return }
+            guard carriesEvents, !state.active, !state.closing, !state.finished else { return }
             if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return }
             state.queue.append(bytes)
             state.queuedBytes += bytes.count
@@ -147,45 +183,59 @@ public final class EventStream: Sendable {
 
     /// Fills `buffer` for libmicrohttpd; suspends the connection when there is nothing to send.
     func read(into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
-        state.withLock { state in
-            if state.finished { return ss_content_reader_end_of_stream }
-            guard let first = state.queue.first else {
-                if state.closing { return ss_content_reader_end_of_stream }
-                if let connection = state.connection, !state.suspended {
-                    state.suspended = true
-                    MHD_suspend_connection(connection.pointer)
-                }
-                return 0
-            }
-            let count = min(max, first.count - state.headOffset)
-            first.withUnsafeBytes { raw in
-                if let base = raw.baseAddress {
-                    UnsafeMutableRawPointer(buffer).copyMemory(from: base + state.headOffset, byteCount: count)
-                }
-            }
-            state.headOffset += count
-            state.queuedBytes -= count
-            if state.headOffset == first.count {
-                state.queue.removeFirst()
-                state.headOffset = 0
-            }
-            return count
+        let (count, waiters) = state.withLock { state -> (Int, [CheckedContinuation<Void, Never>]) in
+            let count = Self.read(&state, into: buffer, max: max)
+            guard !state.waiters.isEmpty, count > 0 else { return (count, []) }
+            defer { state.waiters = [] }
+            return (count, state.waiters)
         }
+        // Resumed outside the lock: each writer looks again for room.
+        for waiter in waiters { waiter.resume() }
+        return count
+    }
+
+    private static func read(_ state: inout State, into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        if state.finished { return ss_content_reader_end_of_stream }
+        guard let first = state.queue.first else {
+            if state.closing { return ss_content_reader_end_of_stream }
+            if let connection = state.connection, !state.suspended {
+                state.suspended = true
+                MHD_suspend_connection(connection.pointer)
+            }
+            return 0
+        }
+        let count = min(max, first.count - state.headOffset)
+        first.withUnsafeBytes { raw in
+            if let base = raw.baseAddress {
+                UnsafeMutableRawPointer(buffer).copyMemory(from: base + state.headOffset, byteCount: count)
+            }
+        }
+        state.headOffset += count
+        state.queuedBytes -= count
+        if state.headOffset == first.count {
+            state.queue.removeFirst()
+            state.headOffset = 0
+        }
+        return count
     }
 
     /// libmicrohttpd is done with the stream: the connection pointer is dead from here on.
     func finish() {
-        let callbacks = state.withLock { state -> [@Sendable () -> Void] in
-            guard !state.finished else { return [] }
+        let (callbacks, waiters) = state.withLock { state -> ([@Sendable () -> Void], [CheckedContinuation<Void, Never>]) in
+            guard !state.finished else { return ([], []) }
             state.finished = true
             state.closing = true
             state.connection = nil
             state.suspended = false
             state.queue.removeAll()
             state.queuedBytes = 0
-            defer { state.onFinish = [] }
-            return state.onFinish
+            defer {
+                state.onFinish = []
+                state.waiters = []
+            }
+            return (state.onFinish, state.waiters)
         }
+        for waiter in waiters { waiter.resume() }
         for callback in callbacks { callback() }
     }
 

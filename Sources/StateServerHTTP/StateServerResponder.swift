@@ -20,6 +20,9 @@ public struct RouteSettings: Sendable {
     public var serverVersion = "1.0.0"
     /// The SHA-256 of the admin token (`admin.tokenHash`); nil: no admin (the default).
     public var adminTokenHash: [UInt8]?
+    /// Bytes a recording export may take (`recording.maxBytes`): past them the document ends
+    /// early with `"complete": false`. Its starting states are always written.
+    public var recordingMaxBytes = 64 << 20
 
     public init() {}
 }

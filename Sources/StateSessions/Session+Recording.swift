@@ -2,88 +2,206 @@ import StateJSON
 import StatePersistence
 import StateStore
 
-extension Session {
-    /// The session as a ``Recording``: each feature's starting state (its initial state, or
-    /// the state before its oldest change still kept), then every kept change with the state it
-    /// led to. Durable modes read the journal; memory mode has what its replay buffer holds.
-    public func recording(server: String) async throws(SessionFailure) -> Recording {
-        var starts: [Recording.Start] = []
-        var steps: [Recording.Step] = []
-        if let storage {
-            let entries: [JournalEntry]
-            do throws(StorageError) {
-                entries = try await storage.journal(session: id, afterSeq: 0, limit: 10_000_000)
-            } catch {
-                throw error.kind == .sessionGone ? .sessionGone : .storage(error)
+/// A session's recording being exported: its head (every feature's starting state) is read;
+/// ``writeChanges(maxBytes:write:)`` streams the changes and the document's end. Made by
+/// ``Session/recordingExport(server:)``.
+///
+/// Each change is written as the journal keeps it — a patch from the feature's previous state,
+/// or whole — so the document costs about what the journal costs on disk, and the export holds
+/// one page of the journal at a time, never a state per change.
+public struct RecordingExport: Sendable {
+    /// `{"format", "version", "server", "features", "changes": [`.
+    public let head: [UInt8]
+    let source: Source
+
+    enum Source: Sendable {
+        /// Durable storage: the journal of `session` after seq `after`, through `through`; each
+        /// feature's changes follow on from its starting version in `versions`.
+        case journal(any SessionStorage, session: String, after: Int, through: Int, versions: [String: Int])
+        /// Memory storage: the changes the replay buffer holds, already as JSON.
+        case held([[UInt8]])
+    }
+
+    /// Journal entries read at a time.
+    static let page = 256
+    /// Bytes handed to `write` at a time (changes are grouped up to about this much).
+    public static let chunk = 64 << 10
+
+    /// Writes the head, the changes in order and the document's end through `write`, which
+    /// returns `false` once the reader is gone (then nothing more is read or written). Stops
+    /// before a change would take the body past `maxBytes` — the head (the starting states) is
+    /// always written — and then, or when the journal lost a change meanwhile (compacted
+    /// under the export), ends the document with `"complete": false`.
+    public func writeChanges(maxBytes: Int, write: (_ bytes: [UInt8]) async -> Bool) async {
+        var pending = head
+        var total = head.count
+        var first = true
+        var complete = true
+        let tailBytes = Recording.tail(complete: false).count
+        /// Adds one change; false once the cap is reached.
+        func add(_ step: [UInt8]) -> Bool {
+            let size = step.count + (first ? 0 : 1)
+            guard total + size + tailBytes <= maxBytes else { return false }
+            if !first { pending.append(UInt8(ascii: ",")) }
+            first = false
+            pending += step
+            total += size
+            return true
+        }
+        func flush() async -> Bool {
+            guard !pending.isEmpty else { return true }
+            defer { pending = [] }
+            return await write(pending)
+        }
+        switch source {
+        case .held(let steps):
+            for step in steps {
+                guard add(step) else { complete = false; break }
+                if pending.count >= Self.chunk, !(await flush()) { return }
             }
-            var current: [String: [UInt8]] = [:]
+        case .journal(let storage, let session, let after, let through, var versions):
+            var cursor = after
+            reading: while cursor < through {
+                guard let entries = try? await storage.journal(session: session, afterSeq: cursor, limit: Self.page), !entries.isEmpty
+                else { complete = false; break }
+                for entry in entries where entry.seq <= through {
+                    // A gap in a feature's versions: its changes were compacted away while the
+                    // export read (the patch would not apply to the state the reader holds).
+                    guard let version = versions[entry.feature], entry.version == version + 1 else { complete = false; break reading }
+                    versions[entry.feature] = entry.version
+                    cursor = entry.seq
+                    let (key, content) = entry.delta.isPatch ? ("patch", entry.delta.bytes) : ("state", entry.delta.bytes)
+                    let step = Recording.step(
+                        seq: entry.seq, feature: entry.feature, version: entry.version, cause: entry.cause,
+                        action: entry.action, key: key, content: content, effect: entry.effect)
+                    guard add(step) else { complete = false; break reading }
+                }
+                if entries.last.map({ $0.seq >= through }) ?? true { break }
+                if pending.count >= Self.chunk, !(await flush()) { return }
+            }
+        }
+        pending += Recording.tail(complete: complete)
+        _ = await flush()
+    }
+}
+
+extension Session {
+    /// The session's recording, ready to stream: each feature's starting state (its initial
+    /// state, or the state before its oldest change still kept) is read now, so a failure is
+    /// an error reply; the changes follow in ``RecordingExport/writeChanges(maxBytes:write:)``.
+    /// Durable modes read the journal as it is now (changes made meanwhile are not in it);
+    /// memory mode has what its replay buffer holds.
+    public func recordingExport(server: String) async throws(SessionFailure) -> RecordingExport {
+        guard let storage else { return heldRecording(server: server) }
+        var starts: [Recording.Start] = []
+        let through: Int
+        // Each feature's oldest kept change, found a page at a time.
+        var first: [String: JournalEntry] = [:]
+        var after = 0
+        do throws(StorageError) {
+            through = try await storage.lastSeq(session: id)
+            while first.count < registry.features.count, after < through {
+                let entries = try await storage.journal(session: id, afterSeq: after, limit: RecordingExport.page)
+                guard let last = entries.last else { break }
+                for entry in entries where entry.seq <= through && first[entry.feature] == nil { first[entry.feature] = entry }
+                after = last.seq
+            }
             for definition in registry.features {
                 let name = definition.name
-                let first = entries.first { $0.feature == name }
                 let (version, state): (Int, [UInt8]?)
-                do throws(StorageError) {
-                    if let first {
-                        version = first.version - 1
-                        state = try await storage.state(session: id, feature: name, at: version, initial: definition.initialStateJSON)
-                    } else if let base = try await storage.latestSnapshot(session: id, feature: name) {
-                        (version, state) = (base.version, base.state)
-                    } else {
-                        (version, state) = (0, definition.initialStateJSON)
-                    }
-                } catch {
-                    throw error.kind == .sessionGone ? .sessionGone : .storage(error)
+                if let entry = first[name] {
+                    version = entry.version - 1
+                    state = try await storage.state(session: id, feature: name, at: version, initial: definition.initialStateJSON)
+                } else if let base = try await storage.latestSnapshot(session: id, feature: name) {
+                    (version, state) = (base.version, base.state)
+                } else {
+                    (version, state) = (0, definition.initialStateJSON)
                 }
                 guard let state, let json = JSONCoding.parse(state) else {
-                    throw .storage(StorageError(.unusable, "the state of \(name) at version \(version) cannot be rebuilt"))
+                    throw StorageError(.unusable, "the state of \(name) at version \(version) cannot be rebuilt")
                 }
-                current[name] = state
                 starts.append(Recording.Start(name: name, stateVersion: definition.stateVersion, version: version, state: json))
             }
-            for entry in entries {
-                let state: [UInt8]
-                do throws(StorageError) {
-                    state = try entry.delta.state(after: current[entry.feature])
-                } catch {
-                    throw .storage(error)
-                }
-                current[entry.feature] = state
-                steps.append(Recording.Step(
-                    seq: entry.seq, feature: entry.feature, version: entry.version, cause: entry.cause,
-                    action: entry.action.flatMap { JSONCoding.parse($0) }, state: JSONCoding.parse(state) ?? .null,
-                    effect: entry.effect.flatMap { JSONCoding.parse($0) }))
-            }
-        } else {
-            let held = hub.held(after: 0, limit: .max).changes.compactMap { held -> Recording.Step? in
-                guard case .object(let fields)? = JSONCoding.parse(held.data), case .int(let version)? = fields["version"],
-                    case .string(let cause)? = fields["cause"], let state = fields["state"]
-                else { return nil }
-                let action = fields["action"].flatMap { $0 == .null ? nil : $0 }
-                let effect = fields["effect"].flatMap { $0 == .null ? nil : $0 }
-                return Recording.Step(
-                    seq: held.seq, feature: held.feature, version: Int(version), cause: cause, action: action, state: state, effect: effect)
-            }
-            var skipped: Set<Int> = []
-            for definition in registry.features {
-                let name = definition.name
-                if let first = held.first(where: { $0.feature == name }), first.version > 1 {
-                    // Older changes are gone: start at the oldest state held.
-                    starts.append(Recording.Start(name: name, stateVersion: definition.stateVersion, version: first.version, state: first.state))
-                    skipped.insert(first.seq)
-                } else if held.contains(where: { $0.feature == name }) {
-                    starts.append(Recording.Start(
-                        name: name, stateVersion: definition.stateVersion, version: 0,
-                        state: JSONCoding.parse(definition.initialStateJSON) ?? .null))
-                } else {
-                    let now = try? loadedStore(name)?.currentJSON()
-                    starts.append(Recording.Start(
-                        name: name, stateVersion: definition.stateVersion, version: now?.version ?? 0,
-                        state: JSONCoding.parse(now?.state ?? definition.initialStateJSON) ?? .null))
-                }
-            }
-            steps = held.filter { !skipped.contains($0.seq) }
+        } catch {
+            throw error.kind == .sessionGone ? .sessionGone : .storage(error)
         }
-        return Recording(server: server, features: starts, changes: steps)
+        let from = first.values.map(\.seq).min().map { $0 - 1 } ?? through
+        let versions = Dictionary(uniqueKeysWithValues: starts.map { ($0.name, $0.version) })
+        return RecordingExport(
+            head: Recording.head(server: server, features: starts),
+            source: .journal(storage, session: id, after: from, through: through, versions: versions))
     }
+
+    /// Memory mode: the changes the replay buffer holds (whole states there), each written as a
+    /// patch from the feature's previous state where that is smaller.
+    private func heldRecording(server: String) -> RecordingExport {
+        struct Held {
+            let seq: Int, feature: String, version: Int, cause: String, action: JSONValue?, state: [UInt8], effect: JSONValue?
+        }
+        let held = hub.held(after: 0, limit: .max).changes.compactMap { held -> Held? in
+            guard case .object(let fields)? = JSONCoding.parse(held.data), case .int(let version)? = fields["version"],
+                case .string(let cause)? = fields["cause"], let state = fields["state"]
+            else { return nil }
+            return Held(
+                seq: held.seq, feature: held.feature, version: Int(version), cause: cause,
+                action: fields["action"].flatMap { $0 == .null ? nil : $0 }, state: state.bytes,
+                effect: fields["effect"].flatMap { $0 == .null ? nil : $0 })
+        }
+        var starts: [Recording.Start] = []
+        var skipped: Set<Int> = []
+        var previous: [String: [UInt8]] = [:]
+        for definition in registry.features {
+            let name = definition.name
+            if let first = held.first(where: { $0.feature == name }), first.version > 1 {
+                // Older changes are gone: start at the oldest state held.
+                starts.append(Recording.Start(
+                    name: name, stateVersion: definition.stateVersion, version: first.version,
+                    state: JSONCoding.parse(first.state) ?? .null))
+                previous[name] = first.state
+                skipped.insert(first.seq)
+            } else if held.contains(where: { $0.feature == name }) {
+                starts.append(Recording.Start(
+                    name: name, stateVersion: definition.stateVersion, version: 0,
+                    state: JSONCoding.parse(definition.initialStateJSON) ?? .null))
+                previous[name] = definition.initialStateJSON
+            } else {
+                let now = try? loadedStore(name)?.currentJSON()
+                starts.append(Recording.Start(
+                    name: name, stateVersion: definition.stateVersion, version: now?.version ?? 0,
+                    state: JSONCoding.parse(now?.state ?? definition.initialStateJSON) ?? .null))
+            }
+        }
+        var steps: [[UInt8]] = []
+        for change in held where !skipped.contains(change.seq) {
+            let delta = StateDelta.between(previous[change.feature], change.state)
+            previous[change.feature] = change.state
+            steps.append(Recording.step(
+                seq: change.seq, feature: change.feature, version: change.version, cause: change.cause,
+                action: change.action?.bytes, key: delta.isPatch ? "patch" : "state", content: delta.bytes,
+                effect: change.effect?.bytes))
+        }
+        return RecordingExport(head: Recording.head(server: server, features: starts), source: .held(steps))
+    }
+
+    /// The whole recording in memory (for tests and small sessions; the route streams it).
+    public func recording(server: String) async throws(SessionFailure) -> Recording {
+        let export = try await recordingExport(server: server)
+        let collected = Collected()
+        await export.writeChanges(maxBytes: .max) { bytes in
+            collected.bytes += bytes
+            return true
+        }
+        do throws(Recording.Unreadable) {
+            return try Recording(json: collected.bytes)
+        } catch {
+            throw .storage(StorageError(.unusable, "the exported recording does not read back: \(error)"))
+        }
+    }
+}
+
+/// Bytes gathered by a local writer (not shared across tasks).
+private final class Collected: @unchecked Sendable {
+    var bytes: [UInt8] = []
 }
 
 /// What an import did (``Session/importRecording(_:asRecorded:workWait:)``).
@@ -130,9 +248,17 @@ extension Session {
                 try await apply(ChangeRequest(feature: start.name, kind: .importStart(start.state, asRecorded: asRecorded)))
             }
         }
-        for step in recording.changes {
+        var current: [String: JSONValue] = [:]
+        for start in recording.features { current[start.name] = start.state }
+        for (index, step) in recording.changes.enumerated() {
+            // The state the step led to, from the feature's previous one (a patch at a time).
+            guard let previous = current[step.feature], let state = try? step.state(after: previous) else {
+                throw .store(StoreError(
+                    .invalidState, "changes[\(index)] does not follow from the feature's state before it", currentVersion: 0))
+            }
+            current[step.feature] = state
             if asRecorded {
-                try await apply(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: step.payload)))
+                try await apply(ChangeRequest(feature: step.feature, kind: .replay(cause: step.cause, payload: step.payload(state: state))))
                 continue
             }
             let kind: ChangeRequest.Kind
@@ -145,9 +271,9 @@ extension Session {
                     continue
                 }
                 kind = .dispatch(action)
-            case "rehydrate": kind = .rehydrate(step.state)
-            case "travel": kind = .travel(step.state)
-            case "import": kind = .importStart(step.state, asRecorded: false)
+            case "rehydrate": kind = .rehydrate(state)
+            case "travel": kind = .travel(state)
+            case "import": kind = .importStart(state, asRecorded: false)
             case "reset": kind = .reset
             default:
                 throw .store(StoreError(.invalidAction, "unknown recorded cause '\(step.cause)'", currentVersion: 0))

@@ -21,6 +21,7 @@ import StateServerHTTP
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
 /// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
 /// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
+/// | `recording.maxBytes` | bytes of one `GET .../recording` (its starting states always) | `67108864` |
 struct HTTPSettings: Sendable {
     static let host = Setting("host", default: "127.0.0.1", "listen address")
     static let port = Setting("port", default: 8080, in: 0...65535, "port, 0 = any free")
@@ -39,6 +40,8 @@ struct HTTPSettings: Sendable {
         "http.connectionMemoryLimit", default: 8192, in: 4096...(16 << 20), "buffer bytes/connection")
     static let reusePort = Setting("http.reusePort", default: false, "share the port (true/false)")
     static let adminTokenHash = Setting("admin.tokenHash", default: "", "SHA-256 of the admin token, hex")
+    static let recordingMaxBytes = Setting(
+        "recording.maxBytes", default: 64 << 20, in: 4096...(1 << 40), "bytes of one recording export")
 
     /// The transport's settings.
     var server = HTTPServer.Configuration()
@@ -62,6 +65,7 @@ struct HTTPSettings: Sendable {
         server.connectionTimeout = try read(Self.connectionTimeout)
         server.connectionMemoryLimit = try read(Self.connectionMemoryLimit)
         server.reusePort = try read(Self.reusePort)
+        routes.recordingMaxBytes = try read(Self.recordingMaxBytes)
         let adminHash = try read(Self.adminTokenHash)
         if !adminHash.isEmpty {
             guard let bytes = Self.hexBytes(adminHash), bytes.count == 32 else {

@@ -56,7 +56,7 @@ struct RecordingTests {
         #expect(recording.changes.map(\.cause).contains("travel"))
         for (document, problem) in [
             ("[]", "not a JSON object"), (#"{"format":"other","version":1}"#, "'format'"),
-            (#"{"format":"stateserver-recording","version":2,"features":[],"changes":[]}"#, "'version'"),
+            (#"{"format":"stateserver-recording","version":3,"features":[],"changes":[]}"#, "'version'"),
             (#"{"format":"stateserver-recording","version":1,"features":[{"name":"x"}],"changes":[]}"#, "features[0]"),
         ] {
             #expect(throws: Recording.Unreadable.self, "\(document)") { try Recording(json: Array(document.utf8)) }

@@ -22,13 +22,23 @@ extension StateServerResponder {
         Route(["GET"], "/v1/sessions/{id}/recording") { responder, request throws(APIError) in
             try responder.withSession(request, allowAdmin: true) { session throws(APIError) in
                 .later { () throws(APIError) in
-                    let recording: Recording
+                    // The starting states are read before the answer, so a failure is an error
+                    // reply; the changes stream behind them, a journal page at a time, as fast
+                    // as the client reads (the stream's buffer bounds what waits in memory).
+                    let export: RecordingExport
                     do throws(SessionFailure) {
-                        recording = try await session.recording(server: responder.settings.serverVersion)
+                        export = try await session.recordingExport(server: responder.settings.serverVersion)
                     } catch {
                         throw .session(error)
                     }
-                    return Reply.json(200, recording.json, route: request.template, headers: [Reply.noStore])
+                    let body = EventStream(bufferLimit: RecordingExport.chunk * 4, carriesEvents: false)
+                    let maxBytes = responder.settings.recordingMaxBytes
+                    Task {
+                        await export.writeChanges(maxBytes: maxBytes) { await body.write($0) }
+                        body.close()
+                    }
+                    return HTTPResponse(
+                        status: 200, headers: [Reply.jsonType, Reply.noStore], body: .stream(body), route: request.template)
                 }
             }
         },
