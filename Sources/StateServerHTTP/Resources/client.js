@@ -303,6 +303,28 @@
    * @returns {any} the patched copy
    * @throws {PatchError} when an operation fails (a missing target, a failed `test`, ...)
    */
+  /**
+   * Gives every change of a recording document its whole `state`: the server sends a change as
+   * a `patch` from the feature's previous state where that is smaller; this applies the patches
+   * in order and replaces each by the state it leads to. The document still imports
+   * (`importRecording`). Anything that is not a recording is returned as it is.
+   * @param {object} recording a document of `GET .../recording`
+   * @returns {object} the same document, changed in place
+   */
+  function wholeStates(recording) {
+    if (!recording || !Array.isArray(recording.features) || !Array.isArray(recording.changes)) return recording;
+    const current = {};
+    for (const start of recording.features) current[start.name] = start.state;
+    for (const change of recording.changes) {
+      if (change.patch !== undefined) {
+        change.state = applyPatch(current[change.feature], change.patch);
+        delete change.patch;
+      }
+      current[change.feature] = change.state;
+    }
+    return recording;
+  }
+
   function applyPatch(document, patch) {
     if (!Array.isArray(patch)) throw new PatchError("a JSON Patch must be an array of operations");
     let result = cloneJSON(document);
@@ -499,12 +521,13 @@
 
     /**
      * The session as a recording (`GET .../recording`): the starting state of every feature and
-     * every kept change with the state it led to. `StateClient.importRecording` replays one.
-     * @returns {Promise<{format: string, version: number, features: any[], changes: any[]}>}
+     * every kept change with the state it led to — whole: changes the server sent as patches
+     * are rebuilt (`StateClient.wholeStates`). `StateClient.importRecording` replays one.
+     * @returns {Promise<{format: string, version: number, features: any[], changes: any[], complete: boolean}>}
      */
     async recording() {
       const response = await StateClient._fetch(this._url("/recording"), { headers: this._headers() });
-      return response.json();
+      return wholeStates(await response.json());
     }
 
     /**
@@ -893,6 +916,7 @@
   StateClient.randomKey = randomKey;
   StateClient.PatchError = PatchError;
   StateClient.applyPatch = applyPatch;
+  StateClient.wholeStates = wholeStates;
 
   global.StateClient = StateClient;
   if (typeof module === "object" && module && module.exports) module.exports = StateClient;
