@@ -71,6 +71,8 @@ public final class RemoteStore<F: Feature>: Sendable {
         public static var reset: Cause { Cause(rawValue: "reset") }
         /// The store was set to the state of an earlier version (``RemoteStore/travel(to:ifVersion:)``).
         public static var travel: Cause { Cause(rawValue: "travel") }
+        /// A recording's starting state, set when it was imported (`POST /v1/recordings`).
+        public static var `import`: Cause { Cause(rawValue: "import") }
     }
 
     /// One change applied to the store: the reply to ``dispatch(_:ifVersion:idempotencyKey:)``,

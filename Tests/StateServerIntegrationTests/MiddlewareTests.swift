@@ -151,3 +151,43 @@ struct MiddlewareTests {
         }
     }
 }
+
+/// An import as a client goes through the middleware like any client dispatch.
+@Suite("Middleware around imported dispatches")
+struct ImportMiddlewareTests {
+    @Test("the allow-list refuses an imported dispatch it does not list: 403 forbidden and no session; the audit log sees every imported dispatch")
+    func allowList() async throws {
+        let lines = MiddlewareTests.Log()
+        var chain = MiddlewareChain()
+        chain.use(AuditLog(logger: Logger(label: "audit") { _ in MiddlewareTests.LineHandler(lines: lines) }))
+        chain.use(ActionAllowList(["counter.*"]))
+        let server = try MiddlewareTests.server(chain)
+        let before = server.sessions.count
+        let recording = Recording(
+            server: "test",
+            features: [
+                Recording.Start(name: "counter", stateVersion: 1, version: 0, state: .object(["count": .int(0)])),
+                Recording.Start(name: "todos", stateVersion: 1, version: 0, state: .object(["items": .array([]), "nextId": .int(1)])),
+            ],
+            changes: [
+                Recording.Step(
+                    seq: 1, feature: "counter", version: 1, cause: "dispatch", action: .object(["type": .string("increment")]),
+                    state: .object(["count": .int(1)]), effect: nil),
+                Recording.Step(
+                    seq: 2, feature: "todos", version: 1, cause: "dispatch",
+                    action: .object(["type": .string("add"), "title": .string("milk")]),
+                    state: .object([
+                        "items": .array([.object(["id": .string("1"), "title": .string("milk"), "done": .bool(false)])]), "nextId": .int(2),
+                    ]),
+                    effect: nil),
+            ])
+        let refused = try await server.api.request("POST", "/v1/recordings", body: recording.json)
+        expectError(refused, 403, "forbidden")
+        #expect(lines.all.count == 2, "\(lines.all)")
+        #expect(lines.all.first?.hasPrefix("audit action=increment applied=1 feature=counter") == true, "\(lines.all)")
+        #expect(lines.all.last?.contains("action=add feature=todos refused=forbidden") == true, "\(lines.all)")
+        // The session the import made was deleted again.
+        #expect(server.sessions.count == before)
+        await server.stop()
+    }
+}

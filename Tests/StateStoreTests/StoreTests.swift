@@ -21,6 +21,27 @@ struct StoreTests {
         #expect(change.state.total == 6)
     }
 
+    @Test("a store at the last version refuses every change (no overflow trap); restores refuse versions out of range")
+    func lastVersion() throws {
+        let store = DefaultStateStore(feature: Ledger(), version: StoreVersion.max - 1)
+        #expect(try store.dispatch(.add(amount: 1)).version == StoreVersion.max)
+        #expect(throws: StoreError.self) { try store.reset() }
+        #expect(throws: StoreError.self) { try store.rehydrate(Ledger().initialState) }
+        do {
+            try store.dispatch(.add(amount: 1))
+        } catch {
+            #expect(error.kind == .invalidState && error.currentVersion == StoreVersion.max && error.message.contains("the last"))
+        }
+        #expect(store.current.version == StoreVersion.max && store.state.total == 1)
+        let feature = try AnyFeature(Ledger())
+        for version in [-1, StoreVersion.max + 1, Int.max] {
+            #expect(throws: StoreError.self, "\(version)") {
+                try feature.restoreStore(state: nil, stateVersion: 1, version: version)
+            }
+        }
+        #expect(try feature.restoreStore(state: nil, stateVersion: 1, version: StoreVersion.max).currentJSON().version == StoreVersion.max)
+    }
+
     @Test func everyChangeRaisesTheVersionByOne() throws {
         let store = DefaultStateStore(feature: Ledger())
         #expect(try store.dispatch(.add(amount: 2)).version == 1)
