@@ -65,6 +65,10 @@ extension StateServerResponder {
             case nil: throw .sessionNotFound
             case .here(let session)?: return .session(session)
             case .elsewhere(let url)?:
+                // The transport kept no body over the limit: the owner would get an empty
+                // one (a DELETE applied, a dispatch refused with 400). The limit is judged
+                // here, as the owner judges it: 413, nothing sent, nothing done.
+                if request.http.bodyTooLarge { throw .tooLarge(settings.bodyLimit) }
                 guard request.http.header(forwardedHeader) == nil, let forwarder else {
                     // Forwarded here, but the session moved on (a handover or a takeover
                     // under way): nothing was done; the forwarding node looks again.
