@@ -74,7 +74,17 @@ extension StateServerResponder {
                     // under way): nothing was done; the forwarding node looks again.
                     throw .ownerUnavailable("the session's owner is changing; try again", misdirected: true)
                 }
+                // A relayed event stream counts in this node's `streams.total` as one served
+                // here would (the owner counts it per session, where it subscribes).
+                let counter = Self.isEventStream(request) ? try admitStream() : nil
                 let response = await forwarder.forward(request.http, to: url, route: request.template)
+                if let counter {
+                    if case .stream(let stream) = response.body {
+                        stream.onFinish { counter.release() }
+                    } else {
+                        counter.release()
+                    }
+                }
                 let misdirected = response.status == 503
                     && response.headers.contains { $0.name.lowercased() == misdirectedHeader }
                 guard misdirected, attempt < Self.forwardAttempts else { return .forwarded(response) }
@@ -88,6 +98,11 @@ extension StateServerResponder {
 
     /// Forwards of one request at most: the owner may move between two looks.
     static let forwardAttempts = 5
+
+    /// Whether `request` opens an event stream (relayed through its own connection).
+    static func isEventStream(_ request: RouteRequest) -> Bool {
+        request.http.method == "GET" && request.template.hasSuffix("/events")
+    }
 }
 
 /// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers

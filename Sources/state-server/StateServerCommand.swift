@@ -196,7 +196,8 @@ struct Server {
         }
         let forwarder = ownership.map { ownership in
             Forwarder(
-                epoch: { ownership.epoch }, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit, logger: logger)
+                epoch: { ownership.epoch }, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit,
+                streamLimit: settings.http.routes.maxStreams, logger: logger)
         }
         let application = makeApplication(
             registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify, forwarder: forwarder)

@@ -15,6 +15,110 @@ import Glibc
 struct ForwardingTests {
     static let adminToken = "forwarding-admin-token"
 
+    // MARK: Item 4: relayed event streams
+
+    @Test("more event streams relayed through A than its request pool holds: a read and a dispatch of another session through A still succeed; relayed streams count in A's streams.total")
+    func streamsDoNotStarveRequests() async throws {
+        // 72 streams: more than the 64 connections A keeps per owner for requests, and exactly
+        // streams.total on every node.
+        try await withCluster(nodes: 2, environment: ["STATE_SERVER_STREAMS_TOTAL": "72"]) { cluster in
+            let (a, b) = (cluster.nodes[0].api, cluster.nodes[1].api)
+            var watched: [Session] = []
+            for _ in 0..<3 { watched.append(try await b.createSession()) }
+            var streams: [EventStream] = []
+            defer { for stream in streams { stream.close() } }
+            for index in 0..<72 {
+                let (stream, _) = try await cluster.session(watched[index % 3], on: a).subscribe()
+                streams.append(stream)
+            }
+
+            // Another session owned by B, read and changed through A.
+            let other = try await b.createSession()
+            let throughA = cluster.session(other, on: a)
+            let started = ContinuousClock.now
+            #expect(try await throughA.store("counter") == StoreState(version: 0, state: ["count": 0]))
+            let reply = try await throughA.dispatchOK("counter", ["type": "increment", "by": 2])
+            #expect(reply["version"]?.int == 1, "\(reply)")
+            #expect(ContinuousClock.now - started < .seconds(1), "no wait for a pooled connection: \(ContinuousClock.now - started)")
+            #expect(try await cluster.session(other, on: b).store("counter") == StoreState(version: 1, state: ["count": 2]))
+
+            // The streams still flow: a change reaches one relayed through A.
+            try await cluster.session(watched[0], on: b).dispatchOK("counter", ["type": "increment"])
+            let event = try await nextEvent(streams[0], "a relayed stream: the change made on B")
+            #expect(event.event == "state" && event.seq == 1, "\(event)")
+
+            // A counts the 72 it relays: its own session's stream is refused by A.
+            let mine = try await a.createSession()
+            let refused = try await mine.events()
+            #expect(refused.status == 429, "\(refused.head)")
+            expectError(try await refused.readErrorBody(), 429, "too_many_streams")
+
+            // Closed, they give their slots back.
+            for stream in streams { stream.close() }
+            streams = []
+            #expect(try await eventually(timeout: .seconds(10)) {
+                let stream = try await mine.events()
+                defer { stream.close() }
+                return stream.status == 200
+            }, "A's slots were never given back")
+        }
+    }
+
+    @Test("a forward that never left A (no pooled connection came free: the owner is stopped with every connection busy) is 503 owner_unavailable, nothing applied — never outcome_unknown")
+    func unsentForwardIsOwnerUnavailable() async throws {
+        // A long lease: the stopped owner stays the owner while the test runs.
+        try await withCluster(nodes: 2, environment: ["STATE_SERVER_CLUSTER_LEASE": "10"]) { cluster in
+            let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+            let read = try await b.api.createSession()
+            let changed = try await b.api.createSession()
+
+            kill(b.pid, SIGSTOP)
+            var resumed = false
+            defer { if !resumed { kill(b.pid, SIGCONT) } }
+            // 64 reads through A: each holds one of A's pooled connections to B (the kernel
+            // accepts them; B does not answer while stopped).
+            let reads = Task {
+                await withTaskGroup(of: Int?.self) { group in
+                    for _ in 0..<64 {
+                        group.addTask {
+                            try? await cluster.session(read, on: a.api).request("GET", "/state/counter").status
+                        }
+                    }
+                    var statuses: [Int?] = []
+                    for await status in group { statuses.append(status) }
+                    return statuses
+                }
+            }
+            #expect(try await eventually(timeout: .seconds(10)) { Self.establishedConnections(toPort: b.port) >= 64 },
+                "A never held 64 connections to B: \(Self.establishedConnections(toPort: b.port))")
+
+            let started = ContinuousClock.now
+            let dispatch = try await cluster.session(changed, on: a.api).dispatch("counter", ["type": "increment"])
+            let waited = ContinuousClock.now - started
+            expectError(dispatch, 503, "owner_unavailable", messageContains: "nothing was applied")
+            #expect(waited < .seconds(5), "answered after the pool's wait, not the reply timeout: \(waited)")
+
+            kill(b.pid, SIGCONT)
+            resumed = true
+            let statuses = await reads.value
+            #expect(statuses.allSatisfy { $0 == 200 }, "the reads were sent and answered once B resumed: \(statuses)")
+            #expect(try await cluster.session(changed, on: b.api).store("counter") == StoreState(version: 0, state: ["count": 0]))
+        }
+    }
+
+    /// Established TCP connections (IPv4) whose remote port is `port`, from /proc/net/tcp.
+    static func establishedConnections(toPort port: Int) -> Int {
+        // Read to the end (a /proc file says its size is 0).
+        guard let data = try? FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/net/tcp")).readToEnd() else { return 0 }
+        let table = String(decoding: data, as: UTF8.self)
+        let wanted = String(format: "%04X", port)
+        return table.split(separator: "\n").dropFirst().filter { line in
+            let fields = line.split(separator: " ")
+            guard fields.count > 3 else { return false }
+            return fields[2].hasSuffix(":" + wanted) && fields[3] == "01"
+        }.count
+    }
+
     // MARK: Item 6: the body limit on the way to the owner
 
     @Test("over the body limit through a node that does not own the session: DELETE and dispatch are 413 payload_too_large, and nothing happens")
