@@ -20,6 +20,9 @@ public struct RouteSettings: Sendable {
     public var serverVersion = "1.0.0"
     /// The SHA-256 of the admin token (`admin.tokenHash`); nil: no admin (the default).
     public var adminTokenHash: [UInt8]?
+    /// Several nodes: the cluster secret that authenticates forwarded requests
+    /// (`cluster.secret`); nil: no request counts as forwarded.
+    public var peers: PeerAuthentication?
 
     public init() {}
 }

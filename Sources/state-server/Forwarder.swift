@@ -28,6 +28,8 @@ final class Forwarder: RequestForwarder {
     /// Event streams: one connection each, for as long as the stream lasts.
     let streamClient: HTTPClient
     let epoch: @Sendable () -> Int64
+    /// Signs ``forwardedHeader`` with the cluster secret.
+    let peers: PeerAuthentication
     let streamBufferLimit: Int
     let logger: Logger
     /// Longest wait for a reply that is not an event stream: the membership lease (an owner
@@ -41,7 +43,11 @@ final class Forwarder: RequestForwarder {
     static let requestConnections = 64
 
     /// - Parameter streamLimit: `streams.total`: the most event streams this node relays at once.
-    init(epoch: @escaping @Sendable () -> Int64, lease: Duration, streamBufferLimit: Int, streamLimit: Int, logger: Logger) {
+    init(
+        epoch: @escaping @Sendable () -> Int64, peers: PeerAuthentication, lease: Duration, streamBufferLimit: Int, streamLimit: Int,
+        logger: Logger
+    ) {
+        self.peers = peers
         replyTimeout = .nanoseconds(lease.components.seconds * 1_000_000_000 + lease.components.attoseconds / 1_000_000_000)
         func makeClient(connections: Int) -> HTTPClient {
             var configuration = HTTPClient.Configuration(
@@ -61,7 +67,7 @@ final class Forwarder: RequestForwarder {
     /// Not passed on: hop-by-hop fields, and what the client sets itself.
     static let dropped: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-        "content-length", "expect", "proxy-authorization", forwardedHeader,
+        "content-length", "expect", "proxy-authorization", forwardedHeader, forwardedMACHeader,
     ]
 
     func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse {
@@ -76,7 +82,11 @@ final class Forwarder: RequestForwarder {
         for (name, value) in request.headers where !Self.dropped.contains(name) {
             outgoing.headers.add(name: name, value: value)
         }
-        outgoing.headers.add(name: forwardedHeader, value: "\(epoch())")
+        let from = "\(epoch())"
+        outgoing.headers.add(name: forwardedHeader, value: from)
+        outgoing.headers.add(
+            name: forwardedMACHeader,
+            value: peers.sign(epoch: from, method: request.method, path: request.path, query: request.query, body: request.body))
         if !request.body.isEmpty || request.method == "POST" || request.method == "PUT" {
             outgoing.body = .bytes(ByteBuffer(bytes: request.body))
         }

@@ -119,6 +119,78 @@ struct ForwardingTests {
         }.count
     }
 
+    // MARK: Item 5: the forwarding header
+
+    /// The epoch of the node advertising `port`, from PostgreSQL.
+    static func epoch(of node: ServerProcess, in cluster: Cluster) throws -> Int {
+        let line = try cluster.postgres.sql(
+            "SELECT epoch FROM state_nodes WHERE url LIKE '%:\(node.port)'", in: cluster.databaseURL)
+        return try #require(Int(line.trimmingCharacters(in: .whitespaces)), "epoch of node on \(node.port): \(line)")
+    }
+
+    /// The owner (an epoch) of a session, from PostgreSQL.
+    static func owner(of session: Session, in cluster: Cluster) throws -> Int? {
+        let line = try cluster.postgres.sql("SELECT owner FROM state_sessions WHERE id = '\(session.id)'", in: cluster.databaseURL)
+        return Int(line.trimmingCharacters(in: .whitespaces))
+    }
+
+    @Test("a forged StateServer-Forwarded (no MAC, a made-up MAC) with the session's token or the admin token is served as the client's own request and never moves the session; real forwarding still does")
+    func forgedHeaderMovesNothing() async throws {
+        let hash = SHA256.hash(Self.adminToken).map { String(format: "%02x", $0) }.joined()
+        try await withCluster(nodes: 2, environment: ["STATE_SERVER_ADMIN_TOKEN_HASH": hash]) { cluster in
+            let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+            let (epochA, epochB) = (try Self.epoch(of: a, in: cluster), try Self.epoch(of: b, in: cluster))
+            let session = try await a.api.createSession()
+            let admin = Session(api: a.api, id: session.id, token: Self.adminToken)
+            #expect(try Self.owner(of: session, in: cluster) == epochA)
+
+            let now = Int(Date().timeIntervalSince1970)
+            let forgeries: [[Header]] = [
+                [("StateServer-Forwarded", "\(epochB)")],
+                [("StateServer-Forwarded", "\(epochB)"), ("StateServer-Forwarded-MAC", "\(now).\(String(repeating: "ab", count: 32))")],
+                [("StateServer-Forwarded", "\(epochB)"), ("StateServer-Forwarded-MAC", "garbage")],
+            ]
+            for headers in forgeries {
+                for _ in 0..<4 {
+                    let read = try await session.request("GET", "/state/counter", headers: headers)
+                    #expect(read.status == 200, "served as the client's request: \(read)")
+                    let history = try await admin.request("GET", "/history", headers: headers)
+                    #expect(history.status == 200, "the admin's read served: \(history)")
+                }
+            }
+            let dispatched = try await session.request(
+                "POST", "/dispatch", headers: forgeries[0], body: JSON.object(["feature": "counter", "action": ["type": "increment"]]).bytes)
+            #expect(dispatched.status == 200, "\(dispatched)")
+
+            // Real forwarding moves a session after three requests: once another session has
+            // moved that way (its handover queued after every forged request's answer), the
+            // forged ones had their chance.
+            let control = try await a.api.createSession()
+            for _ in 0..<3 { _ = try await cluster.session(control, on: b.api).store("counter") }
+            #expect(try await eventually(timeout: .seconds(10)) { try Self.owner(of: control, in: cluster) == epochB },
+                "the control session did not move to B")
+            #expect(try Self.owner(of: session, in: cluster) == epochA, "a forged header moved the session")
+            #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
+        }
+    }
+
+    @Test("a node on PostgreSQL without cluster.secret, or with one too short, refuses to start and says why")
+    func secretRequired() async throws {
+        let postgres = try TestPostgres.shared()
+        let storage = try postgres.makeDatabase() + "?sslmode=disable"
+        for (secret, said) in [("", "'cluster.secret' is required"), ("short", "cluster.secret")] {
+            do {
+                let server = try await ServerProcess.start(
+                    arguments: ["--storage", storage], environment: ["STATE_SERVER_CLUSTER_SECRET": secret])
+                await server.stop()
+                Issue.record("started with cluster.secret \(secret.debugDescription)")
+            } catch let error as ServerStartError {
+                #expect(error.description.contains(said), "\(error)")
+                #expect(!error.description.contains(ServerProcess.clusterSecret))
+            }
+        }
+    }
+
     // MARK: Item 6: the body limit on the way to the owner
 
     @Test("over the body limit through a node that does not own the session: DELETE and dispatch are 413 payload_too_large, and nothing happens")
