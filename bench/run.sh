@@ -195,6 +195,8 @@ SERVER_ENV=(
     STATE_SERVER_STREAMS_PER_SESSION=$CONN_LIMIT
     STATE_SERVER_HTTP_CONNECTION_LIMIT=$CONN_LIMIT
     STATE_SERVER_SESSIONS_MAX=200000
+    # The nodes of the several-node runs sign forwarded requests with it (required on PostgreSQL).
+    STATE_SERVER_CLUSTER_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 )
 SERVER_PID=""
 SERVER_PORT=""
