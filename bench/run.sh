@@ -195,7 +195,11 @@ SERVER_ENV=(
     STATE_SERVER_STREAMS_PER_SESSION=$CONN_LIMIT
     STATE_SERVER_HTTP_CONNECTION_LIMIT=$CONN_LIMIT
     STATE_SERVER_SESSIONS_MAX=200000
+    # The nodes of the several-node runs sign forwarded requests with it (required on PostgreSQL).
+    STATE_SERVER_CLUSTER_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 )
+# SERVER_ENV as the commands file shows it: the secret as ***.
+SERVER_ENV_SHOWN="${SERVER_ENV[*]/#STATE_SERVER_CLUSTER_SECRET=*/STATE_SERVER_CLUSTER_SECRET=***}"
 SERVER_PID=""
 SERVER_PORT=""
 SERVER_NAME=""
@@ -203,7 +207,7 @@ SERVER_NAME=""
 start_server() {  # start_server NAME [extra flags...]
     SERVER_NAME=$1; shift
     local out=$RAW/server-$SERVER_NAME.out err=$RAW/server-$SERVER_NAME.err i
-    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 $*   # -> \$SERVER_PORT, \$SERVER_PID" \
+    shown "env $SERVER_ENV_SHOWN .build/release/state-server --port 0 $*   # -> \$SERVER_PORT, \$SERVER_PID" \
         >> "$TMP/commands.txt"
     env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 "$@" > "$out" 2> "$err" &
     SERVER_PID=$!
@@ -525,7 +529,7 @@ make_node_cgroup() {
 start_node() {  # start_node I: node I of the cluster on $PG_URL, in its cgroup
     local i=$1 out=$RAW/node$1.out err=$RAW/node$1.err port="" pid k
     make_node_cgroup "$i"
-    shown "env ${SERVER_ENV[*]} .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i${NODE_CG:+, in a cgroup v1 cpu group of its own: cpu.cfs_quota_us=$QUOTA_US, cpu.cfs_period_us=100000}" \
+    shown "env $SERVER_ENV_SHOWN .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i${NODE_CG:+, in a cgroup v1 cpu group of its own: cpu.cfs_quota_us=$QUOTA_US, cpu.cfs_period_us=100000}" \
         >> "$TMP/commands.txt"
     if [ -n "$NODE_CG" ]; then
         # The shell joins the group, then becomes the server: every thread it starts is in it.

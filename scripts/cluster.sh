@@ -143,13 +143,16 @@ if [ "$use_postgres" = 1 ]; then
 fi
 
 # ---- state-server nodes -----------------------------------------------------------------------
+# cluster.secret: the nodes sign the requests they forward to each other with it (required on
+# PostgreSQL); a fresh one per run.
+cluster_secret="${STATE_SERVER_CLUSTER_SECRET:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 node_addresses=()
 for i in $(seq 1 "$nodes"); do
     out="$work/node$i.out"
     node_storage="$storage"
     # Per-node SQLite files when asked for "sqlite" alone.
     [ "$storage" = sqlite ] && node_storage="sqlite:$work/node$i/state.db"
-    env -u STATE_SERVER_PORT -u STATE_SERVER_HOST -u STATE_SERVER_STORAGE \
+    env -u STATE_SERVER_PORT -u STATE_SERVER_HOST -u STATE_SERVER_STORAGE STATE_SERVER_CLUSTER_SECRET="$cluster_secret" \
         "$binary" --host 127.0.0.1 --port 0 --storage "$node_storage" >"$out" 2>"$work/node$i.log" &
     pids+=($!)
     names[$!]="node $i"

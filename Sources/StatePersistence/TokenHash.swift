@@ -17,3 +17,27 @@ public enum SHA256 {
 
     public static func hash(_ string: String) -> [UInt8] { hash(Array(string.utf8)) }
 }
+
+/// HMAC-SHA256 (RFC 2104), from GnuTLS. Returns 32 bytes, or an empty array if GnuTLS cannot
+/// compute it (never equal to a real MAC).
+public enum HMACSHA256 {
+    public static func mac(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: 32)
+        let rc = key.withUnsafeBytes { rawKey in
+            message.withUnsafeBytes { raw in
+                digest.withUnsafeMutableBytes { out in
+                    gnutls_hmac_fast(GNUTLS_MAC_SHA256, rawKey.baseAddress, rawKey.count, raw.baseAddress, raw.count, out.baseAddress)
+                }
+            }
+        }
+        return rc == 0 ? digest : []
+    }
+
+    /// Whether `a` and `b` are the same 32 bytes, compared in constant time.
+    public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == 32, b.count == 32 else { return false }
+        var difference: UInt8 = 0
+        for index in 0..<32 { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
+}

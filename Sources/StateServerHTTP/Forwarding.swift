@@ -8,13 +8,15 @@ import StateSessions
 /// is answered `503 owner_unavailable`.
 public protocol RequestForwarder: Sendable {
     /// The owner's reply to `request`, sent to `base` (the URL the owner advertises). Marks
-    /// the request with ``forwardedHeader`` so the owner never forwards it again. When the
+    /// the request with ``forwardedHeader`` and its MAC (``forwardedMACHeader``, made with the
+    /// cluster secret) so the owner never forwards it again. When the
     /// owner cannot be reached: `503 owner_unavailable` if the request cannot have reached
     /// it, `503 outcome_unknown` for a change that was sent but not answered.
     func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse
 }
 
-/// The header a forwarded request carries (the forwarding node's epoch).
+/// The header a forwarded request carries (the forwarding node's epoch), believed only with a
+/// valid ``forwardedMACHeader`` (``PeerAuthentication``).
 public let forwardedHeader = "stateserver-forwarded"
 /// The header of a `503 owner_unavailable` from a node a request was forwarded to that does
 /// not own the session (any more): nothing was done, and the forwarding node may look again.
@@ -26,7 +28,7 @@ extension StateServerResponder {
     /// `answer`, and once it is given (the session idle again), the handover when one is due.
     func handingOver(_ session: Session, _ request: RouteRequest, _ answer: Answer) -> Answer {
         guard session.ownerEpoch != 0 else { return answer }
-        let from = request.http.header(forwardedHeader).flatMap { Int64($0) } ?? 0
+        let from = forwardedBy(request.http) ?? 0
         guard let target = session.arrived(forwardedBy: from) else { return answer }
         let sessions = self.sessions
         switch answer {
@@ -65,12 +67,26 @@ extension StateServerResponder {
             case nil: throw .sessionNotFound
             case .here(let session)?: return .session(session)
             case .elsewhere(let url)?:
-                guard request.http.header(forwardedHeader) == nil, let forwarder else {
+                // The transport kept no body over the limit: the owner would get an empty
+                // one (a DELETE applied, a dispatch refused with 400). The limit is judged
+                // here, as the owner judges it: 413, nothing sent, nothing done.
+                if request.http.bodyTooLarge { throw .tooLarge(settings.bodyLimit) }
+                guard forwardedBy(request.http) == nil, let forwarder else {
                     // Forwarded here, but the session moved on (a handover or a takeover
                     // under way): nothing was done; the forwarding node looks again.
                     throw .ownerUnavailable("the session's owner is changing; try again", misdirected: true)
                 }
+                // A relayed event stream counts in this node's `streams.total` as one served
+                // here would (the owner counts it per session, where it subscribes).
+                let counter = Self.isEventStream(request) ? try admitStream() : nil
                 let response = await forwarder.forward(request.http, to: url, route: request.template)
+                if let counter {
+                    if case .stream(let stream) = response.body {
+                        stream.onFinish { counter.release() }
+                    } else {
+                        counter.release()
+                    }
+                }
                 let misdirected = response.status == 503
                     && response.headers.contains { $0.name.lowercased() == misdirectedHeader }
                 guard misdirected, attempt < Self.forwardAttempts else { return .forwarded(response) }
@@ -84,6 +100,11 @@ extension StateServerResponder {
 
     /// Forwards of one request at most: the owner may move between two looks.
     static let forwardAttempts = 5
+
+    /// Whether `request` opens an event stream (relayed through its own connection).
+    static func isEventStream(_ request: RouteRequest) -> Bool {
+        request.http.method == "GET" && request.template.hasSuffix("/events")
+    }
 }
 
 /// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers

@@ -23,6 +23,9 @@ public struct RouteSettings: Sendable {
     /// Bytes a recording export may take (`recording.maxBytes`): past them the document ends
     /// early with `"complete": false`. Its starting states are always written.
     public var recordingMaxBytes = 64 << 20
+    /// Several nodes: the cluster secret that authenticates forwarded requests
+    /// (`cluster.secret`); nil: no request counts as forwarded.
+    public var peers: PeerAuthentication?
 
     public init() {}
 }

@@ -13,9 +13,23 @@ import StateServerHTTP
 /// too, event by event, so a stream served through another node reads exactly like one from
 /// the owner. Hop-by-hop headers are not passed on (RFC 9110 §7.6.1); the request carries
 /// ``forwardedHeader`` so the owner never forwards it again.
+///
+/// Two clients, so that streams never starve requests: an event stream holds its connection
+/// for as long as it lasts, and streams in a capped pool shared with requests (64 per owner)
+/// left every other request waiting for a connection that never came. Requests use a pool of
+/// 64 connections per owner; event streams a client of their own whose pool per owner is as
+/// large as `streams.total`, which every relayed stream counts in, so a stream never waits
+/// for a connection either. (HTTP/2 between nodes would multiplex both over few connections,
+/// but the nodes serve HTTP/1.1 only; serving the stream on the node the client reached would
+/// need every owner's changes on every node again, the NOTIFY traffic ownership removed.)
 final class Forwarder: RequestForwarder {
+    /// Requests other than event streams.
     let client: HTTPClient
+    /// Event streams: one connection each, for as long as the stream lasts.
+    let streamClient: HTTPClient
     let epoch: @Sendable () -> Int64
+    /// Signs ``forwardedHeader`` with the cluster secret.
+    let peers: PeerAuthentication
     let streamBufferLimit: Int
     let logger: Logger
     /// Longest wait for a reply that is not an event stream: the membership lease (an owner
@@ -25,14 +39,26 @@ final class Forwarder: RequestForwarder {
     /// below this).
     static let replyLimit = 256 << 20
 
-    init(epoch: @escaping @Sendable () -> Int64, lease: Duration, streamBufferLimit: Int, logger: Logger) {
+    /// Connections per owner for requests other than event streams.
+    static let requestConnections = 64
+
+    /// - Parameter streamLimit: `streams.total`: the most event streams this node relays at once.
+    init(
+        epoch: @escaping @Sendable () -> Int64, peers: PeerAuthentication, lease: Duration, streamBufferLimit: Int, streamLimit: Int,
+        logger: Logger
+    ) {
+        self.peers = peers
         replyTimeout = .nanoseconds(lease.components.seconds * 1_000_000_000 + lease.components.attoseconds / 1_000_000_000)
-        var configuration = HTTPClient.Configuration(
-            redirectConfiguration: .disallow,
-            timeout: .init(connect: .seconds(1), read: nil),
-            decompression: .disabled)
-        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64
-        client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
+        func makeClient(connections: Int) -> HTTPClient {
+            var configuration = HTTPClient.Configuration(
+                redirectConfiguration: .disallow,
+                timeout: .init(connect: .seconds(1), read: nil),
+                decompression: .disabled)
+            configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = connections
+            return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
+        }
+        client = makeClient(connections: Self.requestConnections)
+        streamClient = makeClient(connections: max(streamLimit, 1))
         self.epoch = epoch
         self.streamBufferLimit = streamBufferLimit
         self.logger = logger
@@ -41,7 +67,7 @@ final class Forwarder: RequestForwarder {
     /// Not passed on: hop-by-hop fields, and what the client sets itself.
     static let dropped: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-        "content-length", "expect", "proxy-authorization", forwardedHeader,
+        "content-length", "expect", "proxy-authorization", forwardedHeader, forwardedMACHeader,
     ]
 
     func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse {
@@ -56,13 +82,17 @@ final class Forwarder: RequestForwarder {
         for (name, value) in request.headers where !Self.dropped.contains(name) {
             outgoing.headers.add(name: name, value: value)
         }
-        outgoing.headers.add(name: forwardedHeader, value: "\(epoch())")
+        let from = "\(epoch())"
+        outgoing.headers.add(name: forwardedHeader, value: from)
+        outgoing.headers.add(
+            name: forwardedMACHeader,
+            value: peers.sign(epoch: from, method: request.method, path: request.path, query: request.query, body: request.body))
         if !request.body.isEmpty || request.method == "POST" || request.method == "PUT" {
             outgoing.body = .bytes(ByteBuffer(bytes: request.body))
         }
         let isStream = route.hasSuffix("/events") && request.method == "GET"
         do {
-            let response = try await client.execute(
+            let response = try await (isStream ? streamClient : client).execute(
                 outgoing, deadline: isStream ? .distantFuture : .now() + replyTimeout, logger: logger)
             var headers: [(name: String, value: String)] = []
             for (name, value) in response.headers where !Self.dropped.contains(name.lowercased()) && name.lowercased() != "date" {
@@ -126,13 +156,15 @@ final class Forwarder: RequestForwarder {
         return nil
     }
 
-    /// Whether the request cannot have reached the owner (no connection was made).
+    /// Whether the request cannot have reached the owner: no connection was made, or none
+    /// came free in the pool in time (the request waited in the pool's queue, unsent).
     static func neverSent(_ error: any Error) -> Bool {
         if error is NIOConnectionError { return true }
-        if let error = error as? HTTPClientError, error == .connectTimeout { return true }
+        if let error = error as? HTTPClientError, error == .connectTimeout || error == .getConnectionFromPoolTimeout { return true }
         if let error = error as? IOError, error.errnoCode == ECONNREFUSED { return true }
         let text = String(describing: error)
-        return text.contains("connectTimeout") || text.contains("connection refused") || text.contains("ECONNREFUSED")
+        return text.contains("connectTimeout") || text.contains("getConnectionFromPoolTimeout") || text.contains("connection refused")
+            || text.contains("ECONNREFUSED")
     }
 
     /// Percent-encodes a query name or value (RFC 3986 unreserved characters stay).
@@ -149,6 +181,7 @@ final class Forwarder: RequestForwarder {
 
     func shutdown() async {
         try? await client.shutdown()
+        try? await streamClient.shutdown()
     }
 }
 

@@ -179,8 +179,11 @@ struct SettingsReader {
         // What --print-config shows: never a password.
         var shown = value.content
         if case .string(let text) = shown { shown = .string(Settings.withoutPassword(text)) }
-        // The admin credential's hash is a secret too: shown only as set or not.
-        if setting.key.hasPrefix("admin."), case .string(let text) = shown, !text.isEmpty { shown = .string("***") }
+        // The admin credential's hash and the cluster secret are secrets too: shown only as set
+        // or not.
+        if setting.key.hasPrefix("admin.") || setting.key == "cluster.secret", case .string(let text) = shown, !text.isEmpty {
+            shown = .string("***")
+        }
         entries.append((setting.key, setting.meaning, shown))
         return value
     }

@@ -145,6 +145,15 @@ struct Server {
         MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
         let registry = try Features.registry(loginCheckDelay: settings.features.loginCheckDelay)
+        // Several nodes forward requests to each other, and a forwarded request is believed
+        // only with a MAC under the shared secret: without one, any client could say it is a
+        // node (and move sessions). PostgreSQL storage is a cluster of one or more nodes.
+        if case .postgres = settings.storage.kind, settings.storage.secrets.isEmpty {
+            logger.critical(
+                "setting 'cluster.secret' is required with PostgreSQL storage: nodes sharing a database forward requests to each other, signed with this secret; give every node the same one (e.g. `openssl rand -hex 32`, STATE_SERVER_CLUSTER_SECRET)")
+            StderrLogWriter.shared.flush()
+            throw ExitCode(1)
+        }
         let storage: (any SessionStorage)?
         do {
             storage = try await settings.storage.open(logger: logger).map { TimedStorage($0) }
@@ -194,12 +203,18 @@ struct Server {
             StderrLogWriter.shared.flush()
             throw ExitCode(1)
         }
-        let forwarder = ownership.map { ownership in
+        let peers = settings.storage.secrets.isEmpty
+            ? nil : PeerAuthentication(secrets: settings.storage.secrets, now: { Int64(Date().timeIntervalSince1970) })
+        let forwarder = ownership.flatMap { ownership in
+            peers.map { peers in
             Forwarder(
-                epoch: { ownership.epoch }, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit, logger: logger)
+                epoch: { ownership.epoch }, peers: peers, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit,
+                streamLimit: settings.http.routes.maxStreams, logger: logger)
+            }
         }
         let application = makeApplication(
-            registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify, forwarder: forwarder)
+            registry: registry, storage: storage, prometheus: prometheus, logger: logger, notify: notify, forwarder: forwarder,
+            peers: peers)
         let sessions = application.sessions
         let server = makeHTTPServer(application.responder, logger: logger)
 
@@ -271,7 +286,7 @@ struct Server {
     /// `GET /metrics` rendered from Prometheus.
     private func makeApplication(
         registry: FeatureRegistry, storage: (any SessionStorage)?, prometheus: PrometheusCollectorRegistry, logger: Logger,
-        notify: @escaping @Sendable (SessionNotice) -> Void, forwarder: Forwarder?
+        notify: @escaping @Sendable (SessionNotice) -> Void, forwarder: Forwarder?, peers: PeerAuthentication?
     ) -> StateServerApplication {
         let gauges = (
             sessions: Gauge(label: MetricCatalog.sessionsInMemory),
@@ -285,8 +300,10 @@ struct Server {
         if settings.log.audit { middleware.use(AuditLog(logger: logger)) }
         middleware.append(Features.middleware())
         sessions.middleware = middleware
+        var routes = settings.http.routes
+        routes.peers = peers
         return StateServerApplication(
-            registry: registry, sessions: sessions, routes: settings.http.routes, storage: storage,
+            registry: registry, sessions: sessions, routes: routes, storage: storage,
             logger: logger, notify: notify, metrics: { sessions, streams in
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)

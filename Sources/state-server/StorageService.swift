@@ -71,12 +71,16 @@ enum SyncMode: String, SettingChoice {
 /// | `persistence.sync` | `full` (fsync every commit) or `normal` (fsync at checkpoints) | `full` |
 /// | `cluster.advertiseUrl` | URL the other nodes reach this one by (PostgreSQL) | `""`: the listening address |
 /// | `cluster.lease` | seconds a node's membership lasts without renewal (PostgreSQL) | `10` |
+/// | `cluster.secret` | the secret every node shares to sign forwarded requests; required with PostgreSQL. Several, comma-separated, while rotating: the first signs, all verify | `""` |
 struct StorageSettings: Sendable {
     static let kind = Setting("storage", default: StorageKind.memory, "memory, sqlite:PATH or postgres://URL")
     static let maxBytes = Setting("persistence.maxBytes", default: 1 << 30, in: 0...Int.max, "db size cap, 0 = none")
     static let sync = Setting("persistence.sync", default: SyncMode.full, "full (fsync) or normal")
     static let advertiseURL = Setting("cluster.advertiseUrl", default: "", "URL peers reach this node by")
     static let lease = Setting("cluster.lease", default: 10.0, in: 1...3600, "membership lease seconds")
+    static let secret = Setting("cluster.secret", default: "", "shared secret of the nodes (PostgreSQL)")
+    /// The shortest secret accepted, in characters (`openssl rand -hex 32` gives 64).
+    static let secretMinimum = 32
 
     var kind: StorageKind
     var maxBytes: Int
@@ -85,6 +89,9 @@ struct StorageSettings: Sendable {
     /// listening socket, with the machine's host name for a wildcard address).
     var advertiseURL: String
     var lease: Duration
+    /// Several nodes: the cluster secrets (`cluster.secret`, split at commas): the first signs
+    /// forwarded requests, every one verifies them. Empty: none set.
+    var secrets: [String]
 
     init(_ read: inout SettingsReader) throws(SettingsError) {
         kind = try read(Self.kind)
@@ -92,6 +99,16 @@ struct StorageSettings: Sendable {
         sync = try read(Self.sync)
         advertiseURL = try read(Self.advertiseURL)
         lease = .milliseconds(Int(try read(Self.lease) * 1000))
+        let secret = try read(Self.secret)
+        secrets = secret.split(separator: ",").map { part in
+            String(part.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+        }.filter { !$0.isEmpty }
+        if !secret.isEmpty, secrets.isEmpty || secrets.contains(where: { $0.utf8.count < Self.secretMinimum }) {
+            throw SettingsError.notAllowed(
+                key: Self.secret.key,
+                allowed: "empty, or secrets of at least \(Self.secretMinimum) characters separated by commas (e.g. `openssl rand -hex 32`)",
+                got: "a shorter one")
+        }
     }
 
     /// Opens the storage (`nil` for memory): the database is created, migrated or recovered now.

@@ -51,6 +51,10 @@ struct DeploymentFilesTests {
             #expect(storage.contains("@postgres:5432/"), "\(name): the database host is not the postgres service: \(storage)")
             // The password is a reference to deploy/.env, never a literal.
             #expect(storage.contains(":${POSTGRES_PASSWORD"), "\(name): the password is not taken from the environment: \(storage)")
+            // cluster.secret (required on PostgreSQL), from deploy/.env too: compose refuses to
+            // start without it.
+            let secret = environment.string("STATE_SERVER_CLUSTER_SECRET") ?? "-"
+            #expect(secret.hasPrefix("${CLUSTER_SECRET:?"), "\(name): cluster.secret is not taken from deploy/.env: \(secret)")
             #expect(environment.string("STATE_SERVER_HOST") == "0.0.0.0", "\(name) listens on \(environment.string("STATE_SERVER_HOST") ?? "-")")
             #expect(environment.string("STATE_SERVER_PORT") == "8080", "\(name) port \(environment.string("STATE_SERVER_PORT") ?? "-")")
             // cluster.advertiseUrl: the address the other nodes reach this one by, its service name.
@@ -114,6 +118,10 @@ struct DeploymentFilesTests {
     func noPassword() throws {
         let example = try Repository.text("deploy/.env.example")
         #expect(example.contains("POSTGRES_PASSWORD=change-me"), "deploy/.env.example: \(example)")
+        // The cluster secret's placeholder is too short for the server (at least 32 characters):
+        // a copy left as it is refuses to start rather than run with a known secret.
+        let secret = example.split(separator: "\n").first { $0.hasPrefix("CLUSTER_SECRET=") }?.dropFirst("CLUSTER_SECRET=".count)
+        #expect(secret.map { !$0.isEmpty && $0.count < 32 } == true, "deploy/.env.example: CLUSTER_SECRET=\(secret ?? "-")")
         let ignored = try Repository.text(".gitignore").split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
         #expect(ignored.contains("/deploy/.env") || ignored.contains("deploy/.env"), ".gitignore does not ignore deploy/.env")
     }
@@ -191,6 +199,12 @@ struct DeploymentFilesTests {
         #expect(secretRef.string("name") == secret.map("metadata")?.string("name"), "secretKeyRef \(secretRef)")
         let secretURL = secret.map("stringData")?.string(secretRef.string("key") ?? "")
         #expect(secretURL?.hasPrefix("postgres://") == true, "the Secret example's \(secretRef.string("key") ?? "-"): \(secretURL ?? "-")")
+        // cluster.secret from the same Secret, whose example holds a placeholder the server refuses.
+        let clusterRef = try #require(
+            values["STATE_SERVER_CLUSTER_SECRET"]?.map("valueFrom")?.map("secretKeyRef"), "STATE_SERVER_CLUSTER_SECRET does not come from a Secret")
+        #expect(clusterRef.string("name") == secret.map("metadata")?.string("name"), "secretKeyRef \(clusterRef)")
+        let clusterSecret = secret.map("stringData")?.string(clusterRef.string("key") ?? "")
+        #expect(clusterSecret.map { !$0.isEmpty && $0.count < 32 } == true, "the Secret example's \(clusterRef.string("key") ?? "-"): \(clusterSecret ?? "-")")
 
         // Non-root, as the Dockerfile's user.
         let dockerfile = try Repository.text("Dockerfile")

@@ -55,6 +55,23 @@ struct NginxConfigTests {
         #expect(lines.contains { $0.hasPrefix("keepalive ") }, "no upstream keepalive")
     }
 
+    @Test("the forwarding header and its MAC are cleared at the server level, and no location sets headers of its own (that would drop them)", arguments: ["hash", "round-robin"])
+    func forwardingHeadersCleared(balance: String) throws {
+        let lines = Self.directives(try Nginx.render(["--balance", balance, "--listen", "8080", "a:1"]))
+        let server = Array(lines.drop { $0 != "server {" })
+        var depth = 0
+        var atServerLevel: [String] = []
+        var inLocations: [String] = []
+        for line in server.dropFirst() {
+            if line.hasSuffix("{") { depth += 1 } else if line == "}" { if depth == 0 { break }; depth -= 1 }
+            if depth == 0 { atServerLevel.append(line) } else { inLocations.append(line) }
+        }
+        for header in ["StateServer-Forwarded", "StateServer-Forwarded-MAC"] {
+            #expect(atServerLevel.contains("proxy_set_header \(header) \"\";"), "\(balance): \(header) is not cleared: \(atServerLevel)")
+        }
+        #expect(!inLocations.contains { $0.hasPrefix("proxy_set_header") }, "\(balance): a location sets its own headers: \(inLocations)")
+    }
+
     /// The directives of the upstream block, in order.
     static func upstream(_ lines: [String]) -> [String] {
         Array(lines.drop { $0 != "upstream stateserver {" }.dropFirst().prefix { $0 != "}" })

@@ -23,6 +23,47 @@ struct NginxProxyTests {
         }
     }
 
+    @Test("a client's forwarding header and MAC never reach a node: nginx clears both (issue 24 item 5)", arguments: ["round-robin", "hash"])
+    func forwardingHeadersCleared(balance: String) async throws {
+        // A backend of our own that answers once and hands back the head it received.
+        let (listener, backendPort) = try loopbackSocket(listening: true)
+        defer { close(listener) }
+        let nginx = try await NginxProcess.start(upstreams: [backendPort], balance: balance)
+        defer { Task { await nginx.stop() } }
+        let received = Task { try await onThread { try Self.acceptOneHead(listener, timeout: 10) } }
+        let response = try await nginx.api.request(
+            "GET", "/v1/sessions/abc/state",
+            headers: [("Authorization", "Bearer t"), ("StateServer-Forwarded", "2"), ("StateServer-Forwarded-MAC", "1.00"),
+                      ("X-Probe", "kept")])
+        #expect(response.status == 200, "\(response)")
+        let head = try await received.value.lowercased()
+        #expect(head.contains("x-probe: kept"), "the probe header should pass: \(head)")
+        #expect(!head.contains("stateserver-forwarded"), "nginx passed a forwarding header on: \(head)")
+        await nginx.stop()
+    }
+
+    /// Accepts one connection on `listener` (within `timeout` seconds), reads its request head,
+    /// answers `200` with an empty body and closes; returns the head.
+    static func acceptOneHead(_ listener: Int32, timeout: Int32) throws -> String {
+        var ready = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+        guard poll(&ready, 1, timeout * 1000) == 1 else { throw ClientError.timedOut("a connection from nginx") }
+        let connection = accept(listener, nil, nil)
+        guard connection >= 0 else { throw ClientError.system("accept", errno) }
+        defer { close(connection) }
+        var head: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while !head.suffix(4).elementsEqual(Array("\r\n\r\n".utf8)) {
+            var wait = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
+            guard poll(&wait, 1, timeout * 1000) == 1 else { throw ClientError.timedOut("the request head from nginx") }
+            let count = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            head += chunk[0..<count]
+        }
+        let reply = Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".utf8)
+        _ = reply.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+        return String(decoding: head, as: UTF8.self)
+    }
+
     @Test("bodies just over the server's limit get the server's 413; far over, nginx's 413 in the same JSON shape")
     func bodyLimit() async throws {
         try await withCluster { nginx, _ in

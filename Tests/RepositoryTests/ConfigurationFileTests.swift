@@ -124,6 +124,23 @@ struct SettingsLayerTests {
         }
     }
 
+    @Test("cluster.secret: --print-config shows *** (never the secret, from the environment or the file); one shorter than 32 characters is refused without being echoed")
+    func clusterSecretHidden() throws {
+        let secret = "a-cluster-secret-0123456789abcdef-0123456789"
+        for output in [
+            try Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": secret]),
+            try Self.run(yaml: "cluster:\n  secret: \"\(secret),\(secret.uppercased())\"\n"),
+        ] {
+            try #require(output.status == 0, "\(output.stderr)")
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(object["cluster.secret"] as? String == "***", "\(object)")
+            #expect(!output.stdout.contains(secret) && !output.stdout.lowercased().contains(secret), "\(output.stdout)")
+        }
+        let short = try Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": "hunter2-short"])
+        #expect(short.status != 0 && short.stderr.contains("cluster.secret"), "\(short.stderr)")
+        #expect(!short.stderr.contains("hunter2") && !short.stdout.contains("hunter2"), "\(short.stderr)")
+    }
+
     @Test("a flag beats the environment, which beats the file, which beats the default")
     func precedence() throws {
         let output = try Self.run(

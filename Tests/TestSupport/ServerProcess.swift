@@ -161,9 +161,14 @@ package final class ServerProcess: @unchecked Sendable {
         self.output = output
     }
 
+    /// The cluster secret (`cluster.secret`) of every server a test starts, unless the test
+    /// gives its own: a node on PostgreSQL refuses to start without one.
+    package static let clusterSecret = "test-cluster-secret-0123456789abcdef-0123456789abcdef"
+
     /// Starts the binary with `--host 127.0.0.1 --port <port>` plus `arguments`, in the test's
-    /// environment minus any `STATE_SERVER_*` settings, plus `environment`. Port 0 (the default)
-    /// takes a free port; a fixed one lets a test restart a server where clients expect it.
+    /// environment minus any `STATE_SERVER_*` settings, plus ``clusterSecret`` and `environment`.
+    /// Port 0 (the default) takes a free port; a fixed one lets a test restart a server where
+    /// clients expect it.
     package static func start(
         port: Int = 0, arguments: [String] = [], environment: [String: String] = [:],
         timeout: Duration = .seconds(30)
@@ -172,6 +177,7 @@ package final class ServerProcess: @unchecked Sendable {
             throw ServerStartError(
                 description: "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
         }
+        let environment = ["STATE_SERVER_CLUSTER_SECRET": clusterSecret].merging(environment) { $1 }
         var arguments = arguments
         // The same behaviour suite runs against both storages: STATE_SERVER_TEST_STORAGE=sqlite
         // gives every server its own fresh SQLite database.

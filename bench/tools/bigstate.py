@@ -18,6 +18,7 @@ import json
 import os
 import random
 import signal
+import secrets
 import string
 import subprocess
 import sys
@@ -42,9 +43,11 @@ def request(base, method, path, body=None, token=None, headers=None):
 
 
 def start(binary, storage, extra=()):
+    # cluster.secret: a node on PostgreSQL refuses to start without one.
+    env = dict(os.environ, STATE_SERVER_CLUSTER_SECRET=secrets.token_hex(32))
     proc = subprocess.Popen(
         [binary, "--port", "0", "--storage", storage, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     deadline = time.time() + 60
     while time.time() < deadline:
         line = proc.stdout.readline()

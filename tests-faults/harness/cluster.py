@@ -14,6 +14,7 @@ import atexit
 import ctypes
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -167,6 +168,8 @@ class Cluster:
             # Failover within seconds: a node that cannot renew stops serving after 2.25 s,
             # its sessions move after 3 s.
             "STATE_SERVER_CLUSTER_LEASE": "3",
+            # The nodes sign the requests they forward with it (required on PostgreSQL).
+            "STATE_SERVER_CLUSTER_SECRET": secrets.token_hex(32),
         }
         self.node_env.update(node_env or {})
         self.balance = balance

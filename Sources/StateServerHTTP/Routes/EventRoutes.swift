@@ -54,14 +54,10 @@ extension StateServerResponder {
         // Several nodes: a stream opened while this node does not hear the others would miss
         // their changes silently.
         guard sessions.isFollowing else { throw .notFollowing }
-        guard openStreams.add(1, ordering: .relaxed).newValue <= settings.maxStreams else {
-            openStreams.subtract(1, ordering: .relaxed)
-            throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
-        }
+        let counter = try admitStream()
         let lastEventID = StateServerResponder.lastEventID(request)
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
-        let counter = OpenStreamCounter(responder: self)
         let deltas = try StateServerResponder.wantsDeltas(request)
         switch session.subscribe(
             features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession, deltas: deltas)
@@ -87,8 +83,20 @@ extension StateServerResponder {
     }
 }
 
+extension StateServerResponder {
+    /// Takes one of the server's `streams.total` slots for a stream served here or relayed
+    /// from the session's owner (several nodes), or refuses with `503 too_many_streams`.
+    func admitStream() throws(APIError) -> OpenStreamCounter {
+        guard openStreams.add(1, ordering: .relaxed).newValue <= settings.maxStreams else {
+            openStreams.subtract(1, ordering: .relaxed)
+            throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
+        }
+        return OpenStreamCounter(responder: self)
+    }
+}
+
 /// Gives back one open-stream slot.
-private struct OpenStreamCounter: Sendable {
+struct OpenStreamCounter: Sendable {
     let responder: StateServerResponder
     func release() { responder.openStreams.subtract(1, ordering: .relaxed) }
 }
