@@ -33,11 +33,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The load: busy loops, each with a time bound of its own (30 s a run, at least 5 minutes) in
-# case this script is killed before its cleanup.
+# The load: busy loops, each ending by itself after a bound (30 s a run, at least 5 minutes) in
+# case this script is killed before its cleanup; their output goes nowhere, so a caller reading
+# ours does not wait for them.
 bound=$((runs * 30 > 300 ? runs * 30 : 300))
 for _ in $(seq 1 "$loops"); do
-    timeout "$bound" bash -c 'while :; do :; done' &
+    bash -c "end=\$((SECONDS + $bound)); while [ \$SECONDS -lt \$end ]; do :; done" </dev/null >/dev/null 2>&1 &
     load_pids+=($!)
 done
 
@@ -69,6 +70,7 @@ one_run() {
     if [ $((i % 2)) = 1 ]; then signal=TERM; else signal=INT; fi
     if [ $(((i - 1) / 2 % 2)) = 0 ]; then storage="sqlite:$run/state.db"; else storage=memory; fi
     run_pids=()
+    : >"$run/stdout"
     env -u STATE_SERVER_PORT -u STATE_SERVER_STORAGE -u STATE_SERVER_CONFIG \
         "$bin" --host 127.0.0.1 --port 0 --storage "$storage" >"$run/stdout" 2>"$run/stderr" </dev/null &
     local pid=$!
