@@ -46,8 +46,9 @@ run: release
 	mkdir -p data
 	.build/release/state-server --config config/state-server.yaml --storage sqlite:data/state-server.db
 
-# Every step (swift test, the HTTP suite on SQLite, schemathesis, the OpenAPI client check, the
-# metrics lint, the browser), then a summary of each as the last lines; fails if any step failed.
+# Every step (swift test, the HTTP suite on SQLite, stops under load, the PostgreSQL steps,
+# schemathesis, the OpenAPI client check, httplint, the metrics lint, the browser, the faults'
+# short form), then a summary of each as the last lines; fails if any step failed.
 # The Python tools live in .cache/venv (scripts/python-env.sh), never in the system's Python.
 test: deps
 	@bash scripts/test.sh

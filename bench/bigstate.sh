@@ -11,6 +11,7 @@ TMP=$(mktemp -d /tmp/bigstate.XXXXXX)
 chmod 755 "$TMP"
 PG="$TMP/pg"
 trap 'bash scripts/postgres-test-server.sh destroy "$PG" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
+bash scripts/postgres-test-server.sh ensure-user || { echo "no PostgreSQL test user" >&2; exit 1; }
 url=$(POSTGRES_SERVER_OPTIONS="-c fsync=on" bash scripts/postgres-test-server.sh start "$PG") || { echo "no PostgreSQL" >&2; exit 1; }
 before=$(bash scripts/postgres-test-server.sh createdb "$PG" before)
 after=$(bash scripts/postgres-test-server.sh createdb "$PG" after)

@@ -502,6 +502,7 @@ fi
 # Not under $TMP: as root, PostgreSQL runs as an unprivileged user, who cannot enter $TMP (0700).
 PG_DIR=$(mktemp -u /tmp/sbench-pg.XXXXXX)
 echo "POSTGRES_SERVER_OPTIONS='-c fsync=on -c shared_preload_libraries=pg_stat_statements -c max_connections=300' bash scripts/postgres-test-server.sh start \$PG_DIR   # -> \$PG_URL" >> "$TMP/commands.txt"
+bash scripts/postgres-test-server.sh ensure-user 2> "$RAW/pg-user.err" || warn "no PostgreSQL test user: $(tail -1 "$RAW/pg-user.err")"
 PG_URL=$(POSTGRES_SERVER_OPTIONS="-c fsync=on -c shared_preload_libraries=pg_stat_statements -c max_connections=300" \
     timeout 120 bash scripts/postgres-test-server.sh start "$PG_DIR" --watch $$ 2> "$RAW/pg-start.err") \
     || { warn "PostgreSQL did not start: $(tail -3 "$RAW/pg-start.err")"; PG_URL=""; }

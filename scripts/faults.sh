@@ -24,6 +24,9 @@ export STATE_SERVER_BIN="$(realpath -m "${STATE_SERVER_BIN:-.build/debug/state-s
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { echo "faults: nginx missing (make deps)" >&2; exit 1; }
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "faults: PostgreSQL missing (make deps)" >&2; exit 1; }
 
+# The test user PostgreSQL runs as when we are root, created once before any cluster starts one.
+bash scripts/postgres-test-server.sh ensure-user
+
 PY=$(bash scripts/python-env.sh)
 export FAULTS_MODE=$mode
 mkdir -p test-artifacts/faults

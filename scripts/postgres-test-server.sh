@@ -10,6 +10,9 @@
 #   postgres-test-server.sh sql DIR DB STATEMENT      run one statement as the owner (tests)
 #   postgres-test-server.sh run                       start in a temporary folder, print the URL,
 #                                                     and destroy it on Ctrl-C
+#   postgres-test-server.sh ensure-user               as root, create the user below if missing
+#                                                     (callers that start several servers at once
+#                                                     run it first; `start` also does, under a lock)
 #
 # PostgreSQL refuses to run as root: as root, the server runs as the system user
 # `stateserver-test` (created if missing). Binaries: $PG_BIN, else the newest
@@ -44,10 +47,24 @@ as_user() {
     if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi
 }
 
+# Creates the user once, however many starts run at the same time (the PostgreSQL suites start
+# their servers in parallel): under a machine-wide lock, so one start creates it and the others
+# find it, and tolerating "already exists" from a useradd outside the lock. Without the lock two
+# useradds raced: one got "already exists", another chowned its folder to a uid that was then
+# not the user's, and its initdb could not read the password file (issue 24 item 7).
+USER_LOCK=$([ -d /run/lock ] && [ -w /run/lock ] && echo /run/lock || echo /tmp)/stateserver-test-user.lock
+
 ensure_user() {
     [ "$(id -u)" = 0 ] || return 0
-    id "$RUN_AS" >/dev/null 2>&1 ||
-        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$RUN_AS"
+    id "$RUN_AS" >/dev/null 2>&1 && return 0
+    local out
+    out=$(
+        exec 9>>"$USER_LOCK"
+        flock -w 60 9 || { echo "no lock on $USER_LOCK after 60 s"; exit 1; }
+        id "$RUN_AS" >/dev/null 2>&1 && exit 0
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$RUN_AS" 2>&1 || true
+    ) || die "cannot create the user $RUN_AS: $out"
+    id "$RUN_AS" >/dev/null 2>&1 || die "cannot create the user $RUN_AS: $out"
 }
 
 free_port() {
@@ -102,6 +119,9 @@ stop() {
 }
 
 case "${1:-}" in
+    ensure-user)
+        ensure_user
+        ;;
     start)
         [ $# -ge 2 ] || die "usage: $0 start DIR [--watch PID]"
         watch=""
@@ -137,6 +157,6 @@ case "${1:-}" in
         while true; do sleep 3600; done
         ;;
     *)
-        die "usage: $0 start DIR [--watch PID] | stop DIR | destroy DIR | run"
+        die "usage: $0 start DIR [--watch PID] | stop DIR | destroy DIR | createdb DIR NAME | sql DIR DB STATEMENT | run | ensure-user"
         ;;
 esac

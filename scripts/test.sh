@@ -92,6 +92,14 @@ if [ "$failed" -eq 0 ]; then
     export STATE_SERVER_TEST_STORAGE=sqlite
     step "HTTP suite on SQLite" swift_test --skip-build --filter StateServerIntegrationTests
     unset STATE_SERVER_TEST_STORAGE
+    # Ten graceful stops of the real binary under CPU load, each with three open streams (issue
+    # 24 item 8: a stop could abort in libmicrohttpd); `bash scripts/shutdown-loop.sh N` for more.
+    step "stops under load" bash scripts/shutdown-loop.sh 10
+    # Several PostgreSQL servers started at once, as the suites below start theirs; on a fresh
+    # machine (as root) this is the run that creates their user, stateserver-test (issue 24
+    # item 7). ensure-user then makes sure it exists even if that step failed.
+    step "PostgreSQL parallel start" bash scripts/postgres-parallel-start.sh
+    bash scripts/postgres-test-server.sh ensure-user
     # A throwaway PostgreSQL per suite (scripts/postgres-test-server.sh), in a step of its own.
     step "PostgreSQL storage" swift_test --skip-build --filter PostgresTests
     step "schemathesis" bash scripts/schemathesis.sh
@@ -103,7 +111,7 @@ if [ "$failed" -eq 0 ]; then
     # The fault-injection suite's short form (tests-faults/; `make faults` is the long one).
     step "faults" bash scripts/faults.sh short
 else
-    for name in "swift test" "HTTP suite on SQLite" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults"; do
+    for name in "swift test" "HTTP suite on SQLite" "stops under load" "PostgreSQL parallel start" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

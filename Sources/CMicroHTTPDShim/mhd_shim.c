@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -78,11 +79,30 @@ static void *ss_uri_log(void *cls, const char *uri, struct MHD_Connection *conne
     return context;
 }
 
+void ss_panic(void *cls, const char *file, unsigned int line, const char *reason) {
+    (void)cls;
+    char text[512];
+    size_t reason_length = reason == NULL ? 0 : strlen(reason);
+    /* One line: the reason without its trailing line ends (libmicrohttpd's often end in "\n"). */
+    while (reason_length > 0 && (reason[reason_length - 1] == '\n' || reason[reason_length - 1] == '\r')) reason_length--;
+    int length = snprintf(text, sizeof text, "state-server: libmicrohttpd panic at %s:%u: %.*s, the process ends\n",
+                          file == NULL ? "?" : file, line, (int)(reason_length > 300 ? 300 : reason_length),
+                          reason == NULL ? "" : reason);
+    if (length > 0) {
+        size_t size = (size_t)length < sizeof text ? (size_t)length : sizeof text - 1;
+        ssize_t ignored = write(STDERR_FILENO, text, size);
+        (void)ignored;
+    }
+    abort();
+}
+
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
+                                   MHD_AcceptPolicyCallback accept_policy, void *accept_policy_cls,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
                                    ss_uri_log_callback uri_log,
                                    char *error, size_t error_size) {
+    MHD_set_panic_func(ss_panic, NULL);
     struct addrinfo hints;
     struct addrinfo *found = NULL;
     memset(&hints, 0, sizeof hints);
@@ -136,7 +156,7 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     options[next].value = 0;
     options[next].ptr_value = NULL;
     errno = 0;
-    struct MHD_Daemon *daemon = MHD_start_daemon(flags, config->port, NULL, NULL, handler, handler_cls,
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, config->port, accept_policy, accept_policy_cls, handler, handler_cls,
                                                  MHD_OPTION_ARRAY, options, MHD_OPTION_END);
     if (daemon == NULL) {
         int saved = errno;

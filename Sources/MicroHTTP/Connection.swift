@@ -73,6 +73,14 @@ let uriLogged: ss_uri_log_callback = { uri, _, arguments, control in
     return Unmanaged.passRetained(context).toOpaque()
 }
 
+/// libmicrohttpd's accept policy, asked on its thread for every new connection: no once the
+/// server is stopping (libmicrohttpd then closes the connection at once).
+let acceptPolicy: MHD_AcceptPolicyCallback = { cls, _, _ in
+    guard let cls else { return MHD_Result.NO }
+    let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    return server.accepting.load(ordering: .sequentiallyConsistent) ? MHD_Result.YES : MHD_Result.NO
+}
+
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
 let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadDataSize, conCls in
     guard let cls, let connection, let conCls, let uploadDataSize else { return MHD_Result.NO }

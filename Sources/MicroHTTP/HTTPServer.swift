@@ -59,6 +59,9 @@ public final class HTTPServer: Sendable {
     let responder: any HTTPResponder
     let accessLog: @Sendable (HTTPAccessRecord) -> Void
     let shared = Mutex(Shared())
+    /// Whether new connections are taken: false from the start of ``stop(grace:)``, when the
+    /// accept policy (``acceptPolicy``, on libmicrohttpd's threads) closes them as they come.
+    let accepting = Atomic<Bool>(true)
     /// Ends event streams whose client hung up while suspended (nil if epoll is unavailable).
     let hangups = HangupWatcher()
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
@@ -89,7 +92,7 @@ public final class HTTPServer: Sendable {
                 reuse_port: configuration.reusePort ? 1 : 0)
             let me = Unmanaged.passUnretained(self).toOpaque()
             return ss_start_daemon(
-                &config, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
+                &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
         }
         guard let daemon else {
             throw StartError(description: String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
@@ -132,7 +135,14 @@ public final class HTTPServer: Sendable {
             stream.close(after: farewell)
         }
         hangups?.stop()
-        let listenSocket = MHD_quiesce_daemon(daemon)
+        // Stop accepting: from here every new connection is closed as soon as it is accepted,
+        // before a byte of it is read (nothing it sends is applied; a client sees the connection
+        // closed without a reply, at once, and retries elsewhere). Not MHD_quiesce_daemon:
+        // in 0.9.75 with a thread pool on epoll it races the workers, which remove the listen
+        // socket from their epoll sets too, and one of them panics ("Failed to remove listen FD
+        // from epoll set") and aborts the process (issue 24 item 8). The listen socket stays
+        // open until MHD_stop_daemon closes it, after its workers are gone.
+        accepting.store(false, ordering: .sequentiallyConsistent)
         let deadline = ContinuousClock.now + grace
         while ContinuousClock.now < deadline {
             let (streams, suspended) = shared.withLock { (Array($0.streams.values), $0.pending.count) }
@@ -148,7 +158,6 @@ public final class HTTPServer: Sendable {
         // Streams whose client does not read are not suspended (they wait to write), so the
         // daemon can be stopped with them open.
         MHD_stop_daemon(daemon)
-        if listenSocket >= 0 { close(listenSocket) }
         shared.withLock { $0.daemon = nil }
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CTerminationSignals
 import Foundation
 import StateStore
 
@@ -15,6 +16,7 @@ struct ReplayCommand: ParsableCommand {
     var file: String
 
     func run() throws {
+        _ = ss_install_fatal_signal_handlers()
         let bytes: [UInt8]
         do {
             bytes = Array(try Data(contentsOf: URL(fileURLWithPath: file)))

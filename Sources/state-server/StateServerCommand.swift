@@ -51,6 +51,8 @@ struct StateServerCommand: AsyncParsableCommand {
     var printConfig = false
 
     func run() async throws {
+        // A fatal signal leaves a line on stderr (and the runtime's backtrace where it has one).
+        _ = ss_install_fatal_signal_handlers()
         var flags = FlagValues()
         flags.set(HTTPSettings.host, host)
         flags.set(HTTPSettings.port, port)

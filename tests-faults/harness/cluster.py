@@ -189,6 +189,7 @@ class Cluster:
     # -- start ------------------------------------------------------------------------------------
 
     def start(self) -> "Cluster":
+        self._pg("ensure-user")  # the test user (as root), once, before any server starts
         self.pg_url = self._pg("start", self.pg_dir, "--watch", str(os.getpid())).strip().splitlines()[-1]
         self.pg_port = int(re.search(r"@127\.0\.0\.1:(\d+)/", self.pg_url).group(1))
         for node in self.nodes:

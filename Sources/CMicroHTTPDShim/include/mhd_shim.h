@@ -39,13 +39,24 @@ typedef struct ss_daemon_config {
 typedef void *(*ss_uri_log_callback)(const char *uri, struct MHD_Connection *connection, size_t query_arguments,
                                      int control_in_target);
 
-/// Starts an epoll daemon with suspend/resume enabled. On failure returns NULL and writes a
-/// reason into `error` (at most `error_size` bytes, NUL-terminated).
+/// Starts an epoll daemon with suspend/resume enabled. `accept_policy` (with `accept_policy_cls`)
+/// is asked about every new connection on the thread that accepted it; MHD_NO closes it at once
+/// (the server refuses new connections that way while it stops: libmicrohttpd 0.9.75's
+/// MHD_quiesce_daemon races its own worker threads in epoll mode and can abort the process).
+/// Also installs ss_panic as libmicrohttpd's panic handler (once per process). On failure
+/// returns NULL and writes a reason into `error` (at most `error_size` bytes, NUL-terminated).
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
+                                   MHD_AcceptPolicyCallback accept_policy, void *accept_policy_cls,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
                                    MHD_RequestCompletedCallback completed, void *completed_cls,
                                    ss_uri_log_callback uri_log,
                                    char *error, size_t error_size);
+
+/// libmicrohttpd's panic handler (MHD_set_panic_func): writes one line to stderr,
+/// `state-server: libmicrohttpd panic at FILE:LINE: REASON, the process ends`, then abort()s
+/// (SIGABRT, which the fatal-signal handler reports too). libmicrohttpd calls it when its own
+/// state is broken; it must not return.
+void ss_panic(void *cls, const char *file, unsigned int line, const char *reason);
 
 /// One header field or query argument of a request, as libmicrohttpd keeps it: pointers into
 /// its connection memory, valid until the request completes. `value` is NULL for a query
