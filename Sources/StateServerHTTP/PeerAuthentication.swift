@@ -94,7 +94,8 @@ public struct PeerAuthentication: Sendable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    static func bytes(hex: Substring) -> [UInt8]? {
+    /// `hex` as bytes, two hexadecimal digits each (either case); nil when it is not that.
+    public static func bytes(hex: Substring) -> [UInt8]? {
         let digits = Array(hex.utf8)
         guard digits.count % 2 == 0 else { return nil }
         func value(_ digit: UInt8) -> UInt8? {

@@ -68,35 +68,13 @@ struct HTTPSettings: Sendable {
         routes.recordingMaxBytes = try read(Self.recordingMaxBytes)
         let adminHash = try read(Self.adminTokenHash)
         if !adminHash.isEmpty {
-            guard let bytes = Self.hexBytes(adminHash), bytes.count == 32 else {
+            guard let bytes = PeerAuthentication.bytes(hex: adminHash[...]), bytes.count == 32 else {
                 throw SettingsError.notAllowed(
                     key: Self.adminTokenHash.key, allowed: "empty, or the SHA-256 of the admin token as 64 hexadecimal digits",
                     got: "\(adminHash.count) characters")
             }
             routes.adminTokenHash = bytes
         }
-    }
-
-    /// `text` as bytes, two hexadecimal digits each (either case); nil when it is not that.
-    static func hexBytes(_ text: String) -> [UInt8]? {
-        let digits = Array(text.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        func value(_ digit: UInt8) -> UInt8? {
-            switch digit {
-            case 0x30...0x39: digit - 0x30
-            case 0x41...0x46: digit - 0x41 + 10
-            case 0x61...0x66: digit - 0x61 + 10
-            default: nil
-            }
-        }
-        var bytes: [UInt8] = []
-        var index = 0
-        while index < digits.count {
-            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            index += 2
-        }
-        return bytes
     }
 
     /// The host as it appears in a URL (`[::1]`).

@@ -5,6 +5,7 @@ Shares the fixtures of test_page.py (server, browser). Screenshots go to test-ar
 
 from __future__ import annotations
 
+import copy
 import json
 from urllib.parse import unquote
 
@@ -93,8 +94,48 @@ def test_devtools_log_state_diff_travel_dispatch_and_export(server, browser):
     assert [row[:4] for row in ([cell.text for cell in r.find_elements(By.TAG_NAME, "td")] for r in rows(page))][-1] == [
         "15", "todos", "10", "dispatch"]
     # What was appended from the stream is what the server recorded.
-    recorded = api(base, "GET", f"/v1/sessions/{sid}/recording", token)
+    # The server sends most of them as patches (recording format 2); the page holds whole states.
+    recorded = whole_states(api(base, "GET", f"/v1/sessions/{sid}/recording", token))
     assert page.execute_script("return window.devtools.recording.changes") == recorded["changes"]
     page.execute_script("window.scrollTo(0, 0)")
     screenshot(page, "devtools.png")
     assert severe_console_errors(page) == []
+
+
+def whole_states(recording):
+    """The recording with each change's `patch` (RFC 6902: add, remove, replace, which is what
+    the server writes) applied to the feature's previous state and replaced by `state`: the
+    test's own applier, not client.js's."""
+    def parts(path):
+        return [part.replace("~1", "/").replace("~0", "~") for part in path.split("/")[1:]]
+
+    def apply(document, patch):
+        document = copy.deepcopy(document)
+        for operation in patch:
+            if operation["path"] == "":
+                document = copy.deepcopy(operation["value"])
+                continue
+            *parents, last = parts(operation["path"])
+            target = document
+            for part in parents:
+                target = target[int(part)] if isinstance(target, list) else target[part]
+            if isinstance(target, list):
+                index = len(target) if last == "-" else int(last)
+                if operation["op"] == "add":
+                    target.insert(index, operation["value"])
+                elif operation["op"] == "remove":
+                    del target[index]
+                else:
+                    target[index] = operation["value"]
+            elif operation["op"] == "remove":
+                del target[last]
+            else:
+                target[last] = operation["value"]
+        return document
+
+    current = {start["name"]: start["state"] for start in recording["features"]}
+    for change in recording["changes"]:
+        if "patch" in change:
+            change["state"] = apply(current[change["feature"]], change.pop("patch"))
+        current[change["feature"]] = change["state"]
+    return recording
