@@ -25,25 +25,41 @@ struct ShutdownTests {
         }
     }
 
-    @Test("stop with a slow pending answer: the client gets 503 and the late answer resumes nothing")
-    func stopWithPendingAnswer() async throws {
+    /// A server on a free port with one `GET /slow` in progress (suspended until `releaseNow`
+    /// yields), and the connection that sent it.
+    static func slowRequestPending(threads: Int) async throws -> (
+        server: HTTPServer, responder: SlowResponder, releaseNow: AsyncStream<Void>.Continuation, port: Int,
+        connection: HTTPConnection
+    ) {
         let (release, releaseNow) = AsyncStream<Void>.makeStream()
         let responder = SlowResponder(release: release)
         var configuration = HTTPServer.Configuration()
         configuration.port = 0
-        configuration.threads = 1
+        configuration.threads = threads
         configuration.heartbeat = nil
         let server = HTTPServer(configuration: configuration, responder: responder)
         let port = try server.start()
-
         let connection = try await HTTPConnection.open(port: port)
-        defer { connection.close() }
         try await connection.send(Array("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
-        let deadline = ContinuousClock.now + .seconds(10)
-        while server.suspendedRequestCount == 0 {
-            try #require(ContinuousClock.now < deadline, "the request was never suspended")
+        try await waitUntil(ContinuousClock.now + .seconds(10), "the request was never suspended") { server.suspendedRequestCount > 0 }
+        return (server, responder, releaseNow, port, connection)
+    }
+
+    /// Polls `condition` until it holds; fails the test at `deadline`.
+    static func waitUntil(
+        _ deadline: ContinuousClock.Instant, _ failure: Comment, _ condition: () -> Bool
+    ) async throws {
+        while !condition() {
+            try #require(ContinuousClock.now < deadline, failure)
             try await Task.sleep(for: .milliseconds(5))
         }
+    }
+
+    @Test("stop with a slow pending answer: the client gets 503 and the late answer resumes nothing")
+    func stopWithPendingAnswer() async throws {
+        let (server, responder, releaseNow, _, connection) = try await Self.slowRequestPending(threads: 1)
+        defer { connection.close() }
+        let deadline = ContinuousClock.now + .seconds(10)
 
         await server.stop(grace: .milliseconds(50))
         #expect(server.suspendedRequestCount == 0)
@@ -54,10 +70,7 @@ struct ShutdownTests {
         // The late answer arrives after the daemon is gone: it must not touch the connection.
         releaseNow.yield()
         releaseNow.finish()
-        while !responder.finished.withLock({ $0 }) {
-            try #require(ContinuousClock.now < deadline, "the slow answer never finished")
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await Self.waitUntil(deadline, "the slow answer never finished") { responder.finished.withLock { $0 } }
         #expect(server.suspendedRequestCount == 0)
     }
 
@@ -66,30 +79,13 @@ struct ShutdownTests {
     /// closed at once, without a reply, while the stop still waits for a request in progress.
     @Test("while stopping: a new connection is closed without a reply; the stop ends")
     func newConnectionWhileStopping() async throws {
-        let (release, releaseNow) = AsyncStream<Void>.makeStream()
-        let responder = SlowResponder(release: release)
-        var configuration = HTTPServer.Configuration()
-        configuration.port = 0
-        configuration.threads = 2
-        configuration.heartbeat = nil
-        let server = HTTPServer(configuration: configuration, responder: responder)
-        let port = try server.start()
-
         // A request that keeps the stop in its grace period until it is released.
-        let pending = try await HTTPConnection.open(port: port)
+        let (server, _, releaseNow, port, pending) = try await Self.slowRequestPending(threads: 2)
         defer { pending.close() }
-        try await pending.send(Array("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         let deadline = ContinuousClock.now + .seconds(10)
-        while server.suspendedRequestCount == 0 {
-            try #require(ContinuousClock.now < deadline, "the request was never suspended")
-            try await Task.sleep(for: .milliseconds(5))
-        }
 
         let stopped = Task { await server.stop(grace: .seconds(10)) }
-        while server.accepting.load(ordering: .sequentiallyConsistent) {
-            try #require(ContinuousClock.now < deadline, "the stop never began")
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        try await Self.waitUntil(deadline, "the stop never began") { !server.accepting.load(ordering: .sequentiallyConsistent) }
         // (Nothing sent on it: bytes the server never read would turn its close into a reset.)
         let late = try await HTTPConnection.open(port: port)
         defer { late.close() }
