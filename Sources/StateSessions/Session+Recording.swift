@@ -182,26 +182,6 @@ extension Session {
         }
         return RecordingExport(head: Recording.head(server: server, features: starts), source: .held(steps))
     }
-
-    /// The whole recording in memory (for tests and small sessions; the route streams it).
-    public func recording(server: String) async throws(SessionFailure) -> Recording {
-        let export = try await recordingExport(server: server)
-        let collected = Collected()
-        await export.writeChanges(maxBytes: .max) { bytes in
-            collected.bytes += bytes
-            return true
-        }
-        do throws(Recording.Unreadable) {
-            return try Recording(json: collected.bytes)
-        } catch {
-            throw .storage(StorageError(.unusable, "the exported recording does not read back: \(error)"))
-        }
-    }
-}
-
-/// Bytes gathered by a local writer (not shared across tasks).
-private final class Collected: @unchecked Sendable {
-    var bytes: [UInt8] = []
 }
 
 /// What an import did (``Session/importRecording(_:asRecorded:workWait:)``).
