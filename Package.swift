@@ -44,6 +44,10 @@ let package = Package(
         // Several nodes: forwarding a request to the node that owns its session.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Bearer JWTs from an app's backend (auth.jwtSecret / auth.jwtPublicKey), on swift-crypto
+        // and swift-certificates, which the graph already has (postgres-nio, async-http-client).
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
@@ -147,6 +151,7 @@ let package = Package(
             dependencies: [
                 "StateStore", "StateSessions", "StatePersistence", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             resources: [
                 .embedInCode("Resources/index.html"),
@@ -245,7 +250,13 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "TestSupport"],
+            dependencies: [
+                "state-server", "TestSupport",
+                // The app's backend in the JWT tests: signs HS256, ES256 and RS256 tokens.
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
             swiftSettings: strictSettings
         ),
     ]

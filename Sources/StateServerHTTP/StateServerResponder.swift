@@ -26,6 +26,10 @@ public struct RouteSettings: Sendable {
     /// Several nodes: the cluster secret that authenticates forwarded requests
     /// (`cluster.secret`); nil: no request counts as forwarded.
     public var peers: PeerAuthentication?
+    /// Bearer JWTs from the app's backend (`auth.jwtSecret` / `auth.jwtPublicKey`); nil: none.
+    public var jwt: JWTVerifier?
+    /// `auth.createSessions: jwt`: `POST /v1/sessions` needs a JWT with scope `create`.
+    public var sessionsNeedJWT = false
 
     public init() {}
 }
@@ -43,6 +47,9 @@ public final class StateServerResponder: HTTPResponder {
     let log: APIErrorLog
     /// Event streams open on this server: the one count (admission and the metric).
     let openStreams = Atomic<Int>(0)
+    /// Event streams opened with a minted token, by session and token id: closed when the
+    /// token is revoked.
+    let streamsByToken = StreamsByToken()
     let featuresBody: [UInt8]
     let featuresTag: String
     let metrics: (@Sendable () -> [UInt8])?
@@ -78,7 +85,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

@@ -160,11 +160,11 @@ public final class SessionManager: Sendable {
     }
 
     private func makeSession(
-        id: String, tokenHash: [UInt8], startSeq: Int = 0, recent: [(seq: Int, feature: String, data: [UInt8])] = [],
-        lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
+        id: String, tokenHash: [UInt8], grants: [StoredGrant] = [], startSeq: Int = 0,
+        recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
     ) -> Session {
         Session(
-            id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
+            id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
             replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
     }
@@ -248,8 +248,14 @@ public final class SessionManager: Sendable {
         guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
-            guard let stored = try await storage.session(id: id),
-                admin || Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
+            guard let stored = try await storage.session(id: id) else { return nil }
+            // The owner's token, or a live token minted for the session.
+            let grants = try await storage.grants(session: id)
+            let hash = SHA256.hash(token)
+            let now = WallClock.now
+            guard
+                admin || Session.constantTimeEqual(hash, stored.tokenHash)
+                    || grants.contains(where: { $0.tokenHash == hash && ($0.expiresAt ?? .max) > now })
             else { return nil }
             var ownerEpoch: Int64 = 0
             if let ownership = activeOwnership {
@@ -264,7 +270,7 @@ public final class SessionManager: Sendable {
             // from one of them (``Session/backfill(after:)``): loading costs no replay buffer.
             let lastSeq = try await storage.lastSeq(session: id)
             let fresh = makeSession(
-                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt,
+                id: id, tokenHash: stored.tokenHash, grants: grants, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt,
                 ownerEpoch: ownerEpoch)
             let session = sessions.withLock { table -> Session? in
                 if let existing = table.byID[id] { return existing }
