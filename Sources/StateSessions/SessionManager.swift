@@ -201,6 +201,15 @@ public final class SessionManager: Sendable {
         return session
     }
 
+    /// The in-memory session with this id and what `token` may do on it (the owner's token or a
+    /// live minted one); nil as for ``session(id:token:admin:)``. The token is hashed once.
+    public func authorized(id: String, token: String) -> (session: Session, grant: Grant)? {
+        guard let found = sessions.withLock({ $0.byID[id] }), let grant = found.grant(for: token),
+            let session = session(id: id, token: token, admin: true)
+        else { return nil }
+        return (session, grant)
+    }
+
     /// Sessions with an id after `id` (byte order), at most `limit`, with their last activity
     /// (milliseconds since 1970): from storage when there is one (every node's), else from
     /// memory. The admin's list.

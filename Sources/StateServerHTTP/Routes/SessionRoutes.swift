@@ -92,8 +92,10 @@ extension StateServerResponder {
             }
         }
         let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
-        if let session = sessions.session(id: id, token: token, admin: admin) {
-            guard let grant = admin ? Self.serverAdmin : session.grant(for: token) else { throw .sessionNotFound }
+        let found = admin
+            ? sessions.session(id: id, token: token, admin: true).map { ($0, Self.serverAdmin) }
+            : sessions.authorized(id: id, token: token)
+        if let (session, grant) = found {
             try Self.require(scope, of: grant)
             if tooLarge { throw .tooLarge(limit) }
             return try handingOver(session, request, body(session, grant))
