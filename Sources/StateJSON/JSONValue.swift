@@ -43,6 +43,23 @@ public enum JSONValue: Sendable, Equatable, Codable {
         }
     }
 
+    /// Numbers compare by value, as RFC 6902's `test` does: `.int(2) == .double(2.0)`. The parser
+    /// keeps a fraction that rounds to a whole number (`1.9999999999999999`) or to zero (`1e-400`)
+    /// as a double, which is written `2` or `0` and parsed back as an integer: the same number.
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.int(let a), .int(let b)): a == b
+        case (.double(let a), .double(let b)): a == b
+        case (.int(let a), .double(let b)), (.double(let b), .int(let a)): Int64(exactly: b) == a
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)): a == b
+        default: false
+        }
+    }
+
     /// The value of `key` when this is an object.
     public subscript(key: String) -> JSONValue? {
         if case .object(let fields) = self { return fields[key] }
@@ -82,7 +99,8 @@ extension JSONValue {
             // numbers cannot come from JSONParser.
             // As JSONEncoder writes them: "1" rather than "1.0".
             var text = value.isFinite ? "\(value)" : "null"
-            if text.hasSuffix(".0") { text.removeLast(2) }
+            // Negative zero keeps its ".0": "-0" would parse back as the integer 0, signless.
+            if text.hasSuffix(".0"), text != "-0.0" { text.removeLast(2) }
             out.append(contentsOf: Array(text.utf8))
         case .string(let value): JSONCoding.appendString(value, to: &out)
         case .array(let items):
