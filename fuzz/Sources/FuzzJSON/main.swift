@@ -25,6 +25,9 @@ public func fuzzJSON(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     }
     expect(reparsed == value, "round trip changed the value: \(show(bytes)) -> \(show(written)) -> \(show(reparsed))")
     expect(reparsed.bytes == written, "canonical form not stable: \(show(written)) -> \(show(reparsed.bytes))")
+    // Measuring without writing agrees with writing (the bounds of JSON Patch and recordings).
+    expect(value.encodedCount(atMost: written.count) == written.count, "encodedCount is not \(written.count) for \(show(written))")
+    expect(value.encodedCount(atMost: written.count - 1) == nil, "encodedCount fits \(show(written)) in fewer bytes")
     // The Codable path (JSONValueEncoder/Decoder) agrees with the direct writer and parser.
     do {
         let encoded = try JSONValueEncoder.encodeToBytes(value)

@@ -51,6 +51,12 @@ public func fuzzPatch(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
             expect(document == a, "a refused patch \(show(candidate)) changed the document to \(show(document))")
             applied = false
         }
+        // A patch adds at most its own bytes and what its copies carry, and nests no deeper
+        // than the parser reads: writing the result is bounded by the input.
+        let bound = a.bytes.count + candidate.bytes.count + JSONPatch.defaultMaxCopiedBytes
+        guard document.encodedCount(atMost: bound) != nil else {
+            finding("\(show(candidate)) applied to \(show(a)) made a document over \(bound) bytes or 512 levels")
+        }
         let written = document.bytes
         do {
             let result = try JSONPatch.apply(patch: candidate.bytes, to: a.bytes)
