@@ -126,8 +126,9 @@ struct FuzzFindingTests {
     @Test func aRecordingWhosePatchesCopyTheStateIsUnreadableAtOnce() throws {
         let copies = (0..<40).map { #"{"op":"copy","from":"","path":"/k\#($0)"}"# }.joined(separator: ",")
         let recording = try Self.notesRecording(["[" + copies + "]"])
+        let registry = try Self.notesRegistry()
         do {
-            _ = try recording.replay(with: Self.notesRegistry())
+            _ = try recording.replay(with: registry)
             Issue.record("replayed")
         } catch {
             #expect(error.description.contains("changes[0].patch does not apply"), "\(error)")
@@ -138,13 +139,14 @@ struct FuzzFindingTests {
         // Each step adds 40 bytes: the fifth state is over 200; replaying stored it without a look.
         let add = #"[{"op":"add","path":"/notes/-","value":"0123456789012345678901234567890123456"}]"#
         let recording = try Self.notesRecording(Array(repeating: add, count: 6))
+        let registry = try Self.notesRegistry()
         do {
-            _ = try recording.replay(with: Self.notesRegistry())
+            _ = try recording.replay(with: registry)
             Issue.record("replayed")
         } catch {
             #expect(error.description == "changes[4] leads to a state of notes larger than its limit of 200 bytes", "\(error)")
         }
-        #expect(try Self.notesRecording(Array(repeating: add, count: 4)).replay(with: Self.notesRegistry()) == nil)
+        #expect(try Self.notesRecording(Array(repeating: add, count: 4)).replay(with: registry) == nil)
     }
 
     @Test(arguments: [
