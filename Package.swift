@@ -84,9 +84,10 @@ let package = Package(
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
         ),
+        // Also checks TLS certificates and keys with GnuTLS (libmicrohttpd's own TLS library).
         .target(
             name: "CMicroHTTPDShim",
-            dependencies: ["CMicroHTTPD"]
+            dependencies: ["CMicroHTTPD", "CGnuTLS"]
         ),
         .target(
             name: "MicroHTTP",
@@ -103,7 +104,8 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // SHA-256 for token hashes, from the GnuTLS that libmicrohttpd already links.
+        // SHA-256 for token hashes, from the GnuTLS that libmicrohttpd already links; the
+        // healthcheck's HTTPS client and the shim's certificate checks.
         .systemLibrary(
             name: "CGnuTLS",
             pkgConfig: "gnutls",
@@ -165,7 +167,7 @@ let package = Package(
         .executableTarget(
             name: "state-server",
             dependencies: [
-                "CTerminationSignals", "CAllocator",
+                "CTerminationSignals", "CAllocator", "CGnuTLS",
                 "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
