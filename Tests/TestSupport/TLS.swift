@@ -25,7 +25,7 @@ package struct TestCertificate: Sendable {
 
     package static func make(in directory: TemporaryDirectory, name: String = "server") async throws -> TestCertificate {
         let certificate = TestCertificate(certificatePath: directory.path("\(name).crt.pem"), keyPath: directory.path("\(name).key.pem"))
-        try await onThread {
+        _ = try await onThread {
             try runTool(
                 "openssl",
                 [
@@ -103,11 +103,11 @@ package final class StreamingProcess: @unchecked Sendable {
         process.standardError = stderr
         input = stdin.fileHandleForWriting
         try process.run()
-        let output = self.output
+        // The drain threads hold the object until the pipes end (the process exits).
         OutputCollector.drain(
-            stdout.fileHandleForReading, into: { bytes in output.withLock { $0.bytes += bytes } },
-            atEnd: { output.withLock { $0.ended = true } })
-        OutputCollector.drain(stderr.fileHandleForReading, into: { bytes in output.withLock { $0.stderr += bytes } }, atEnd: {})
+            stdout.fileHandleForReading, into: { bytes in self.output.withLock { $0.bytes += bytes } },
+            atEnd: { self.output.withLock { $0.ended = true } })
+        OutputCollector.drain(stderr.fileHandleForReading, into: { bytes in self.output.withLock { $0.stderr += bytes } }, atEnd: {})
     }
 
     package var stderrText: String { output.withLock { String(decoding: $0.stderr, as: UTF8.self) } }
@@ -181,7 +181,8 @@ package struct CurlTransport: HTTPTransport {
         if body != nil { arguments += ["--data-binary", "@-"] }
         arguments.append(baseURL + target)
         let input = body ?? []
-        let output = try await onThread { try runTool("curl", arguments, input: input, timeout: timeout + .seconds(5)) }
+        let command = arguments
+        let output = try await onThread { try runTool("curl", command, input: input, timeout: timeout + .seconds(5)) }
         let (head, rest) = try Self.parseHead(output)
         return HTTPResponse(head: head, body: rest)
     }
