@@ -44,6 +44,9 @@ let package = Package(
         // Several nodes: forwarding a request to the node that owns its session.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Already in the graph through async-http-client: the certificates nodes trust for each
+        // other's https:// URLs (cluster.caFile).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
@@ -179,6 +182,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strictSettings
         ),

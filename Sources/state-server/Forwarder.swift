@@ -5,6 +5,7 @@ import MicroHTTP
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import ServiceLifecycle
 import StateServerHTTP
 
@@ -43,9 +44,11 @@ final class Forwarder: RequestForwarder {
     static let requestConnections = 64
 
     /// - Parameter streamLimit: `streams.total`: the most event streams this node relays at once.
+    /// - Parameter trust: certificates trusted, besides the system's CA bundle, for owners'
+    ///   `https://` URLs (`cluster.caFile`).
     init(
         epoch: @escaping @Sendable () -> Int64, peers: PeerAuthentication, lease: Duration, streamBufferLimit: Int, streamLimit: Int,
-        logger: Logger
+        trust: [NIOSSLCertificate] = [], logger: Logger
     ) {
         self.peers = peers
         replyTimeout = .nanoseconds(lease.components.seconds * 1_000_000_000 + lease.components.attoseconds / 1_000_000_000)
@@ -55,6 +58,13 @@ final class Forwarder: RequestForwarder {
                 timeout: .init(connect: .seconds(1), read: nil),
                 decompression: .disabled)
             configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = connections
+            if !trust.isEmpty {
+                // Full verification (chain and host name) still; these roots are added to the
+                // system's.
+                var tls = TLSConfiguration.makeClientConfiguration()
+                tls.additionalTrustRoots = [.certificates(trust)]
+                configuration.tlsConfiguration = tls
+            }
             return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
         }
         client = makeClient(connections: Self.requestConnections)
@@ -160,6 +170,10 @@ final class Forwarder: RequestForwarder {
     /// came free in the pool in time (the request waited in the pool's queue, unsent).
     static func neverSent(_ error: any Error) -> Bool {
         if error is NIOConnectionError { return true }
+        // A TLS handshake that failed (an owner's certificate this node does not trust, or that
+        // does not name the host of its URL): the request was never sent.
+        if case NIOSSLError.handshakeFailed = error { return true }
+        if error is NIOSSLExtraError { return true }
         if let error = error as? HTTPClientError, error == .connectTimeout || error == .getConnectionFromPoolTimeout { return true }
         if let error = error as? IOError, error.errnoCode == ECONNREFUSED { return true }
         let text = String(describing: error)

@@ -92,6 +92,7 @@ struct StateServerCommand: AsyncParsableCommand {
         // The certificate and key are read and checked here, before anything else starts.
         do {
             fitted.http.server.tls = try settings.tls.load()
+            fitted.tls.clusterTrust = try settings.tls.loadClusterTrust()
         } catch {
             throw ValidationError("\(error)")
         }
@@ -226,7 +227,7 @@ struct Server {
             peers.map { peers in
             Forwarder(
                 epoch: { ownership.epoch }, peers: peers, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit,
-                streamLimit: settings.http.routes.maxStreams, logger: logger)
+                streamLimit: settings.http.routes.maxStreams, trust: settings.tls.clusterTrust, logger: logger)
             }
         }
         let application = makeApplication(

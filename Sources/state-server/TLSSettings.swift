@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MicroHTTP
+import NIOSSL
 
 /// HTTPS served by the server itself (libmicrohttpd's GnuTLS), instead of behind a proxy that
 /// terminates TLS. Both files or neither; with them the port speaks HTTPS only.
@@ -10,6 +11,7 @@ import MicroHTTP
 /// | `tls.cert` | path of a PEM file: the certificate, then any intermediates | `""` (plain HTTP) |
 /// | `tls.key` | path of a PEM file: its private key, unencrypted | `""` |
 /// | `tls.priorities` | GnuTLS priority string (protocol versions, ciphers) | `NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2` |
+/// | `cluster.caFile` | path of a PEM file: certificates trusted, besides the system's, for other nodes' `https://` URLs | `""` |
 ///
 /// The files are read once, at start (a renewed certificate needs a restart). An encrypted key
 /// is refused: it would need a passphrase at every start; file permissions protect it instead.
@@ -21,12 +23,20 @@ struct TLSSettings: Sendable {
     static let priorities = Setting(
         "tls.priorities", default: "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2", "GnuTLS priority string")
 
+    /// Several nodes serving HTTPS: the CA certificates (or the nodes' own self-signed ones) a
+    /// node trusts, besides the system's CA bundle, when it forwards to another node's
+    /// `https://` advertised URL.
+    static let clusterCAFile = Setting("cluster.caFile", default: "", "CA PEM file for peers' https URLs")
+
     /// A PEM file larger than this is not a certificate chain or a key.
     static let fileLimit = 1 << 20
 
     var certificatePath: String
     var keyPath: String
     var priorities: String
+    var clusterCAFilePath: String
+    /// The certificates of `cluster.caFile`, read at start (``loadClusterTrust()``).
+    var clusterTrust: [NIOSSLCertificate] = []
 
     /// Whether the server speaks HTTPS.
     var isEnabled: Bool { !certificatePath.isEmpty }
@@ -35,6 +45,7 @@ struct TLSSettings: Sendable {
         certificatePath = try read(Self.certificate)
         keyPath = try read(Self.key)
         priorities = try read(Self.priorities)
+        clusterCAFilePath = try read(Self.clusterCAFile)
         if certificatePath.isEmpty != keyPath.isEmpty {
             let (missing, given) = certificatePath.isEmpty ? (Self.certificate.key, Self.key.key) : (Self.key.key, Self.certificate.key)
             throw SettingsError.notAllowed(
@@ -62,6 +73,22 @@ struct TLSSettings: Sendable {
             case .library: throw TLSSettingsError(setting: nil, path: nil, problem: error.reason)
             }
         }
+    }
+
+    /// The certificates of `cluster.caFile` (none when it is empty), or why it cannot be used.
+    func loadClusterTrust() throws(TLSSettingsError) -> [NIOSSLCertificate] {
+        guard !clusterCAFilePath.isEmpty else { return [] }
+        let bytes = try Self.read(clusterCAFilePath, setting: Self.clusterCAFile.key)
+        let certificates: [NIOSSLCertificate]
+        do {
+            certificates = try NIOSSLCertificate.fromPEMBytes(bytes)
+        } catch {
+            throw TLSSettingsError(setting: Self.clusterCAFile.key, path: clusterCAFilePath, problem: "not PEM certificates: \(error)")
+        }
+        guard !certificates.isEmpty else {
+            throw TLSSettingsError(setting: Self.clusterCAFile.key, path: clusterCAFilePath, problem: "no PEM certificate in it")
+        }
+        return certificates
     }
 
     /// The bytes of a PEM file, or why not.
