@@ -58,13 +58,16 @@ final class Forwarder: RequestForwarder {
                 timeout: .init(connect: .seconds(1), read: nil),
                 decompression: .disabled)
             configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = connections
-            if !trust.isEmpty {
-                // Full verification (chain and host name) still; these roots are added to the
-                // system's.
-                var tls = TLSConfiguration.makeClientConfiguration()
-                tls.additionalTrustRoots = [.certificates(trust)]
-                configuration.tlsConfiguration = tls
-            }
+            // For owners' https:// URLs: full verification (chain and host name), against the
+            // system's roots plus `trust`. A connection this node closes does not wait for the
+            // owner's close_notify (swift-nio-ssl waits 5 s by default): libmicrohttpd does not
+            // read a suspended event stream's connection, so a relayed stream the client left
+            // held its connection, and the owner's stream, 5 s longer, and a node with one
+            // could not stop within 5 s.
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = trust.isEmpty ? [] : [.certificates(trust)]
+            tls.shutdownTimeout = .milliseconds(100)
+            configuration.tlsConfiguration = tls
             return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
         }
         client = makeClient(connections: Self.requestConnections)
