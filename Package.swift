@@ -48,6 +48,9 @@ let package = Package(
         // and swift-certificates, which the graph already has (postgres-nio, async-http-client).
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // Already in the graph through async-http-client: the certificates nodes trust for each
+        // other's https:// URLs (cluster.caFile).
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // Already in the graph through swift-configuration's YAML trait; DeploymentTests read deploy/*.yaml.
         .package(url: "https://github.com/jpsim/Yams", "5.4.0"..<"7.0.0"),
     ],
@@ -88,9 +91,10 @@ let package = Package(
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
         ),
+        // Also checks TLS certificates and keys with GnuTLS (libmicrohttpd's own TLS library).
         .target(
             name: "CMicroHTTPDShim",
-            dependencies: ["CMicroHTTPD"]
+            dependencies: ["CMicroHTTPD", "CGnuTLS"]
         ),
         .target(
             name: "MicroHTTP",
@@ -107,7 +111,8 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // SHA-256 for token hashes, from the GnuTLS that libmicrohttpd already links.
+        // SHA-256 for token hashes, from the GnuTLS that libmicrohttpd already links; the
+        // healthcheck's HTTPS client and the shim's certificate checks.
         .systemLibrary(
             name: "CGnuTLS",
             pkgConfig: "gnutls",
@@ -170,7 +175,7 @@ let package = Package(
         .executableTarget(
             name: "state-server",
             dependencies: [
-                "CTerminationSignals", "CAllocator",
+                "CTerminationSignals", "CAllocator", "CGnuTLS",
                 "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -182,6 +187,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strictSettings
         ),

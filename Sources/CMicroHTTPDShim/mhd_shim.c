@@ -1,6 +1,8 @@
 #include "mhd_shim.h"
 
 #include <errno.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -96,6 +98,93 @@ void ss_panic(void *cls, const char *file, unsigned int line, const char *reason
     abort();
 }
 
+int ss_tls_check(const char *certificate, const char *key, const char *priorities, ss_tls_facts *facts, char *error,
+                 size_t error_size) {
+    memset(facts, 0, sizeof *facts);
+    facts->not_before = -1;
+    facts->not_after = -1;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(error, error_size, "this libmicrohttpd is built without HTTPS support (MHD_FEATURE_TLS); "
+                                    "serve plain HTTP behind a proxy that terminates TLS");
+        return -1;
+    }
+    if (certificate == NULL || key == NULL) {
+        snprintf(error, error_size, "TLS needs both a certificate and a key");
+        return -1;
+    }
+    /* An encrypted key would need a passphrase at every start: refused, by its PEM header
+       (PKCS#8 "ENCRYPTED PRIVATE KEY", or the legacy "Proc-Type: 4,ENCRYPTED"). */
+    if (strstr(key, "-----BEGIN ENCRYPTED PRIVATE KEY-----") != NULL || strstr(key, "Proc-Type: 4,ENCRYPTED") != NULL) {
+        snprintf(error, error_size, "key: the private key is encrypted with a passphrase; give it unencrypted "
+                                    "(e.g. `openssl pkey -in KEY -out KEY.plain`) and protect the file by its permissions");
+        return -1;
+    }
+    int result = -1;
+    gnutls_x509_crt_t *chain = NULL;
+    unsigned int chain_length = 0;
+    gnutls_x509_privkey_t private_key = NULL;
+    gnutls_certificate_credentials_t credentials = NULL;
+    gnutls_priority_t cache = NULL;
+    gnutls_datum_t certificate_text = {(unsigned char *)certificate, (unsigned int)strlen(certificate)};
+    gnutls_datum_t key_text = {(unsigned char *)key, (unsigned int)strlen(key)};
+
+    int rc = gnutls_x509_crt_list_import2(&chain, &chain_length, &certificate_text, GNUTLS_X509_FMT_PEM, 0);
+    if (rc < 0 || chain_length == 0) {
+        snprintf(error, error_size, "certificate: not a PEM X.509 certificate (\"-----BEGIN CERTIFICATE-----\"): %s",
+                 rc < 0 ? gnutls_strerror(rc) : "no certificate in it");
+        goto done;
+    }
+    facts->chain_length = chain_length;
+    facts->not_before = (int64_t)gnutls_x509_crt_get_activation_time(chain[0]);
+    facts->not_after = (int64_t)gnutls_x509_crt_get_expiration_time(chain[0]);
+
+    rc = gnutls_x509_privkey_init(&private_key);
+    if (rc >= 0) rc = gnutls_x509_privkey_import2(private_key, &key_text, GNUTLS_X509_FMT_PEM, NULL, 0);
+    if (rc < 0) {
+        snprintf(error, error_size, "key: not a PEM private key (\"-----BEGIN PRIVATE KEY-----\", RSA or EC): %s",
+                 gnutls_strerror(rc));
+        goto done;
+    }
+
+    unsigned char certificate_id[64];
+    unsigned char key_id[64];
+    size_t certificate_id_size = sizeof certificate_id;
+    size_t key_id_size = sizeof key_id;
+    if (gnutls_x509_crt_get_key_id(chain[0], GNUTLS_KEYID_USE_SHA256, certificate_id, &certificate_id_size) < 0 ||
+        gnutls_x509_privkey_get_key_id(private_key, GNUTLS_KEYID_USE_SHA256, key_id, &key_id_size) < 0 ||
+        certificate_id_size != key_id_size || memcmp(certificate_id, key_id, key_id_size) != 0) {
+        snprintf(error, error_size, "key: the private key does not belong to the certificate (the first one in its file)");
+        goto done;
+    }
+
+    if (priorities != NULL) {
+        const char *where = NULL;
+        rc = gnutls_priority_init(&cache, priorities, &where);
+        if (rc < 0) {
+            snprintf(error, error_size, "priorities: not a valid GnuTLS priority string at '%.60s': %s",
+                     where == NULL ? priorities : where, gnutls_strerror(rc));
+            goto done;
+        }
+    }
+
+    /* What libmicrohttpd itself does with the pair when it starts. */
+    rc = gnutls_certificate_allocate_credentials(&credentials);
+    if (rc >= 0) rc = gnutls_certificate_set_x509_key_mem(credentials, &certificate_text, &key_text, GNUTLS_X509_FMT_PEM);
+    if (rc < 0) {
+        snprintf(error, error_size, "GnuTLS refuses the certificate and key: %s", gnutls_strerror(rc));
+        goto done;
+    }
+    result = 0;
+
+done:
+    if (cache != NULL) gnutls_priority_deinit(cache);
+    if (credentials != NULL) gnutls_certificate_free_credentials(credentials);
+    if (private_key != NULL) gnutls_x509_privkey_deinit(private_key);
+    for (unsigned int i = 0; i < chain_length; i++) gnutls_x509_crt_deinit(chain[i]);
+    gnutls_free(chain);
+    return result;
+}
+
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AcceptPolicyCallback accept_policy, void *accept_policy_cls,
                                    MHD_AccessHandlerCallback handler, void *handler_cls,
@@ -103,6 +192,12 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    ss_uri_log_callback uri_log,
                                    char *error, size_t error_size) {
     MHD_set_panic_func(ss_panic, NULL);
+    int tls = config->tls_certificate != NULL || config->tls_key != NULL;
+    if (tls) {
+        ss_tls_facts facts;
+        if (ss_tls_check(config->tls_certificate, config->tls_key, config->tls_priorities, &facts, error, error_size) != 0)
+            return NULL;
+    }
     struct addrinfo hints;
     struct addrinfo *found = NULL;
     memset(&hints, 0, sizeof hints);
@@ -117,6 +212,7 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     struct sockaddr_storage address;
     memset(&address, 0, sizeof address);
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
+    if (tls) flags |= MHD_USE_TLS;
     if (found->ai_family == AF_INET6) {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&address;
         memcpy(in6, found->ai_addr, sizeof *in6);
@@ -129,7 +225,8 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     }
     freeaddrinfo(found);
 
-    struct MHD_OptionItem options[] = {
+    /* Room for the optional entries at the end: address reuse, thread pool, TLS (3), END. */
+    struct MHD_OptionItem options[16] = {
         {MHD_OPTION_SOCK_ADDR, 0, &address},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls},
         {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)config->connection_limit, NULL},
@@ -137,12 +234,10 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)config->connection_memory_limit, NULL},
         {MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)ss_unescape, NULL},
         {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)ss_uri_log, (void *)uri_log},
-        /* The last two entries are optional: END when not wanted. Without
-           LISTENING_ADDRESS_REUSE, libmicrohttpd sets only SO_REUSEADDR, so a port another
-           process listens on makes the start fail. */
+        /* Optional: overwritten when not wanted. Without LISTENING_ADDRESS_REUSE,
+           libmicrohttpd sets only SO_REUSEADDR, so a port another process listens on makes the
+           start fail. */
         {MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL},
-        {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)(config->thread_pool_size > 1 ? config->thread_pool_size : 0), NULL},
-        {MHD_OPTION_END, 0, NULL},
     };
     size_t next = 7;
     if (config->reuse_port) next++;
@@ -151,6 +246,13 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
         options[next].value = (intptr_t)config->thread_pool_size;
         options[next].ptr_value = NULL;
         next++;
+    }
+    if (tls) {
+        /* Read (and copied into GnuTLS's credentials) while the daemon starts, not after. */
+        options[next++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)config->tls_certificate};
+        options[next++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key};
+        if (config->tls_priorities != NULL)
+            options[next++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)config->tls_priorities};
     }
     options[next].option = MHD_OPTION_END;
     options[next].value = 0;

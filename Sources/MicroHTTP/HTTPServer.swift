@@ -35,6 +35,8 @@ public final class HTTPServer: Sendable {
         /// before the stream ends and before the server stops listening (`nil`: the streams
         /// just end). Telling a client why lets it reconnect at once rather than guess.
         public var shutdownBytes: [UInt8]?
+        /// HTTPS only, served by libmicrohttpd (GnuTLS); `nil`: plain HTTP.
+        public var tls: TLS?
 
         public init() {}
     }
@@ -82,18 +84,23 @@ public final class HTTPServer: Sendable {
         }
         let threads = configuration.threads > 0 ? configuration.threads : ProcessInfo.processInfo.activeProcessorCount
         var errorText = [CChar](repeating: 0, count: 256)
-        let daemon: OpaquePointer? = configuration.host.withCString { host in
-            var config = ss_daemon_config(
-                host: host, port: UInt16(configuration.port),
-                thread_pool_size: UInt32(max(1, threads)),
-                connection_limit: UInt32(max(1, configuration.connectionLimit)),
-                connection_timeout: UInt32(max(0, configuration.connectionTimeout)),
-                connection_memory_limit: max(4096, configuration.connectionMemoryLimit),
-                reuse_port: configuration.reusePort ? 1 : 0)
-            let me = Unmanaged.passUnretained(self).toOpaque()
-            return ss_start_daemon(
-                &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
+        let start = { (certificate: UnsafePointer<CChar>?, key: UnsafePointer<CChar>?, priorities: UnsafePointer<CChar>?) in
+            self.configuration.host.withCString { host in
+                var config = ss_daemon_config(
+                    host: host, port: UInt16(self.configuration.port),
+                    thread_pool_size: UInt32(max(1, threads)),
+                    connection_limit: UInt32(max(1, self.configuration.connectionLimit)),
+                    connection_timeout: UInt32(max(0, self.configuration.connectionTimeout)),
+                    connection_memory_limit: max(4096, self.configuration.connectionMemoryLimit),
+                    reuse_port: self.configuration.reusePort ? 1 : 0,
+                    tls_certificate: certificate, tls_key: key, tls_priorities: priorities)
+                let me = Unmanaged.passUnretained(self).toOpaque()
+                return ss_start_daemon(
+                    &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
+            }
         }
+        // The PEM texts are read (into GnuTLS's credentials) while the daemon starts, not after.
+        let daemon: OpaquePointer? = configuration.tls.map { $0.withPointers(start) } ?? start(nil, nil, nil)
         guard let daemon else {
             throw StartError(description: String(decoding: errorText.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }

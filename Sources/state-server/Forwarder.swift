@@ -5,6 +5,7 @@ import MicroHTTP
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import ServiceLifecycle
 import StateServerHTTP
 
@@ -43,9 +44,11 @@ final class Forwarder: RequestForwarder {
     static let requestConnections = 64
 
     /// - Parameter streamLimit: `streams.total`: the most event streams this node relays at once.
+    /// - Parameter trust: certificates trusted, besides the system's CA bundle, for owners'
+    ///   `https://` URLs (`cluster.caFile`).
     init(
         epoch: @escaping @Sendable () -> Int64, peers: PeerAuthentication, lease: Duration, streamBufferLimit: Int, streamLimit: Int,
-        logger: Logger
+        trust: [NIOSSLCertificate] = [], logger: Logger
     ) {
         self.peers = peers
         replyTimeout = .nanoseconds(lease.components.seconds * 1_000_000_000 + lease.components.attoseconds / 1_000_000_000)
@@ -55,6 +58,16 @@ final class Forwarder: RequestForwarder {
                 timeout: .init(connect: .seconds(1), read: nil),
                 decompression: .disabled)
             configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = connections
+            // For owners' https:// URLs: full verification (chain and host name), against the
+            // system's roots plus `trust`. A connection this node closes does not wait for the
+            // owner's close_notify (swift-nio-ssl waits 5 s by default): libmicrohttpd does not
+            // read a suspended event stream's connection, so a relayed stream the client left
+            // held its connection, and the owner's stream, 5 s longer, and a node with one
+            // could not stop within 5 s.
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = trust.isEmpty ? [] : [.certificates(trust)]
+            tls.shutdownTimeout = .milliseconds(100)
+            configuration.tlsConfiguration = tls
             return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
         }
         client = makeClient(connections: Self.requestConnections)
@@ -160,6 +173,10 @@ final class Forwarder: RequestForwarder {
     /// came free in the pool in time (the request waited in the pool's queue, unsent).
     static func neverSent(_ error: any Error) -> Bool {
         if error is NIOConnectionError { return true }
+        // A TLS handshake that failed (an owner's certificate this node does not trust, or that
+        // does not name the host of its URL): the request was never sent.
+        if case NIOSSLError.handshakeFailed = error { return true }
+        if error is NIOSSLExtraError { return true }
         if let error = error as? HTTPClientError, error == .connectTimeout || error == .getConnectionFromPoolTimeout { return true }
         if let error = error as? IOError, error.errnoCode == ECONNREFUSED { return true }
         let text = String(describing: error)

@@ -114,9 +114,9 @@ struct HTTPService: Service, CustomStringConvertible {
             await server.stop(grace: .zero)
             throw error
         }
-        let line = "listening on http://\(settings.shownHost):\(port)\n"
-        FileHandle.standardOutput.write(Data(line.utf8))
-        logger.info("listening on http://\(settings.shownHost):\(port)", metadata: metadata)
+        let url = "\(settings.scheme)://\(settings.shownHost):\(port)"
+        FileHandle.standardOutput.write(Data("listening on \(url)\n".utf8))
+        logger.info("listening on \(url)", metadata: metadata)
         // Returns at graceful shutdown, or throws if the group is cancelled: stop either way.
         try? await gracefulShutdown()
         await server.stop(grace: grace)

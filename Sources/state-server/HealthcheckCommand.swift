@@ -11,7 +11,8 @@ import Darwin
 /// host and port the settings give (the same flags, environment and config file as the server
 /// reads, so `STATE_SERVER_PORT` in a container is followed) — and exits 0 when it answers 200,
 /// 1 otherwise. The Docker image's HEALTHCHECK and deploy/compose.yaml use it, so the runtime
-/// image needs no curl.
+/// image needs no curl. With `tls.cert` set it speaks HTTPS and accepts only the certificate in
+/// that file (HealthProbe+TLS.swift).
 struct HealthcheckCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "healthcheck",
@@ -20,7 +21,9 @@ struct HealthcheckCommand: AsyncParsableCommand {
             The host and port come from the same places as the server's: the server's --host, \
             --port and --config (`state-server healthcheck --port 9000`), STATE_SERVER_HOST and \
             STATE_SERVER_PORT, the file given by --config or STATE_SERVER_CONFIG. A wildcard host \
-            (0.0.0.0, ::) is asked on loopback.
+            (0.0.0.0, ::) is asked on loopback. When the server serves HTTPS (tls.cert and tls.key, \
+            or --tls-cert and --tls-key), so does the check, and it accepts only the certificate \
+            in the tls.cert file.
             """)
 
     /// `--host`, `--port` and `--config` are the server command's own: ArgumentParser gives an
@@ -37,6 +40,8 @@ struct HealthcheckCommand: AsyncParsableCommand {
         var flags = FlagValues()
         flags.set(HTTPSettings.host, server.host)
         flags.set(HTTPSettings.port, server.port)
+        flags.set(TLSSettings.certificate, server.tlsCert)
+        flags.set(TLSSettings.key, server.tlsKey)
         let file = server.config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
         let settings: ServerSettings
         do {
@@ -48,8 +53,18 @@ struct HealthcheckCommand: AsyncParsableCommand {
         guard target.port > 0 else {
             throw ValidationError("the server's port is 0 (a free one, printed at start): give it with --port")
         }
-        let url = "http://\(target.displayHost):\(target.port)\(path)"
-        switch HealthProbe.status(of: target, path: path, timeout: timeout) {
+        var pinned: HealthProbe.PinnedCertificate?
+        if settings.tls.isEnabled {
+            do {
+                pinned = try HealthProbe.PinnedCertificate(
+                    pem: try TLSSettings.read(settings.tls.certificatePath, setting: TLSSettings.certificate.key))
+            } catch {
+                FileHandle.standardError.write(Data("healthcheck: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
+        let url = "\(pinned == nil ? "http" : "https")://\(target.displayHost):\(target.port)\(path)"
+        switch HealthProbe.status(of: target, path: path, timeout: timeout, pinned: pinned) {
         case .success(200):
             print("\(url): 200")
         case .success(let status):
@@ -85,8 +100,9 @@ enum HealthProbe {
         let message: String
     }
 
-    /// The status code of `GET path` on `target`, or why there is none.
-    static func status(of target: Target, path: String, timeout: Double) -> Result<Int, Problem> {
+    /// The status code of `GET path` on `target` (over TLS when `pinned`, accepting only that
+    /// certificate), or why there is none.
+    static func status(of target: Target, path: String, timeout: Double, pinned: PinnedCertificate? = nil) -> Result<Int, Problem> {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -114,27 +130,44 @@ enum HealthProbe {
                 problem = Problem(message: "cannot connect: \(String(cString: strerror(errno)))")
                 continue
             }
-            return exchange(fd, request: "GET \(path) HTTP/1.1\r\nHost: \(target.displayHost):\(target.port)\r\nConnection: close\r\n\r\n")
+            let request = "GET \(path) HTTP/1.1\r\nHost: \(target.displayHost):\(target.port)\r\nConnection: close\r\n\r\n"
+            if let pinned { return exchangeTLS(fd, request: request, pinned: pinned, timeout: timeout) }
+            return exchange(
+                request: request,
+                send: { bytes in
+                    let count = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+                    return count > 0 ? .success(count) : .failure(Problem(message: "cannot send: \(String(cString: strerror(errno)))"))
+                },
+                receive: { buffer in
+                    let count = recv(fd, buffer.baseAddress, buffer.count, 0)
+                    return count >= 0 ? .success(count) : .failure(Problem(message: "no reply: \(String(cString: strerror(errno)))"))
+                })
         }
         return .failure(problem)
     }
 
-    /// Sends the request and reads the status line of the reply.
-    private static func exchange(_ fd: Int32, request: String) -> Result<Int, Problem> {
+    /// Sends the request and reads the status line of the reply, through `send` and `receive`
+    /// (bytes sent or received, 0 at the end of the reply).
+    static func exchange(
+        request: String, send: (UnsafeRawBufferPointer) -> Result<Int, Problem>,
+        receive: (UnsafeMutableRawBufferPointer) -> Result<Int, Problem>
+    ) -> Result<Int, Problem> {
         let bytes = Array(request.utf8)
         var sent = 0
         while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard count > 0 else { return .failure(Problem(message: "cannot send: \(String(cString: strerror(errno)))")) }
-            sent += count
+            switch bytes[sent...].withUnsafeBytes(send) {
+            case .success(let count): sent += count
+            case .failure(let problem): return .failure(problem)
+            }
         }
         var reply: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 1024)
-        while !reply.contains(UInt8(ascii: "\n")) && reply.count < 8192 {
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count < 0 { return .failure(Problem(message: "no reply: \(String(cString: strerror(errno)))")) }
-            if count == 0 { break }
-            reply += buffer[..<count]
+        reading: while !reply.contains(UInt8(ascii: "\n")) && reply.count < 8192 {
+            switch buffer.withUnsafeMutableBytes(receive) {
+            case .failure(let problem): return .failure(problem)
+            case .success(0): break reading
+            case .success(let count): reply += buffer[..<count]
+            }
         }
         // "HTTP/1.1 200 OK"
         let line = String(decoding: reply.prefix { $0 != UInt8(ascii: "\r") && $0 != UInt8(ascii: "\n") }, as: UTF8.self)

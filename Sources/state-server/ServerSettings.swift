@@ -9,11 +9,12 @@ import StateSessions
 /// in upper snake case: `streams.bufferLimit` ↔ `STATE_SERVER_STREAMS_BUFFER_LIMIT`), the YAML
 /// file given by `--config` or `STATE_SERVER_CONFIG`, then the defaults — which
 /// `config/state-server.yaml` restates and documents. Each key is declared once, as a `Setting`
-/// of the component that uses it: `HTTPSettings`, `StorageSettings`, `SessionsSettings`,
+/// of the component that uses it: `HTTPSettings`, `TLSSettings`, `StorageSettings`, `SessionsSettings`,
 /// `SweeperSettings`, `LogSettings`, `FeatureSettings` (their doc comments list key, type and
 /// default).
 struct ServerSettings: Sendable {
     var http: HTTPSettings
+    var tls: TLSSettings
     var storage: StorageSettings
     var sessions: SessionsSettings
     var sweeper: SweeperSettings
@@ -28,6 +29,7 @@ struct ServerSettings: Sendable {
     init(_ reader: SettingsReader) throws(SettingsError) {
         var read = reader
         http = try HTTPSettings(&read)
+        tls = try TLSSettings(&read)
         storage = try StorageSettings(&read)
         sessions = try SessionsSettings(&read)
         sweeper = try SweeperSettings(&read)

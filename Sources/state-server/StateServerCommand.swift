@@ -47,6 +47,12 @@ struct StateServerCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info). Env: STATE_SERVER_LOG_LEVEL.")
     var logLevel: String?
 
+    @Option(help: "HTTPS: the certificate chain, a PEM file (with --tls-key; default none: plain HTTP). Env: STATE_SERVER_TLS_CERT.")
+    var tlsCert: String?
+
+    @Option(help: "HTTPS: the certificate's private key, an unencrypted PEM file. Env: STATE_SERVER_TLS_KEY.")
+    var tlsKey: String?
+
     @Flag(help: "Print the effective settings as JSON and exit.")
     var printConfig = false
 
@@ -57,6 +63,8 @@ struct StateServerCommand: AsyncParsableCommand {
         flags.set(HTTPSettings.host, host)
         flags.set(HTTPSettings.port, port)
         flags.set(HTTPSettings.heartbeat, heartbeat)
+        flags.set(TLSSettings.certificate, tlsCert)
+        flags.set(TLSSettings.key, tlsKey)
         if let storage {
             guard let kind = StorageKind(content: .string(storage)) else {
                 throw ValidationError("setting 'storage' must be \(StorageKind.expected); got '\(Settings.withoutPassword(storage))'")
@@ -81,6 +89,13 @@ struct StateServerCommand: AsyncParsableCommand {
         let fileLimit = FileLimit.fit(connectionLimit: settings.http.server.connectionLimit)
         var fitted = settings
         fitted.http.server.connectionLimit = fileLimit.connectionLimit
+        // The certificate and key are read and checked here, before anything else starts.
+        do {
+            fitted.http.server.tls = try settings.tls.load()
+            fitted.tls.clusterTrust = try settings.tls.loadClusterTrust()
+        } catch {
+            throw ValidationError("\(error)")
+        }
         try await Server(settings: fitted, fileLimit: fileLimit).run()
     }
 
@@ -143,6 +158,7 @@ struct Server {
         let logger = Logger(label: "state-server")
         if tuned < 0 { logger.warning("the allocator refused its settings (mallopt); running with glibc's defaults") }
         fileLimit?.log(to: logger)
+        if let tls = settings.http.server.tls { TLSSettings.logValidity(tls, logger: logger) }
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
@@ -211,7 +227,7 @@ struct Server {
             peers.map { peers in
             Forwarder(
                 epoch: { ownership.epoch }, peers: peers, lease: settings.storage.lease, streamBufferLimit: settings.http.routes.streamBufferLimit,
-                streamLimit: settings.http.routes.maxStreams, logger: logger)
+                streamLimit: settings.http.routes.maxStreams, trust: settings.tls.clusterTrust, logger: logger)
             }
         }
         let application = makeApplication(
@@ -243,7 +259,7 @@ struct Server {
                     metadata: [
                         "features": "\(registry.names.joined(separator: ","))", "version": "\(StateServerVersion.current)",
                         "storage": "\(settings.storage.kind)", "http.connectionLimit": "\(settings.http.server.connectionLimit)",
-                    ],
+                    ].merging(TLSSettings.metadata(settings.http.server.tls)) { $1 },
                     // Several nodes: serve once other nodes' changes are heard (or after a few
                     // seconds; /readyz and event streams answer 503 until then).
                     before: { await sessions.untilFollowing(atMost: .seconds(5)) },
@@ -252,7 +268,7 @@ struct Server {
                     after: { port in
                         guard let ownership else { return }
                         let url = advertised.isEmpty
-                            ? "http://\(isWildcard ? ProcessInfo.processInfo.hostName : host):\(port)" : advertised
+                            ? "\(settings.http.scheme)://\(isWildcard ? ProcessInfo.processInfo.hostName : host):\(port)" : advertised
                         do {
                             try await ownership.join(advertising: url)
                         } catch {

@@ -192,8 +192,9 @@ package final class ServerProcess: @unchecked Sendable {
         let deadline = ContinuousClock.now + timeout
         while true {
             if let line = output.firstStdoutLine {
-                let prefix = "listening on http://127.0.0.1:"
-                guard line.hasPrefix(prefix), let bound = Int(line.dropFirst(prefix.count)), bound > 0 else {
+                // https:// when the server serves TLS itself (`--tls-cert`, `--tls-key`).
+                let prefix = ["listening on http://127.0.0.1:", "listening on https://127.0.0.1:"].first { line.hasPrefix($0) } ?? ""
+                guard !prefix.isEmpty, let bound = Int(line.dropFirst(prefix.count)), bound > 0 else {
                     kill(process.processIdentifier, SIGKILL)
                     throw ServerStartError(description: "unexpected first stdout line: \(line.debugDescription)")
                 }

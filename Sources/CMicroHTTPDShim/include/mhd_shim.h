@@ -22,7 +22,34 @@ typedef struct ss_daemon_config {
     /// Nonzero: share the port with other processes (SO_REUSEPORT). Zero: a port in use is an
     /// error at start.
     int reuse_port;
+    /// TLS (HTTPS only, through libmicrohttpd's GnuTLS): the certificate chain (the server's
+    /// certificate first) and its private key, PEM text, NUL-terminated; both NULL: plain HTTP.
+    /// Checked with ss_tls_check first. Read by libmicrohttpd only while the daemon starts.
+    const char *tls_certificate;
+    const char *tls_key;
+    /// GnuTLS priority string for TLS (NULL: libmicrohttpd's default, "NORMAL").
+    const char *tls_priorities;
 } ss_daemon_config;
+
+/// What ss_tls_check learnt of the certificate it accepted.
+typedef struct ss_tls_facts {
+    /// The server certificate's validity (seconds since 1970), -1 when unknown.
+    int64_t not_before;
+    int64_t not_after;
+    /// Certificates in the chain.
+    unsigned int chain_length;
+} ss_tls_facts;
+
+/// Checks TLS settings the way ss_start_daemon uses them, so that a start fails with a reason
+/// rather than libmicrohttpd's silent NULL: this libmicrohttpd is built with HTTPS
+/// (MHD_FEATURE_TLS); `certificate` is PEM with at least one X.509 certificate; `key` is a PEM
+/// private key without a passphrase (an encrypted key is refused, by its PEM header); the key is
+/// the one of the first certificate; `priorities` (may be NULL) is a valid GnuTLS priority
+/// string; GnuTLS accepts the pair as server credentials. Returns 0 and fills `facts`, or -1 and
+/// writes the reason into `error` (NUL-terminated, at most `error_size` bytes), which starts with
+/// "certificate:", "key:" or "priorities:" when one of them is at fault.
+int ss_tls_check(const char *certificate, const char *key, const char *priorities, ss_tls_facts *facts, char *error,
+                 size_t error_size);
 
 /// At most this many query arguments are handed over. libmicrohttpd 0.9.75 stores each argument
 /// in the connection's memory pool when it reads the request line; when the pool runs out it
@@ -43,7 +70,8 @@ typedef void *(*ss_uri_log_callback)(const char *uri, struct MHD_Connection *con
 /// is asked about every new connection on the thread that accepted it; MHD_NO closes it at once
 /// (the server refuses new connections that way while it stops: libmicrohttpd 0.9.75's
 /// MHD_quiesce_daemon races its own worker threads in epoll mode and can abort the process).
-/// Also installs ss_panic as libmicrohttpd's panic handler (once per process). On failure
+/// Also installs ss_panic as libmicrohttpd's panic handler (once per process). With
+/// `tls_certificate` and `tls_key`, serves HTTPS only (ss_tls_check runs first). On failure
 /// returns NULL and writes a reason into `error` (at most `error_size` bytes, NUL-terminated).
 struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
                                    MHD_AcceptPolicyCallback accept_policy, void *accept_policy_cls,
