@@ -28,6 +28,12 @@ public final class HTTPServer: Sendable {
         /// Share the port with other processes listening on it (SO_REUSEPORT); off by default,
         /// so a port in use makes ``HTTPServer/start()`` fail.
         public var reusePort = false
+        /// Connections one client address may hold at once (IPv6: one /64); one more is
+        /// closed as soon as it is accepted, before a byte of it is read. 0: no limit.
+        public var connectionsPerAddress = 0
+        /// Addresses the per-address connection limit does not apply to: proxies in front of
+        /// the server, whose connections carry many clients (`http.trustedProxies`).
+        public var connectionLimitExempt: [AddressRange] = []
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
@@ -64,6 +70,8 @@ public final class HTTPServer: Sendable {
     let accepting = Atomic<Bool>(true)
     /// Ends event streams whose client hung up while suspended (nil if epoll is unavailable).
     let hangups = HangupWatcher()
+    /// Connections per client address (nil: no per-address limit).
+    let addressConnections: AddressConnections?
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(
@@ -73,6 +81,8 @@ public final class HTTPServer: Sendable {
         self.configuration = configuration
         self.responder = responder
         self.accessLog = accessLog
+        addressConnections = configuration.connectionsPerAddress > 0
+            ? AddressConnections(limit: configuration.connectionsPerAddress, exempt: configuration.connectionLimitExempt) : nil
     }
 
     /// Binds and starts serving. Returns the bound port (the real one when `port` is 0).
@@ -89,7 +99,9 @@ public final class HTTPServer: Sendable {
                 connection_limit: UInt32(max(1, configuration.connectionLimit)),
                 connection_timeout: UInt32(max(0, configuration.connectionTimeout)),
                 connection_memory_limit: max(4096, configuration.connectionMemoryLimit),
-                reuse_port: configuration.reusePort ? 1 : 0)
+                reuse_port: configuration.reusePort ? 1 : 0,
+                notify_connection: addressConnections == nil ? nil : connectionNotified,
+                notify_connection_cls: Unmanaged.passUnretained(self).toOpaque())
             let me = Unmanaged.passUnretained(self).toOpaque()
             return ss_start_daemon(
                 &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)

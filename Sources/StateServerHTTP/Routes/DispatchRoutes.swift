@@ -7,6 +7,7 @@ extension StateServerResponder {
     static let dispatchRoutes: [Route] = [
         Route(["POST"], "/v1/sessions/{id}/dispatch") { responder, request throws(APIError) in
             try responder.withSession(request) { session throws(APIError) in
+                try responder.limits.checkDispatch(session)
                 let change = try responder.dispatchRequest(request.http)
                 return try responder.withStore(session, change.feature) { _ in
                     responder.change(session, change, request: request)
