@@ -163,6 +163,8 @@ let package = Package(
                 .embedInCode("Resources/client.js"),
                 .embedInCode("Resources/openapi.json"),
                 .embedInCode("Resources/devtools.html"),
+                .embedInCode("Resources/app.js"),
+                .embedInCode("Resources/devtools.js"),
             ],
             swiftSettings: safeSettings
         ),
@@ -209,6 +211,12 @@ let package = Package(
         .testTarget(
             name: "MicroHTTPTests",
             dependencies: ["MicroHTTP", "TestSupport"],
+            swiftSettings: strictSettings
+        ),
+        // The abuse limits' token buckets and client addresses, with an injected clock.
+        .testTarget(
+            name: "StateServerHTTPTests",
+            dependencies: ["StateServerHTTP", "MicroHTTP"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -30,6 +30,10 @@ public struct RouteSettings: Sendable {
     public var jwt: JWTVerifier?
     /// `auth.createSessions: jwt`: `POST /v1/sessions` needs a JWT with scope `create`.
     public var sessionsNeedJWT = false
+    /// Abuse limits per client address and per session (`limits.*`); off by default here.
+    public var limits = RateLimits()
+    /// Cross-origin requests (`cors.allowedOrigins`); off by default.
+    public var cors = CORSSettings()
 
     public init() {}
 }
@@ -55,6 +59,9 @@ public final class StateServerResponder: HTTPResponder {
     let metrics: (@Sendable () -> [UInt8])?
     /// Several nodes: sends requests for sessions another node owns to that node.
     let forwarder: (any RequestForwarder)?
+    /// The token buckets of `settings.limits`.
+    let limits: ClientLimits
+    let cors: CORSPolicy
 
     /// - Parameter metrics: the Prometheus text exposition served at `GET /metrics`
     ///   (404 when `nil`).
@@ -67,6 +74,8 @@ public final class StateServerResponder: HTTPResponder {
         self.settings = settings
         self.log = APIErrorLog(logger: logger)
         self.metrics = metrics
+        limits = ClientLimits(settings.limits)
+        cors = CORSPolicy(settings: settings.cors)
         var list: [UInt8] = [UInt8(ascii: "[")]
         for (index, feature) in sessions.registry.features.enumerated() {
             if index > 0 { list.append(UInt8(ascii: ",")) }

@@ -7,6 +7,7 @@ extension StateServerResponder {
     static let dispatchRoutes: [Route] = [
         Route(["POST"], "/v1/sessions/{id}/dispatch") { responder, request throws(APIError) in
             try responder.withSession(request, needs: .dispatch) { session, grant throws(APIError) in
+                try responder.limits.checkDispatch(session)
                 var asked = try responder.dispatchRequest(request.http)
                 try StateServerResponder.require(dispatchOf: asked, by: grant)
                 asked.subject = grant.subject
