@@ -111,7 +111,7 @@ struct TLSTests {
         }
     }
 
-    @Test("the framing checks hold inside TLS: a head with two Content-Length values is refused and what it hides never runs")
+    @Test("the framing checks hold inside TLS: ambiguous heads (two Content-Length values, an empty field name) are refused and what they hide never runs")
     func framingInsideTLS() async throws {
         try await withTLSServer { server, certificate, api in
             let session = try await api.createSession()
@@ -127,15 +127,21 @@ struct TLSTests {
             #expect(both.components(separatedBy: "HTTP/1.1 200").count == 3, "two replies: \(both)")
             #expect(try await session.store("counter").version == 1)
 
-            let pipe = try TLSPipe(port: server.port, caFile: certificate.certificatePath)
-            defer { pipe.close() }
-            let head = "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: \(dispatch.utf8.count)\r\n\r\n"
-            try pipe.send(Array((head + dispatch).utf8))
-            let reply = String(decoding: try await pipe.readUntilClosed(), as: UTF8.self)
-            #expect(reply.hasPrefix("HTTP/1.1 400"), "\(reply)")
-            #expect(reply.contains("invalid_request"), "\(reply)")
-            #expect(reply.components(separatedBy: "HTTP/1.1").count == 2, "one reply, then the close: \(reply)")
-            #expect(try await session.store("counter").version == 1, "the hidden dispatch did not run")
+            // The empty field names are caught in libmicrohttpd's read buffer, where TLS puts the
+            // decrypted head as plain HTTP has it.
+            for head in [
+                "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: \(dispatch.utf8.count)\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n: x\r\n", "GET /healthz HTTP/1.1\r\nHost: x\r\n\u{0}: x\r\n",
+            ] {
+                let pipe = try TLSPipe(port: server.port, caFile: certificate.certificatePath)
+                defer { pipe.close() }
+                try pipe.send(Array((head + dispatch).utf8))
+                let reply = String(decoding: try await pipe.readUntilClosed(), as: UTF8.self)
+                #expect(reply.hasPrefix("HTTP/1.1 400"), "\(head.debugDescription): \(reply)")
+                #expect(reply.contains("invalid_request"), "\(head.debugDescription): \(reply)")
+                #expect(reply.components(separatedBy: "HTTP/1.1").count == 2, "one reply, then the close: \(reply)")
+                #expect(try await session.store("counter").version == 1, "\(head.debugDescription): the hidden dispatch did not run")
+            }
         }
     }
 
