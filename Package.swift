@@ -202,12 +202,6 @@ let package = Package(
             dependencies: ["MicroHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
-        // The abuse limits' token buckets and client addresses, with an injected clock.
-        .testTarget(
-            name: "StateServerHTTPTests",
-            dependencies: ["StateServerHTTP", "MicroHTTP"],
-            swiftSettings: strictSettings
-        ),
         .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting"],
@@ -253,7 +247,9 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "TestSupport"],
+            // StateServerHTTP and MicroHTTP directly: the abuse limits' token buckets are tested
+            // on an injected clock (@testable).
+            dependencies: ["state-server", "TestSupport", "StateServerHTTP", "MicroHTTP"],
             swiftSettings: strictSettings
         ),
     ]

@@ -76,11 +76,12 @@ struct CORSPolicy: Sendable {
             headers.append(("Access-Control-Expose-Headers", Self.exposedHeaders))
         }
         guard !headers.isEmpty else { return result }
+        let added = headers
         switch result {
         case .now(let response):
-            return .now(Self.adding(headers, to: response))
+            return .now(Self.adding(added, to: response))
         case .later(let work):
-            return .later { Self.adding(headers, to: await work()) }
+            return .later { Self.adding(added, to: await work()) }
         }
     }
 
