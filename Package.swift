@@ -213,12 +213,6 @@ let package = Package(
             dependencies: ["MicroHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
-        // The abuse limits' token buckets and client addresses, with an injected clock.
-        .testTarget(
-            name: "StateServerHTTPTests",
-            dependencies: ["StateServerHTTP", "MicroHTTP"],
-            swiftSettings: strictSettings
-        ),
         .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting"],
@@ -264,8 +258,10 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
+            // StateServerHTTP and MicroHTTP directly: the abuse limits' token buckets are tested
+            // on an injected clock (@testable).
             dependencies: [
-                "state-server", "TestSupport",
+                "state-server", "TestSupport", "StateServerHTTP", "MicroHTTP",
                 // The app's backend in the JWT tests: signs HS256, ES256 and RS256 tokens.
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -76,7 +76,9 @@ final class PaceTable<Key: Hashable & Sendable>: Sendable {
             let threshold = state.full.values.sorted(by: >)[keep - 1]
             var kept: [Key: Int64] = [:]
             kept.reserveCapacity(keep)
-            for (key, value) in state.full where value >= threshold && kept.count < keep { kept[key] = value }
+            // Those past the threshold first (fewer than `keep`), then ties up to `keep`.
+            for (key, value) in state.full where value > threshold { kept[key] = value }
+            for (key, value) in state.full where value == threshold && kept.count < keep { kept[key] = value }
             state.full = kept
         }
         state.sweepAt = min(shardCapacity, max(Self.firstSweep, state.full.count * 2))

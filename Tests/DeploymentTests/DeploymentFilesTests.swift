@@ -253,13 +253,13 @@ struct DeploymentFilesTests {
         try #require(ingresses.count == 3, "Ingresses: \(ingresses.count)")
         // /metrics and the admin routes: an Ingress of their own that allows no client (issue 25
         // item 3: off the public listener), on the catch-all's Service.
-        let internal = try #require(
+        let internalIngress = try #require(
             ingresses.first { $0.map("metadata")?.map("annotations")?.string("nginx.ingress.kubernetes.io/whitelist-source-range") != nil },
             "no Ingress keeps /metrics and /v1/admin off the public")
-        ingresses.removeAll { $0.map("metadata")?.string("name") == internal.map("metadata")?.string("name") }
-        let allowed = internal.map("metadata")?.map("annotations")?.string("nginx.ingress.kubernetes.io/whitelist-source-range")
+        ingresses.removeAll { $0.map("metadata")?.string("name") == internalIngress.map("metadata")?.string("name") }
+        let allowed = internalIngress.map("metadata")?.map("annotations")?.string("nginx.ingress.kubernetes.io/whitelist-source-range")
         #expect(allowed == "127.0.0.1/32", "the internal Ingress allows \(allowed ?? "-")")
-        let internalPaths = (internal.map("spec")?.list("rules") ?? []).compactMap { $0 as? [String: Any] }
+        let internalPaths = (internalIngress.map("spec")?.list("rules") ?? []).compactMap { $0 as? [String: Any] }
             .flatMap { ($0.map("http")?.list("paths") ?? []).compactMap { $0 as? [String: Any] } }
             .map { "\($0.string("pathType") ?? "-") \($0.string("path") ?? "-") \($0.map("backend")?.map("service")?.string("name") ?? "-")" }
         #expect(internalPaths.sorted() == ["Exact /metrics state-server", "Prefix /v1/admin state-server"], "\(internalPaths)")

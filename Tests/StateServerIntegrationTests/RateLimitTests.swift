@@ -105,15 +105,16 @@ struct RateLimitTests {
         #expect(!private10.contains(try #require(IPAddress("::a00:1"))), "an IPv6 address is not in an IPv4 range")
         #expect(AddressRange("10.1.2.3/8") == private10, "host bits are ignored")
         #expect(private10.description == "10.0.0.0/8")
+        func address(_ text: String) throws -> IPAddress { try #require(IPAddress(text), "\(text)") }
         let all4 = try #require(AddressRange("0.0.0.0/0"))
-        let (v4, v6) = (try #require(IPAddress("203.0.113.1")), try #require(IPAddress("2001:db8::1")))
-        #expect(all4.contains(v4) && !all4.contains(v6))
+        #expect(all4.contains(try address("203.0.113.1")))
+        #expect(!all4.contains(try address("2001:db8::1")))
         let one = try #require(AddressRange("::1"))
-        let (loopback, two) = (try #require(IPAddress("::1")), try #require(IPAddress("::2")))
-        #expect(one.contains(loopback) && !one.contains(two))
+        #expect(one.contains(try address("::1")))
+        #expect(!one.contains(try address("::2")))
         let net6 = try #require(AddressRange("2001:db8::/32"))
-        let (inside, outside) = (try #require(IPAddress("2001:db8:ffff::1")), try #require(IPAddress("2001:db9::1")))
-        #expect(net6.contains(inside) && !net6.contains(outside))
+        #expect(net6.contains(try address("2001:db8:ffff::1")))
+        #expect(!net6.contains(try address("2001:db9::1")))
         for bad in ["", "x", "10.0.0.0/33", "::/129", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/8/8", "1.2.3", "[::1]", "::1%eth0", "10.0.0.0/٨"] {
             #expect(AddressRange(bad) == nil, "\(bad) was read as a range")
         }
