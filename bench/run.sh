@@ -572,8 +572,8 @@ start_cluster_nginx() {  # nginx (deploy/nginx's template, by session) in front 
     # One address (the load generator's) stands for many clients: nginx's per-address limit is
     # lifted, and the internal listener takes a free port.
     bash deploy/nginx/render.sh --main --balance hash --listen "127.0.0.1:$port" --internal-listen "127.0.0.1:$(free_port)" \
-        --connections-per-address 1000000 "${upstreams[@]}" > "$dir/nginx.conf"
-    echo "bash deploy/nginx/render.sh --main --balance hash --listen 127.0.0.1:\$CLUSTER_NGINX_PORT --internal-listen 127.0.0.1:\$FREE_PORT --connections-per-address 1000000 <nodes> > \$TMP/cluster-nginx/nginx.conf; nginx -p \$TMP/cluster-nginx -c \$TMP/cluster-nginx/nginx.conf -g 'daemon off;'" >> "$TMP/commands.txt"
+        --connections-per-address 65535 "${upstreams[@]}" > "$dir/nginx.conf"
+    echo "bash deploy/nginx/render.sh --main --balance hash --listen 127.0.0.1:\$CLUSTER_NGINX_PORT --internal-listen 127.0.0.1:\$FREE_PORT --connections-per-address 65535 <nodes> > \$TMP/cluster-nginx/nginx.conf; nginx -p \$TMP/cluster-nginx -c \$TMP/cluster-nginx/nginx.conf -g 'daemon off;'" >> "$TMP/commands.txt"
     "$NGINX" -p "$dir" -c "$dir/nginx.conf" -g 'daemon off;' 2> "$RAW/cluster-nginx.err" &
     CLUSTER_NGINX_PID=$!
     PIDS+=("$CLUSTER_NGINX_PID")

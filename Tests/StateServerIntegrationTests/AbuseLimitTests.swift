@@ -75,7 +75,7 @@ struct AbuseLimitTests {
             let imported = try await client.request("POST", "/v1/recordings", json: recording)
             Self.expectRateLimited(imported, "limits.sessionsPerMinute", maxWait: 20)
             // The limit is on creating: the address's sessions still work.
-            let session = Session(api: client, id: created[0], token: "")
+            let session = Session(api: client, id: created[0], token: "not-its-token")
             #expect(try await session.request("GET", "/state").status == 404, "a wrong token is still judged as before")
             // Another address creates at once.
             let other = try await API(port: server.port, source: "127.0.0.3").request("POST", "/v1/sessions")

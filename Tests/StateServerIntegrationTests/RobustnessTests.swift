@@ -3,7 +3,9 @@ import Testing
 
 /// Malformed traffic must never crash, hang or change the server: after each test `/healthz`
 /// still answers 200 and a bystander session is unchanged.
-@Suite("Robustness", .localServer())
+// Its clients all come from 127.0.0.1: one more than `limits.connectionsPerAddress` (100) is
+// open at once in "many connections"; the limit itself is AbuseLimitTests'.
+@Suite("Robustness", .localServer(environment: ["STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS": "1000"]))
 struct RobustnessTests {
     /// Sends raw bytes on a fresh connection and returns the status of the answer, or nil when the
     /// server closed without answering. Fails the test when it neither answers nor closes.

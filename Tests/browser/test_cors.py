@@ -26,7 +26,7 @@ from test_page import (  # noqa: F401  (fixtures)
 
 PAGE = """<!doctype html>
 <html lang="en">
-<head><meta charset="utf-8"><title>Another origin</title></head>
+<head><meta charset="utf-8"><title>Another origin</title><link rel="icon" href="data:,"></head>
 <body>
 <h1>A page on another origin</h1>
 <p id="server">{server}</p>

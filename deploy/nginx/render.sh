@@ -72,8 +72,9 @@ for address in "$listen" "$internal_listen"; do
         exit 2
     fi
 done
-if ! [[ "$connections" =~ ^[1-9][0-9]{0,6}$ ]]; then
-    echo "render.sh: --connections-per-address is a number from 1, not $connections" >&2
+# nginx's limit_conn takes 1 to 65535.
+if ! [[ "$connections" =~ ^[1-9][0-9]{0,4}$ ]] || (( connections > 65535 )); then
+    echo "render.sh: --connections-per-address is a number from 1 to 65535 (nginx's limit), not $connections" >&2
     exit 2
 fi
 

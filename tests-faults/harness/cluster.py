@@ -233,7 +233,7 @@ class Cluster:
                                "--balance", balance, "--listen", f"127.0.0.1:{self.nginx_port}",
                                "--internal-listen", f"127.0.0.1:{internal_port}",
                                # the harness is one address standing for many clients
-                               "--connections-per-address", "1000000"]
+                               "--connections-per-address", "65535"]
                               + [f"127.0.0.1:{n.front.port}" for n in self.nodes],
                               capture_output=True, text=True, check=True).stdout
         with open(os.path.join(prefix, "nginx.conf"), "w") as f:
