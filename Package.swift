@@ -1,11 +1,17 @@
 // swift-tools-version: 6.2
 import PackageDescription
 
+/// `make test-sanitized`'s ThreadSanitizer build (scripts/test-sanitized.sh sets
+/// STATESERVER_SANITIZER=thread): STATE_TSAN compiles Mutex+ThreadSanitizer.swift, a Mutex that
+/// tells ThreadSanitizer about each lock. Any other build is unchanged.
+let sanitizerSettings: [SwiftSetting] =
+    Context.environment["STATESERVER_SANITIZER"] == "thread" ? [.define("STATE_TSAN")] : []
+
 /// Strict settings applied to every Swift target.
 let strictSettings: [SwiftSetting] = [
     .swiftLanguageMode(.v6),
     .enableUpcomingFeature("ExistentialAny"),
-]
+] + sanitizerSettings
 
 /// Unsafe code (`Unsafe*` pointers, C calls that take them) lives only in the modules that
 /// bridge C: MicroHTTP (libmicrohttpd), StatePersistence (SQLite, GnuTLS's SHA-256, flock) and

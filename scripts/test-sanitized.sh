@@ -47,6 +47,8 @@ for sanitizer in $sanitizers; do
     # The Swift runtime's crash handler reads memory AddressSanitizer guards; the sanitizer's own
     # report is the one wanted.
     export SWIFT_BACKTRACE=enable=no
+    # Package.swift: thread compiles a Mutex that ThreadSanitizer sees (Mutex+ThreadSanitizer.swift).
+    export STATESERVER_SANITIZER=$sanitizer
     started=$SECONDS
     echo
     echo "== $sanitizer: swift build --build-tests --sanitize=$sanitizer --scratch-path .build-$short =="

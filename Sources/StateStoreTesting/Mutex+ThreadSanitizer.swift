@@ -1,0 +1,1 @@
+../StateStore/Mutex+ThreadSanitizer.swift
