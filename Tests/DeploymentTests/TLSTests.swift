@@ -81,6 +81,30 @@ struct TLSTests {
         }
     }
 
+    @Test("a TLS client that leaves its event stream frees the slot before the next heartbeat (the hang-up watcher)")
+    func hangUp() async throws {
+        // Heartbeat 60 s: within the bound below only the hang-up watcher can free the slot.
+        try await withTLSServer(arguments: ["--heartbeat", "60"], environment: ["STATE_SERVER_STREAMS_PER_SESSION": "1"]) { _, _, api in
+            let session = try await api.createSession()
+            let (first, _) = try await session.subscribe()
+            let refused = try await session.events()
+            expectError(try await refused.readErrorBody(), 429, "too_many_streams")
+            first.close()
+            var reopened: EventStream?
+            let freed = try await eventually(timeout: .seconds(20), every: .milliseconds(100)) {
+                let attempt = try await session.events()
+                if attempt.status == 200 {
+                    reopened = attempt
+                    return true
+                }
+                attempt.close()
+                return false
+            }
+            defer { reopened?.close() }
+            #expect(freed, "the closed stream's slot was not freed before the next heartbeat")
+        }
+    }
+
     @Test("plain HTTP to the HTTPS port gets no HTTP reply and its connection is closed; HTTPS keeps working")
     func plainHTTPRefused() async throws {
         try await withTLSServer { server, _, api in
