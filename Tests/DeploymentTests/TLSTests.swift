@@ -282,6 +282,7 @@ struct TLSTests {
             // Without the TLS settings it asks in plain HTTP, which the port does not answer.
             let plain = try await check.healthcheck(["--port", port])
             #expect(plain.status == 1, "\(plain)")
+            #expect(plain.stderr.contains("speaks HTTPS only"), "\(plain)")
 
             // Another certificate than the server's is not believed.
             try await withTemporaryDirectory { directory in
