@@ -229,7 +229,7 @@ struct TLSTests {
         }
     }
 
-    @Test("unreadable, non-PEM, mismatched or encrypted files and bad priorities stop the server at start with the setting, the file and the reason")
+    @Test("unreadable, non-PEM, mismatched or encrypted files, bad priorities and a cluster.caFile without certificates stop the server at start with the setting, the file and the reason")
     func badFiles() async throws {
         try await withTemporaryDirectory { directory in
             let certificate = try await TestCertificate.make(in: directory)
@@ -259,6 +259,9 @@ struct TLSTests {
             try await expectRefusal(
                 ["--tls-cert", cert, "--tls-key", key], environment: ["STATE_SERVER_TLS_PRIORITIES": "NORMAL:+NO-SUCH-THING"],
                 message: ["setting 'tls.priorities'", "NO-SUCH-THING"])
+            // The certificates a node trusts for the others' https:// URLs.
+            try await expectRefusal([], environment: ["STATE_SERVER_CLUSTER_CA_FILE": garbage], message: ["setting 'cluster.caFile' ('\(garbage)')"])
+            try await expectRefusal([], environment: ["STATE_SERVER_CLUSTER_CA_FILE": missing], message: ["setting 'cluster.caFile' ('\(missing)')", "no such file"])
         }
     }
 
