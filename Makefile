@@ -2,7 +2,10 @@
 #
 #   make run    install missing system packages, build release, serve on 127.0.0.1:8080
 #   make test   install missing system packages, build, run the whole test suite
-#   make fuzz   a bounded libFuzzer run over the request-head framing pass (FUZZ_SECONDS, 60)
+#   make fuzz   bounded libFuzzer runs (FUZZ_SECONDS each, 60): the request-head framing, the JSON
+#               parser, the features' actions and states, JSON Patch, recordings (fuzz/)
+#   make test-sanitized  the Swift tests under ThreadSanitizer, then AddressSanitizer (.build-tsan,
+#               .build-asan); fails on a failed test or any sanitizer report
 #   make bench  benchmarks (nginx baseline, wrk, SSE fan-out, memory); writes docs/PERFORMANCE.md
 #   make bench-cluster  the several-node benchmark alone (1, 2, 3 nodes on PostgreSQL, each under a
 #               CPU quota); rewrites only its section of docs/PERFORMANCE.md
@@ -23,7 +26,7 @@ APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql ngin
 # a terminal's variables), and then recompiled swift-configuration's module on every `make run`.
 RELEASE_BUILD := env -i PATH="$$PATH" HOME="$$HOME" swift build -c release --product state-server --static-swift-stdlib
 
-.PHONY: all deps build release run test browser-test bench bench-cluster fuzz faults clean
+.PHONY: all deps build release run test test-sanitized browser-test bench bench-cluster fuzz faults clean
 
 all: build
 
@@ -64,11 +67,19 @@ bench: release
 bench-cluster: release
 	BENCH_PHASES=postgres bash bench/run.sh
 
-# libFuzzer over the C shim's framing pass through the real libmicrohttpd (fuzz/framing_fuzz.c),
-# for FUZZ_SECONDS (default 60); prints the inputs run and the findings, fails on a finding.
+# libFuzzer, each target for FUZZ_SECONDS (default 60): the C shim's framing pass through the real
+# libmicrohttpd (fuzz/framing_fuzz.c), and the Swift targets of fuzz/Package.swift (json, features,
+# patch, recording; built with -sanitize=fuzzer,address into .build-fuzz, never by `make test`).
+# FUZZ_TARGETS picks some. Prints the inputs run, time and findings per target; fails on a finding.
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= framing json features patch recording
 fuzz: deps
-	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" bash scripts/fuzz.sh
+
+# `swift test` under ThreadSanitizer and AddressSanitizer (scripts/test-sanitized.sh), each build in
+# a folder of its own; the servers the tests start are the sanitized build's. Not part of `make test`.
+test-sanitized: deps
+	@bash scripts/test-sanitized.sh
 
 # The fault-injection suite's long form (issue 15 item 5): real PostgreSQL, three nodes, nginx,
 # proxies that delay, cut and black-hole; SIGKILL, SIGSTOP, PostgreSQL restarts; every history
@@ -79,7 +90,7 @@ faults: build
 browser-test: build
 	STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
 
-# Everything the build and the tests leave: the debug and release builds and .cache (the test
-# tools' Python environment). Keeps data/ (the sessions of `make run`).
+# Everything the build and the tests leave: the debug, release, fuzz and sanitized builds and .cache
+# (the test tools' Python environment, the fuzz corpora). Keeps data/ (the sessions of `make run`).
 clean:
-	rm -rf .build .build-release .cache
+	rm -rf .build .build-release .build-fuzz .build-tsan .build-asan .cache

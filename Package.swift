@@ -44,6 +44,10 @@ let package = Package(
         // Several nodes: forwarding a request to the node that owns its session.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Bearer JWTs from an app's backend (auth.jwtSecret / auth.jwtPublicKey), on swift-crypto
+        // and swift-certificates, which the graph already has (postgres-nio, async-http-client).
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         // Already in the graph through async-http-client: the certificates nodes trust for each
         // other's https:// URLs (cluster.caFile).
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
@@ -152,12 +156,15 @@ let package = Package(
             dependencies: [
                 "StateStore", "StateSessions", "StatePersistence", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             resources: [
                 .embedInCode("Resources/index.html"),
                 .embedInCode("Resources/client.js"),
                 .embedInCode("Resources/openapi.json"),
                 .embedInCode("Resources/devtools.html"),
+                .embedInCode("Resources/app.js"),
+                .embedInCode("Resources/devtools.js"),
             ],
             swiftSettings: safeSettings
         ),
@@ -251,7 +258,15 @@ let package = Package(
         ),
         .testTarget(
             name: "StateServerIntegrationTests",
-            dependencies: ["state-server", "TestSupport"],
+            // StateServerHTTP and MicroHTTP directly: the abuse limits' token buckets are tested
+            // on an injected clock (@testable).
+            dependencies: [
+                "state-server", "TestSupport", "StateServerHTTP", "MicroHTTP",
+                // The app's backend in the JWT tests: signs HS256, ES256 and RS256 tokens.
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
             swiftSettings: strictSettings
         ),
     ]

@@ -27,7 +27,10 @@ start() { # start NAME BINARY -> sets PORT_NAME
     cp -p "$binary" "$TMP/ab-$name"
     local storage=()
     [ "${AB_STORAGE:-memory}" = sqlite ] && storage=(--storage "sqlite:$TMP/$name.db")
-    STATE_SERVER_LOG_LEVEL=warning "$TMP/ab-$name" --port 0 "${storage[@]}" > "$TMP/$name.out" 2> "$TMP/$name.err" &
+    # The abuse limits on, far above this load (one address standing for many clients).
+    STATE_SERVER_LOG_LEVEL=warning STATE_SERVER_LIMITS_REQUESTS_PER_SECOND=100000000 STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE=1000000 \
+    STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=1000000 STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=1000000 \
+    "$TMP/ab-$name" --port 0 "${storage[@]}" > "$TMP/$name.out" 2> "$TMP/$name.err" &
     PIDS+=($!)
     for _ in $(seq 100); do grep -q listening "$TMP/$name.out" 2>/dev/null && break; sleep 0.1; done
     local port; port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$TMP/$name.out" | head -1)

@@ -83,6 +83,7 @@ bg() {
 start_server() {  # start_server NAME [flags...]
     local name=$1 i; shift
     env STATE_SERVER_LOG_LEVEL=warning STATE_SERVER_STREAMS_PER_SESSION=$((SUBS + 10)) \
+        STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=0 STATE_SERVER_LIMITS_REQUESTS_PER_SECOND=0 STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=0 \
         "$TMP/bin/ssdelta" --port 0 "$@" > "$TMP/server-$name.out" 2> "$TMP/server-$name.err" &
     SERVER_PID=$!
     SERVER_PORT=""

@@ -178,7 +178,10 @@ if [ -z "$nginx_port" ]; then
     if port_is_free 8080; then nginx_port=8080; else nginx_port="$(free_port)"; fi
 fi
 mkdir -p "$work/nginx/logs" "$work/nginx/tmp"
-bash "$repo/deploy/nginx/render.sh" --main --listen "127.0.0.1:$nginx_port" "${node_addresses[@]}" >"$work/nginx/nginx.conf"
+# The internal listener (/metrics, /v1/admin/...) on a free port of its own.
+internal_port="$(free_port)"
+bash "$repo/deploy/nginx/render.sh" --main --listen "127.0.0.1:$nginx_port" --internal-listen "127.0.0.1:$internal_port" \
+    "${node_addresses[@]}" >"$work/nginx/nginx.conf"
 "$nginx_bin" -q -t -p "$work/nginx" -c "$work/nginx/nginx.conf" 2>"$work/nginx/test.log" \
     || { cat "$work/nginx/test.log" >&2; die "nginx rejected the configuration"; }
 "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' 2>"$work/nginx/error.log" &

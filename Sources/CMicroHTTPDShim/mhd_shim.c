@@ -4,6 +4,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,7 +226,7 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     }
     freeaddrinfo(found);
 
-    /* Room for the optional entries at the end: address reuse, thread pool, TLS (3), END. */
+    /* Room for the optional entries at the end: address reuse, thread pool, TLS (3), connection notices, END. */
     struct MHD_OptionItem options[16] = {
         {MHD_OPTION_SOCK_ADDR, 0, &address},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, completed_cls},
@@ -253,6 +254,12 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
         options[next++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)config->tls_key};
         if (config->tls_priorities != NULL)
             options[next++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)config->tls_priorities};
+    }
+    if (config->notify_connection != NULL) {
+        options[next].option = MHD_OPTION_NOTIFY_CONNECTION;
+        options[next].value = (intptr_t)config->notify_connection;
+        options[next].ptr_value = config->notify_connection_cls;
+        next++;
     }
     options[next].option = MHD_OPTION_END;
     options[next].value = 0;
@@ -637,6 +644,55 @@ uint16_t ss_daemon_port(struct MHD_Daemon *daemon) {
 int ss_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : info->connect_fd;
+}
+
+int ss_address_bytes(const struct sockaddr *address, size_t length, uint8_t bytes[16]) {
+    if (address == NULL) return 0;
+    if (address->sa_family == AF_INET && length >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in4 = (const struct sockaddr_in *)address;
+        memset(bytes, 0, 10);
+        bytes[10] = 0xff;
+        bytes[11] = 0xff;
+        memcpy(bytes + 12, &in4->sin_addr, 4);
+        return 1;
+    }
+    if (address->sa_family == AF_INET6 && length >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)address;
+        memcpy(bytes, &in6->sin6_addr, 16);
+        return 1;
+    }
+    return 0;
+}
+
+int ss_connection_address(struct MHD_Connection *connection, uint8_t bytes[16]) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL || info->client_addr == NULL) return 0;
+    /* libmicrohttpd keeps the address accept() gave, of its family's size. */
+    size_t length = info->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    return ss_address_bytes(info->client_addr, length, bytes);
+}
+
+int ss_parse_address(const char *text, uint8_t bytes[16]) {
+    struct in_addr in4;
+    if (inet_pton(AF_INET, text, &in4) == 1) {
+        memset(bytes, 0, 10);
+        bytes[10] = 0xff;
+        bytes[11] = 0xff;
+        memcpy(bytes + 12, &in4, 4);
+        return 1;
+    }
+    struct in6_addr in6;
+    if (inet_pton(AF_INET6, text, &in6) == 1) {
+        memcpy(bytes, &in6, 16);
+        return 1;
+    }
+    return 0;
+}
+
+int ss_format_address(const uint8_t bytes[16], char *text, size_t size) {
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(bytes, mapped, 12) == 0) return inet_ntop(AF_INET, bytes + 12, text, (socklen_t)size) != NULL;
+    return inet_ntop(AF_INET6, bytes, text, (socklen_t)size) != NULL;
 }
 
 int ss_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }

@@ -34,6 +34,8 @@ final class RequestContext: Sendable {
         var headers: [(name: String, value: String)] = []
         /// The framing check's reason when the head was refused (for the access log).
         var refusal: String?
+        /// The connection's peer address.
+        var peer: IPAddress?
     }
 
     /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
@@ -74,11 +76,35 @@ let uriLogged: ss_uri_log_callback = { uri, _, arguments, control in
 }
 
 /// libmicrohttpd's accept policy, asked on its thread for every new connection: no once the
-/// server is stopping (libmicrohttpd then closes the connection at once).
-let acceptPolicy: MHD_AcceptPolicyCallback = { cls, _, _ in
+/// server is stopping, or when the client's address holds `connectionsPerAddress` connections
+/// already (libmicrohttpd then closes the connection at once).
+let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, length in
     guard let cls else { return MHD_Result.NO }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
-    return server.accepting.load(ordering: .sequentiallyConsistent) ? MHD_Result.YES : MHD_Result.NO
+    guard server.accepting.load(ordering: .sequentiallyConsistent) else { return MHD_Result.NO }
+    guard let counts = server.addressConnections else { return MHD_Result.YES }
+    guard let client = IPAddress.reading({ ss_address_bytes(address, Int(length), $0) == 1 }) else { return MHD_Result.YES }
+    return counts.mayAccept(client) ? MHD_Result.YES : MHD_Result.NO
+}
+
+/// libmicrohttpd's connection notifications (only with a per-address connection limit): a
+/// connection that started is counted for its address, and uncounted when it closes.
+/// `socketContext` marks the connections that were counted (not those from exempt addresses).
+let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
+    guard let cls, let connection, let socketContext else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    guard let counts = server.addressConnections, let address = connectionAddress(connection) else { return }
+    if code == .CONNECTION_NOTIFY_STARTED {
+        if counts.opened(address) { socketContext.pointee = UnsafeMutableRawPointer(bitPattern: 1) }
+    } else if socketContext.pointee != nil {
+        socketContext.pointee = nil
+        counts.closed(address)
+    }
+}
+
+/// The peer address of a connection, or nil when it is not IP.
+func connectionAddress(_ connection: OpaquePointer) -> IPAddress? {
+    IPAddress.reading { ss_connection_address(connection, $0) == 1 }
 }
 
 /// libmicrohttpd's access handler: headers, then body pieces, then a final call.
@@ -131,11 +157,13 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         if problem == nil, context.queryArguments > Int(SS_MAX_QUERY_ARGUMENTS) {
             problem = RequestFraming.tooManyArguments
         }
+        let peer = connectionAddress(connection)
         context.head.withLock {
             $0.method = methodText
             $0.path = path
             $0.headers = headers
             $0.refusal = problem
+            $0.peer = peer
         }
         if let problem {
             context.phase.withLock { $0 = .answered }
@@ -154,7 +182,8 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             // send a body only to be told 413 or 401 (libmicrohttpd then closes the connection,
             // the body never sent).
             // In the order of checks: path, method, credentials, then the body's size.
-            let request = HTTPRequest(method: methodText, path: path, headers: headers, query: RequestFields.query(connection))
+            let request = HTTPRequest(
+                method: methodText, path: path, headers: headers, query: RequestFields.query(connection), peer: peer)
             var refusal = server.responder.refusalBeforeBody(request)
             if refusal != nil {
                 refusal?.headers.append(("Connection", "close"))
@@ -202,7 +231,7 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         let head = context.head.withLock { $0 }
         let request = HTTPRequest(
             method: head.method, path: head.path, headers: head.headers, query: RequestFields.query(connection),
-            body: body, bodyTooLarge: tooLarge)
+            body: body, bodyTooLarge: tooLarge, peer: head.peer)
         switch server.responder.respond(to: request) {
         case .now(let response):
             context.phase.withLock { $0 = .answered }

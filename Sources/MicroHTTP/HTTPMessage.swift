@@ -11,10 +11,14 @@ public struct HTTPRequest: Sendable {
     public let body: [UInt8]
     /// The body was larger than the server's limit and was discarded.
     public let bodyTooLarge: Bool
+    /// The address of the connection's other end (the client, or a proxy in front of it);
+    /// nil when unknown (a request made in process).
+    public let peer: IPAddress?
 
     public init(
         method: String, path: String, headers: [(name: String, value: String)] = [],
-        query: [(name: String, value: String?)] = [], body: [UInt8] = [], bodyTooLarge: Bool = false
+        query: [(name: String, value: String?)] = [], body: [UInt8] = [], bodyTooLarge: Bool = false,
+        peer: IPAddress? = nil
     ) {
         self.method = method
         self.path = path
@@ -22,6 +26,7 @@ public struct HTTPRequest: Sendable {
         self.query = query
         self.body = body
         self.bodyTooLarge = bodyTooLarge
+        self.peer = peer
     }
 
     /// The first value of a header, by case-insensitive name.

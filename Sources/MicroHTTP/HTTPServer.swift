@@ -28,6 +28,12 @@ public final class HTTPServer: Sendable {
         /// Share the port with other processes listening on it (SO_REUSEPORT); off by default,
         /// so a port in use makes ``HTTPServer/start()`` fail.
         public var reusePort = false
+        /// Connections one client address may hold at once (IPv6: one /64); one more is
+        /// closed as soon as it is accepted, before a byte of it is read. 0: no limit.
+        public var connectionsPerAddress = 0
+        /// Addresses the per-address connection limit does not apply to: proxies in front of
+        /// the server, whose connections carry many clients (`http.trustedProxies`).
+        public var connectionLimitExempt: [AddressRange] = []
         /// Interval of heartbeat bytes on idle event streams (`nil`: none).
         public var heartbeat: Duration? = .seconds(15)
         public var heartbeatBytes: [UInt8] = Array(": ping\n\n".utf8)
@@ -66,6 +72,8 @@ public final class HTTPServer: Sendable {
     let accepting = Atomic<Bool>(true)
     /// Ends event streams whose client hung up while suspended (nil if epoll is unavailable).
     let hangups = HangupWatcher()
+    /// Connections per client address (nil: no per-address limit).
+    let addressConnections: AddressConnections?
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(
@@ -75,6 +83,8 @@ public final class HTTPServer: Sendable {
         self.configuration = configuration
         self.responder = responder
         self.accessLog = accessLog
+        addressConnections = configuration.connectionsPerAddress > 0
+            ? AddressConnections(limit: configuration.connectionsPerAddress, exempt: configuration.connectionLimitExempt) : nil
     }
 
     /// Binds and starts serving. Returns the bound port (the real one when `port` is 0).
@@ -93,7 +103,9 @@ public final class HTTPServer: Sendable {
                     connection_timeout: UInt32(max(0, self.configuration.connectionTimeout)),
                     connection_memory_limit: max(4096, self.configuration.connectionMemoryLimit),
                     reuse_port: self.configuration.reusePort ? 1 : 0,
-                    tls_certificate: certificate, tls_key: key, tls_priorities: priorities)
+                    tls_certificate: certificate, tls_key: key, tls_priorities: priorities,
+                    notify_connection: self.addressConnections == nil ? nil : connectionNotified,
+                    notify_connection_cls: Unmanaged.passUnretained(self).toOpaque())
                 let me = Unmanaged.passUnretained(self).toOpaque()
                 return ss_start_daemon(
                     &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)

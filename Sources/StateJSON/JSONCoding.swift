@@ -60,6 +60,19 @@ public enum JSONCoding {
         out.append(UInt8(ascii: "\""))
     }
 
+    /// How many bytes ``appendString(_:to:)`` writes for `string`, quotes included.
+    public static func quotedCount(_ string: String) -> Int {
+        var count = 2
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: count += 2
+            case 0..<0x20: count += 6
+            default: count += 1
+            }
+        }
+        return count
+    }
+
     /// Whether any byte must be escaped in a JSON string: a control character, `"` or `\`.
     /// A plain loop over a span (no closure, no overflow checks): strings are most of a state's
     /// bytes.

@@ -42,18 +42,62 @@ public enum JSONPatch {
 
     // MARK: Apply
 
+    /// The deepest a patch may nest a value (containers around it plus its own): the parser's
+    /// default, so a patched document can always be written and read again.
+    public static let defaultMaxDepth = 512
+    /// How many bytes (as JSON) the `copy` and `move` operations of one patch may carry
+    /// together: 1 MiB, the default ceiling of a feature's state. ``diff(from:to:limit:)`` writes
+    /// neither, so only patches from elsewhere (a recording) meet this.
+    public static let defaultMaxCopiedBytes = 1 << 20
+
     /// Applies `patch` (a JSON array of operations) to `document`, in order; all or nothing.
-    public static func apply(_ patch: JSONValue, to document: inout JSONValue) throws(Failure) {
+    ///
+    /// A patch is bounded by more than its own size: an operation that would nest a value
+    /// deeper than `maxDepth` levels fails, and so does one that makes the patch's `copy` and
+    /// `move` operations carry more than `maxCopiedBytes` together. A copy shares its value
+    /// rather than duplicating it, so without the bound a few dozen copies of the whole
+    /// document make one whose JSON has 2^40 bytes, and copies into ever deeper paths one too
+    /// deep to write or free on a thread's stack. Measuring stops at the bound, so no patch
+    /// costs more than its size and `maxCopiedBytes`.
+    public static func apply(
+        _ patch: JSONValue, to document: inout JSONValue, maxDepth: Int = defaultMaxDepth,
+        maxCopiedBytes: Int = defaultMaxCopiedBytes
+    ) throws(Failure) {
         guard case .array(let operations) = patch else { throw Failure("a patch must be a JSON array") }
         var result = document
+        var bounds = Bounds(maxDepth: maxDepth, copiedBytesLeft: maxCopiedBytes, maxCopiedBytes: maxCopiedBytes)
         for (index, operation) in operations.enumerated() {
             do throws(Failure) {
-                try apply(operation: operation, to: &result)
+                try apply(operation: operation, to: &result, bounds: &bounds)
             } catch {
                 throw Failure("operation \(index): \(error.message)")
             }
         }
         document = result
+    }
+
+    /// What is left of one patch's bounds while it applies.
+    private struct Bounds {
+        let maxDepth: Int
+        var copiedBytesLeft: Int
+        let maxCopiedBytes: Int
+
+        /// Refuses `value` placed under `path` (its tokens) when it would nest too deep.
+        func place(_ value: JSONValue, under path: [String]) throws(Failure) {
+            if case .tooDeep = value.measure(maxBytes: .max, maxDepth: maxDepth - path.count) { throw tooDeep() }
+        }
+
+        /// Charges a copied or moved `value` to the patch, and refuses it under `path` when it
+        /// would nest too deep or carry more than is left.
+        mutating func carry(_ value: JSONValue, under path: [String]) throws(Failure) {
+            switch value.measure(maxBytes: copiedBytesLeft, maxDepth: maxDepth - path.count) {
+            case .fits(let bytes): copiedBytesLeft -= bytes
+            case .tooDeep: throw tooDeep()
+            case .tooLarge: throw Failure("the patch's copy and move operations carry more than \(maxCopiedBytes) bytes")
+            }
+        }
+
+        func tooDeep() -> Failure { Failure("the value would nest deeper than \(maxDepth) levels") }
     }
 
     /// Applies patch bytes to document bytes; the result as compact JSON with sorted keys.
@@ -70,7 +114,7 @@ public enum JSONPatch {
         return value.bytes
     }
 
-    private static func apply(operation: JSONValue, to document: inout JSONValue) throws(Failure) {
+    private static func apply(operation: JSONValue, to document: inout JSONValue, bounds: inout Bounds) throws(Failure) {
         guard case .object(let fields) = operation else { throw Failure("an operation must be an object") }
         guard case .string(let op)? = fields["op"] else { throw Failure("the member 'op' must be a string") }
         guard case .string(let pathText)? = fields["path"] else { throw Failure("the member 'path' must be a string") }
@@ -78,6 +122,7 @@ public enum JSONPatch {
         switch op {
         case "add", "replace", "test":
             guard let value = fields["value"] else { throw Failure("'\(op)' needs a 'value'") }
+            if op != "test" { try bounds.place(value, under: path) }
             switch op {
             case "add": try edit(&document, path[...], .add(value))
             case "replace": try edit(&document, path[...], .replace(value))
@@ -94,9 +139,14 @@ public enum JSONPatch {
                 guard !(path.count > from.count && Array(path.prefix(from.count)) == from) else {
                     throw Failure("cannot move '\(fromText)' into itself")
                 }
+                // Moving up or sideways cannot nest deeper, and costs nothing.
+                if path.count > from.count {
+                    try bounds.carry(try read(document, from[...]), under: path)
+                }
                 value = try edit(&document, from[...], .remove)
             } else {
                 value = try read(document, from[...])
+                try bounds.carry(value, under: path)
             }
             try edit(&document, path[...], .add(value))
         default:

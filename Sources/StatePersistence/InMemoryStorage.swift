@@ -13,6 +13,8 @@ public final class InMemoryStorage: SessionStorage {
         /// By session and feature, in version order.
         var snapshots: [String: [String: [StoreSnapshot]]] = [:]
         var keys: [String: [String: RememberedKey]] = [:]
+        /// By session, in the order minted.
+        var grants: [String: [StoredGrant]] = [:]
         /// The last seq of each session, and the last version of each store: what a fenced
         /// append must follow.
         var headSeq: [String: Int] = [:]
@@ -105,6 +107,7 @@ public final class InMemoryStorage: SessionStorage {
             t.journal[id] = nil
             t.snapshots[id] = nil
             t.keys[id] = nil
+            t.grants[id] = nil
             t.headSeq[id] = nil
             t.headVersion[id] = nil
         case .append(let e, let key):
@@ -158,7 +161,21 @@ public final class InMemoryStorage: SessionStorage {
             guard let base = snapshots.last(where: { $0.version <= needFrom - 1 })?.version else { return }
             t.snapshots[session]?[feature] = snapshots.filter { $0.version >= base }
             t.journal[session] = entries.filter { !($0.feature == feature && $0.version <= base) }
+        case .createGrant(let grant):
+            try requireSession(grant.session, in: t)
+            guard !(t.grants[grant.session] ?? []).contains(where: { $0.id == grant.id }) else {
+                throw StorageError(.conflict, "token \(grant.id) exists")
+            }
+            t.grants[grant.session, default: []].append(grant)
+        case .deleteGrants(let session, let ids):
+            try requireSession(session, in: t)
+            let revoked = Set(ids)
+            t.grants[session]?.removeAll { revoked.contains($0.id) }
         }
+    }
+
+    public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
+        tables.withLock { $0.grants[session] ?? [] }
     }
 
     public func session(id: String) async throws(StorageError) -> StoredSession? {

@@ -142,6 +142,8 @@ struct Statement {
 
     func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
 
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
     func text(_ column: Int32) -> String {
         guard let pointer = sqlite3_column_text(handle, column) else { return "" }
         return String(cString: pointer)

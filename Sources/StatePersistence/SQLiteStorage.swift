@@ -159,6 +159,15 @@ public final class SQLiteStorage: SessionStorage {
             time INTEGER NOT NULL,
             PRIMARY KEY (session, key)
         ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS tokens (
+            session TEXT NOT NULL,
+            id TEXT NOT NULL,
+            token_hash BLOB NOT NULL,
+            grant_json BLOB NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            PRIMARY KEY (session, id)
+        ) WITHOUT ROWID;
         SELECT count(*) FROM sqlite_master;
         """
 
@@ -281,6 +290,19 @@ public final class SQLiteStorage: SessionStorage {
             try db.query("SELECT id, token_hash, created_at, last_active FROM sessions WHERE id = ?", [.text(id)]) {
                 StoredSession(id: $0.text(0), tokenHash: $0.blob(1) ?? [], createdAt: $0.int(2), lastActiveAt: $0.int(3))
             }.first
+        }
+    }
+
+    public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
+        try await reader.read { db throws(StorageError) in
+            try db.query(
+                "SELECT id, token_hash, grant_json, created_at, expires_at FROM tokens WHERE session = ? ORDER BY created_at, id",
+                [.text(session)]
+            ) {
+                StoredGrant(
+                    session: session, id: $0.text(0), tokenHash: $0.blob(1) ?? [], grant: $0.blob(2) ?? [], createdAt: $0.int(3),
+                    expiresAt: $0.isNull(4) ? nil : $0.int(4))
+            }
         }
     }
 
@@ -602,6 +624,8 @@ extension SQLiteStorage {
                 case .snapshot(let s): try requireSession(s.session, &existing)
                 case .touch(let session, _): try requireSession(session, &existing)
                 case .compact(let session, _, _, _, _, _): try requireSession(session, &existing)
+                case .createGrant(let grant): try requireSession(grant.session, &existing)
+                case .deleteGrants(let session, _): try requireSession(session, &existing)
                 }
                 try apply(write)
             }
@@ -625,7 +649,7 @@ extension SQLiteStorage {
                     [.text(s.id), .blob(s.tokenHash), .int(s.createdAt), .int(s.lastActiveAt)])
                 heads.set(s.id, SQLiteHeads.Head(seq: 0, stores: [:], storedActivity: s.lastActiveAt))
             case .deleteSession(let id):
-                for table in ["changes", "stores", "bases", "remembered_keys"] {
+                for table in ["changes", "stores", "bases", "remembered_keys", "tokens"] {
                     try db.run("DELETE FROM \(table) WHERE session = ?", [.text(id)])
                 }
                 try db.run("DELETE FROM sessions WHERE id = ?", [.text(id)])
@@ -714,6 +738,14 @@ extension SQLiteStorage {
                 guard base > 0 else { return }
                 try db.run("DELETE FROM bases WHERE session = ? AND feature = ? AND version < ?", [.text(session), .text(feature), .int(base)])
                 try db.run("DELETE FROM changes WHERE session = ? AND feature = ? AND version <= ?", [.text(session), .text(feature), .int(base)])
+            case .createGrant(let g):
+                try db.run(
+                    "INSERT INTO tokens (session, id, token_hash, grant_json, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    [.text(g.session), .text(g.id), .blob(g.tokenHash), .blob(g.grant), .int(g.createdAt), g.expiresAt.map { .int($0) } ?? .null])
+            case .deleteGrants(let session, let ids):
+                for id in ids {
+                    try db.run("DELETE FROM tokens WHERE session = ? AND id = ?", [.text(session), .text(id)])
+                }
             }
         }
 

@@ -16,6 +16,32 @@ public struct StoredSession: Sendable, Equatable {
     }
 }
 
+/// A token minted for a session (`POST /v1/sessions/{id}/tokens`): never the token, only its
+/// SHA-256, with what it may do. The session's first token (its owner's) is not one of these:
+/// it is ``StoredSession/tokenHash``.
+public struct StoredGrant: Sendable, Equatable {
+    public let session: String
+    /// The token's public id (22 base64url characters), for listing and revoking.
+    public let id: String
+    public let tokenHash: [UInt8]
+    /// What the token may do, as the JSON object the session layer writes (scope, features,
+    /// action types, the token that minted it, its subject): opaque to storage.
+    public let grant: [UInt8]
+    /// Milliseconds since 1970.
+    public let createdAt: Int64
+    /// Milliseconds since 1970; nil: the token does not expire.
+    public let expiresAt: Int64?
+
+    public init(session: String, id: String, tokenHash: [UInt8], grant: [UInt8], createdAt: Int64, expiresAt: Int64?) {
+        self.session = session
+        self.id = id
+        self.tokenHash = tokenHash
+        self.grant = grant
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+}
+
 /// How a journal entry describes the state its change led to.
 public enum StateDelta: Sendable, Equatable {
     /// An RFC 6902 JSON Patch from the store's previous version (``JSONPatch``).
@@ -180,6 +206,10 @@ public enum StorageWrite: Sendable {
     /// history), and the entries that keys remembered since `keysSince` refer to; keys older
     /// than `keysSince`, or beyond the session's newest `maxKeys`, are forgotten.
     case compact(session: String, feature: String, upToVersion: Int, keepLast: Int, keysSince: Int64, maxKeys: Int)
+    /// A token minted for the session (its id is new).
+    case createGrant(StoredGrant)
+    /// Revokes the session's tokens with these ids (ids not stored are ignored).
+    case deleteGrants(session: String, ids: [String])
 }
 
 /// Why storage failed. A struct so kinds can be added later.
@@ -241,6 +271,8 @@ public protocol SessionStorage: Sendable {
     func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry]
     /// The session's entries with seq > `afterSeq`, in seq order, at most `limit`.
     func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry]
+    /// The tokens minted for the session, in the order they were minted (expired ones too).
+    func grants(session: String) async throws(StorageError) -> [StoredGrant]
     /// The last seq used by the session (0 if none).
     func lastSeq(session: String) async throws(StorageError) -> Int
     /// The change an `Idempotency-Key` made, if the key is remembered.

@@ -28,7 +28,7 @@ import Synchronization
 /// thread: the I/O runs on SwiftNIO's event loops.
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
-    public static let schemaVersion = 3
+    public static let schemaVersion = 4
     /// The LISTEN/NOTIFY channel commits announce their journal entries on.
     static let channel = "state_server_changes"
 
@@ -276,6 +276,20 @@ public final class PostgresStorage: SessionStorage {
             """,
             "ALTER TABLE state_sessions ADD COLUMN owner bigint",
         ],
+        // Version 4: tokens minted for a session (scoped tokens), by hash.
+        [
+            """
+            CREATE TABLE state_tokens (
+                session text NOT NULL,
+                id text NOT NULL,
+                token_hash bytea NOT NULL,
+                grant_json bytea NOT NULL,
+                created_at bigint NOT NULL,
+                expires_at bigint,
+                PRIMARY KEY (session, id)
+            )
+            """
+        ],
     ]
 
     /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.
@@ -347,6 +361,8 @@ public final class PostgresStorage: SessionStorage {
                     case .append(let e, _): named.append(e.session)
                     case .snapshot(let s): named.append(s.session)
                     case .touch(let session, _), .compact(let session, _, _, _, _, _): named.append(session)
+                    case .createGrant(let grant): named.append(grant.session)
+                    case .deleteGrants(let session, _): named.append(session)
                     case .deleteSession(let id):
                         // Waits for appends under way on the session row, so the delete's own
                         // statement (a later snapshot) sees and removes what they wrote.
@@ -464,7 +480,8 @@ public final class PostgresStorage: SessionStorage {
                 WITH j AS (DELETE FROM state_changes WHERE session = \(id)),
                      h AS (DELETE FROM state_stores WHERE session = \(id)),
                      s AS (DELETE FROM state_bases WHERE session = \(id)),
-                     r AS (DELETE FROM state_keys WHERE session = \(id))
+                     r AS (DELETE FROM state_keys WHERE session = \(id)),
+                     t AS (DELETE FROM state_tokens WHERE session = \(id))
                 DELETE FROM state_sessions WHERE id = \(id)
                 """, logger: logger)
         case .append(let e, let key):
@@ -508,6 +525,15 @@ public final class PostgresStorage: SessionStorage {
                 )
                 DELETE FROM state_changes WHERE session = \(session) AND feature = \(feature) AND version <= (SELECT v FROM base)
                 """, logger: logger)
+        case .createGrant(let g):
+            try await db.query(
+                """
+                INSERT INTO state_tokens (session, id, token_hash, grant_json, created_at, expires_at)
+                VALUES (\(g.session), \(g.id), \(ByteBuffer(bytes: g.tokenHash)), \(ByteBuffer(bytes: g.grant)), \(g.createdAt),
+                    \(g.expiresAt))
+                """, logger: logger)
+        case .deleteGrants(let session, let ids):
+            try await db.query("DELETE FROM state_tokens WHERE session = \(session) AND id = ANY(\(ids))", logger: logger)
         }
     }
 
@@ -536,6 +562,24 @@ public final class PostgresStorage: SessionStorage {
                 return StoredSession(id: id, tokenHash: Array(buffer: hash), createdAt: created, lastActiveAt: last)
             }
             return nil
+        }
+    }
+
+    public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
+        try await perform("read a session's tokens") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT id, token_hash, grant_json, created_at, expires_at FROM state_tokens
+                WHERE session = \(session) ORDER BY created_at, id
+                """, logger: logger)
+            var grants: [StoredGrant] = []
+            for try await (id, hash, grant, created, expires) in rows.decode((String, ByteBuffer, ByteBuffer, Int64, Int64?).self) {
+                grants.append(
+                    StoredGrant(
+                        session: session, id: id, tokenHash: Array(buffer: hash), grant: Array(buffer: grant), createdAt: created,
+                        expiresAt: expires))
+            }
+            return grants
         }
     }
 

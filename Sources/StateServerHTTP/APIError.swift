@@ -42,6 +42,27 @@ struct APIError: Error, Sendable {
         status: 401, code: "unauthorized", message: "this request needs the header 'Authorization: Bearer <token>'",
         headers: [("WWW-Authenticate", "Bearer")])
 
+    /// `401 unauthorized` saying why the credential is refused (a JWT that does not verify).
+    static func unauthorizedBecause(_ message: String) -> APIError {
+        APIError(status: 401, code: "unauthorized", message: message, headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
+    }
+
+    /// `403 forbidden`: the credential is the session's but does not reach this (its scope, its
+    /// features, its action types); says why.
+    static func forbidden(_ message: String) -> APIError {
+        APIError(status: 403, code: "forbidden", message: message)
+    }
+
+    static func tokenNotFound(_ id: String) -> APIError {
+        APIError(status: 404, code: "token_not_found", message: "this session has no live token with the id '\(id)'")
+    }
+
+    static func tooManyTokens(_ limit: Int) -> APIError {
+        APIError(
+            status: 409, code: "too_many_tokens",
+            message: "this session holds \(limit) live tokens, the most it may; revoke some first")
+    }
+
     static let sessionNotFound = APIError(status: 404, code: "session_not_found", message: "no session with this id and token")
 
     static func tooLarge(_ limit: Int) -> APIError {

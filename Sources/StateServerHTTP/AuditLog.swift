@@ -5,7 +5,8 @@ import StateStore
 
 /// A middleware that logs every client dispatch and what came of it, one `info` line each:
 /// `audit` with the session, feature, action type, the version it was computed on and either
-/// the new version or the error code. The action's fields are not logged (they may hold
+/// the new version or the error code; with the sender's `subject` (a JWT's `sub`) and the
+/// minted `token`'s id when there are. The action's fields are not logged (they may hold
 /// secrets; the history has them in their public, masked form). Enabled by `log.audit`.
 public struct AuditLog: DispatchMiddleware {
     let logger: Logger
@@ -22,6 +23,8 @@ public struct AuditLog: DispatchMiddleware {
             "session": "\(context.session)", "feature": "\(context.feature)", "version": "\(context.version)",
         ]
         if case .object(let fields) = action, case .string(let type)? = fields["type"] { metadata["action"] = "\(type)" }
+        if let subject = context.subject { metadata["subject"] = "\(subject)" }
+        if let token = context.tokenID { metadata["token"] = "\(token)" }
         do {
             let prepared = try next(action)
             metadata["applied"] = "\(prepared.encoded.version)"

@@ -154,16 +154,30 @@ struct PathSegments {
 struct Router: Sendable {
     let routes: [Route]
 
+    /// Also the abuse limits (docs/API.md, "Order of checks": requests per address before the
+    /// path, session creation after the method) and CORS (a preflight instead of the 405, the
+    /// headers of every reply to an allowed origin).
     func respond(to request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResult {
+        responder.cors.decorate(route(request, responder), for: request)
+    }
+
+    private func route(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResult {
         let logger = responder.log
+        do throws(APIError) {
+            try responder.limits.checkRequest(request, peers: responder.settings.peers)
+        } catch {
+            return .now(error.response(route: "-", logger))
+        }
         let path = PathSegments(request.path)
         for route in routes {
             guard let parameters = route.match(path) else { continue }
             guard route.methods.contains(request.method) else {
+                if CORSPolicy.isPreflight(request) { return .now(responder.cors.preflight(request, route: route, logger)) }
                 return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
             }
             let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
             do throws(APIError) {
+                try responder.limits.checkCreation(request, route: route.template)
                 switch try route.handler(responder, routed) {
                 case .now(let response): return .now(response)
                 case .later(let work):

@@ -53,3 +53,16 @@ public struct ServerSentEvents: EventEncoder {
         return Array("retry: \(milliseconds)\nevent: shutdown\ndata: {\"reason\":\"shutdown\",\"retryAfterMs\":\(milliseconds)}\n\n".utf8)
     }
 }
+
+extension ServerSentEvents {
+    /// The last event of a stream whose token was revoked or expired (`reason`: `revoked` or
+    /// `expired`): the stream then ends. A reconnect with the same token is refused.
+    ///
+    /// ```
+    /// event: revoked
+    /// data: {"reason":"revoked"}
+    /// ```
+    static func revoked(reason: String) -> [UInt8] {
+        Array("event: revoked\ndata: {\"reason\":\"\(reason)\"}\n\n".utf8)
+    }
+}

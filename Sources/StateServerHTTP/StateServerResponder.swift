@@ -26,6 +26,14 @@ public struct RouteSettings: Sendable {
     /// Several nodes: the cluster secret that authenticates forwarded requests
     /// (`cluster.secret`); nil: no request counts as forwarded.
     public var peers: PeerAuthentication?
+    /// Bearer JWTs from the app's backend (`auth.jwtSecret` / `auth.jwtPublicKey`); nil: none.
+    public var jwt: JWTVerifier?
+    /// `auth.createSessions: jwt`: `POST /v1/sessions` needs a JWT with scope `create`.
+    public var sessionsNeedJWT = false
+    /// Abuse limits per client address and per session (`limits.*`); off by default here.
+    public var limits = RateLimits()
+    /// Cross-origin requests (`cors.allowedOrigins`); off by default.
+    public var cors = CORSSettings()
 
     public init() {}
 }
@@ -43,11 +51,17 @@ public final class StateServerResponder: HTTPResponder {
     let log: APIErrorLog
     /// Event streams open on this server: the one count (admission and the metric).
     let openStreams = Atomic<Int>(0)
+    /// Event streams opened with a minted token, by session and token id: closed when the
+    /// token is revoked.
+    let streamsByToken = StreamsByToken()
     let featuresBody: [UInt8]
     let featuresTag: String
     let metrics: (@Sendable () -> [UInt8])?
     /// Several nodes: sends requests for sessions another node owns to that node.
     let forwarder: (any RequestForwarder)?
+    /// The token buckets of `settings.limits`.
+    let limits: ClientLimits
+    let cors: CORSPolicy
 
     /// - Parameter metrics: the Prometheus text exposition served at `GET /metrics`
     ///   (404 when `nil`).
@@ -60,6 +74,8 @@ public final class StateServerResponder: HTTPResponder {
         self.settings = settings
         self.log = APIErrorLog(logger: logger)
         self.metrics = metrics
+        limits = ClientLimits(settings.limits)
+        cors = CORSPolicy(settings: settings.cors)
         var list: [UInt8] = [UInt8(ascii: "[")]
         for (index, feature) in sessions.registry.features.enumerated() {
             if index > 0 { list.append(UInt8(ascii: ",")) }
@@ -78,7 +94,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

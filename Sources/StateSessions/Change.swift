@@ -32,6 +32,10 @@ public struct ChangeRequest: Sendable {
     public var precondition: VersionPrecondition
     /// Repeats of a key are answered with the first reply, applying nothing.
     public var idempotencyKey: String?
+    /// Who sent it (a JWT's `sub`), for middleware and the audit log.
+    public var subject: String?
+    /// The id of the minted token it came with (nil: the owner's token, a JWT).
+    public var tokenID: String?
 
     public init(
         feature: String, kind: Kind, precondition: VersionPrecondition = .none, idempotencyKey: String? = nil

@@ -12,6 +12,11 @@ public struct DispatchContext: Sendable {
     /// The request's `Idempotency-Key`, if any (a repeat of a remembered key is answered from
     /// memory before any middleware runs).
     public let idempotencyKey: String?
+    /// Who sent it: the `sub` of the request's JWT, or of the JWT that minted its token; nil
+    /// for the owner's token.
+    public var subject: String? = nil
+    /// The id of the minted token the request came with; nil for the owner's token and JWTs.
+    public var tokenID: String? = nil
 }
 
 /// Code around every client dispatch, in the shape of Redux middleware and Hummingbird's

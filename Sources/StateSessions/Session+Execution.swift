@@ -108,7 +108,7 @@ extension Session {
                 } else {
                     let context = DispatchContext(
                         session: id, feature: request.feature, version: try store.currentJSON().version,
-                        idempotencyKey: request.idempotencyKey)
+                        idempotencyKey: request.idempotencyKey, subject: request.subject, tokenID: request.tokenID)
                     prepared = try settings.middleware.run(action, context: context) { (action) throws(StoreError) in
                         try store.prepareDispatch(json: action, ifVersion: version)
                     }

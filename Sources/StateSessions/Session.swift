@@ -54,6 +54,8 @@ public enum SessionNotice: Sendable {
 public final class Session: Sendable {
     public let id: String
     let tokenHash: [UInt8]
+    /// Tokens minted for the session (Session+Tokens.swift).
+    let grants: Mutex<GrantTable>
     let registry: FeatureRegistry
     let settings: SessionSettings
     public let journal: any ChangeJournal
@@ -130,7 +132,7 @@ public final class Session: Sendable {
     }
 
     init(
-        id: String, tokenHash: [UInt8], registry: FeatureRegistry, settings: SessionSettings,
+        id: String, tokenHash: [UInt8], grants: [StoredGrant] = [], registry: FeatureRegistry, settings: SessionSettings,
         journal: any ChangeJournal, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
         metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
@@ -140,6 +142,7 @@ public final class Session: Sendable {
         self.ownerEpoch = ownerEpoch
         self.id = id
         self.tokenHash = tokenHash
+        self.grants = Mutex(GrantTable(grants))
         self.registry = registry
         self.settings = settings
         self.journal = journal
@@ -153,11 +156,6 @@ public final class Session: Sendable {
     }
 
     var storage: (any SessionStorage)? { journal.storage }
-
-    /// Compares SHA-256 of `candidate` with the stored hash in constant time.
-    public func verify(token candidate: String) -> Bool {
-        Self.constantTimeEqual(SHA256.hash(candidate), tokenHash)
-    }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count, !a.isEmpty else { return false }

@@ -160,11 +160,11 @@ public final class SessionManager: Sendable {
     }
 
     private func makeSession(
-        id: String, tokenHash: [UInt8], startSeq: Int = 0, recent: [(seq: Int, feature: String, data: [UInt8])] = [],
-        lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
+        id: String, tokenHash: [UInt8], grants: [StoredGrant] = [], startSeq: Int = 0,
+        recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
     ) -> Session {
         Session(
-            id: id, tokenHash: tokenHash, registry: registry, settings: settings, journal: journal,
+            id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
             replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
     }
@@ -199,6 +199,15 @@ public final class SessionManager: Sendable {
         }
         session.markUsed()
         return session
+    }
+
+    /// The in-memory session with this id and what `token` may do on it (the owner's token or a
+    /// live minted one); nil as for ``session(id:token:admin:)``. The token is hashed once.
+    public func authorized(id: String, token: String) -> (session: Session, grant: Grant)? {
+        guard let found = sessions.withLock({ $0.byID[id] }), let grant = found.grant(for: token),
+            let session = session(id: id, token: token, admin: true)
+        else { return nil }
+        return (session, grant)
     }
 
     /// Sessions with an id after `id` (byte order), at most `limit`, with their last activity
@@ -248,8 +257,14 @@ public final class SessionManager: Sendable {
         guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
-            guard let stored = try await storage.session(id: id),
-                admin || Session.constantTimeEqual(SHA256.hash(token), stored.tokenHash)
+            guard let stored = try await storage.session(id: id) else { return nil }
+            // The owner's token, or a live token minted for the session.
+            let grants = try await storage.grants(session: id)
+            let hash = SHA256.hash(token)
+            let now = WallClock.now
+            guard
+                admin || Session.constantTimeEqual(hash, stored.tokenHash)
+                    || grants.contains(where: { $0.tokenHash == hash && ($0.expiresAt ?? .max) > now })
             else { return nil }
             var ownerEpoch: Int64 = 0
             if let ownership = activeOwnership {
@@ -264,7 +279,7 @@ public final class SessionManager: Sendable {
             // from one of them (``Session/backfill(after:)``): loading costs no replay buffer.
             let lastSeq = try await storage.lastSeq(session: id)
             let fresh = makeSession(
-                id: id, tokenHash: stored.tokenHash, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt,
+                id: id, tokenHash: stored.tokenHash, grants: grants, startSeq: lastSeq, lastStoredActivity: stored.lastActiveAt,
                 ownerEpoch: ownerEpoch)
             let session = sessions.withLock { table -> Session? in
                 if let existing = table.byID[id] { return existing }

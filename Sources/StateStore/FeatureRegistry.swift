@@ -9,6 +9,8 @@ public struct AnyFeature: Sendable {
 
     /// The version of the feature's state shape (see ``Feature/stateVersion``).
     public let stateVersion: Int
+    /// The most bytes the state may take as JSON (see ``Feature/maxStateBytes``).
+    public let maxStateBytes: Int
     private let restoreBody: @Sendable (
         _ state: JSONValue?, _ stateVersion: Int, _ version: Int,
         _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
@@ -18,6 +20,7 @@ public struct AnyFeature: Sendable {
         name = feature.name
         initialStateJSON = try JSONCoding.encode(feature.initialState)
         stateVersion = feature.stateVersion
+        maxStateBytes = feature.maxStateBytes
         make = { onRejected in DefaultStateStore(feature: feature, onFollowUpRejected: onRejected) }
         restoreBody = { saved, savedVersion, version, onRejected throws(StoreError) in
             guard StoreVersion.isValid(version) else {

@@ -270,8 +270,13 @@ public struct Recording: Sendable, Equatable {
 
     /// Every step with the state it led to, in order: patches are applied to the feature's
     /// previous state, one step at a time. Throws ``Unreadable`` for a step of a feature the
-    /// recording does not start, or a patch that does not apply.
-    public func forEachState(_ body: (Int, Step, JSONValue) throws(Unreadable) -> Void) throws(Unreadable) {
+    /// recording does not start, a patch that does not apply (``JSONPatch/apply(_:to:maxDepth:maxCopiedBytes:)``
+    /// bounds each), or a state larger than its feature's entry in `maxStateBytes`: a patch can
+    /// only add its own size and its bounded copies to a state, but a document of many steps
+    /// could add them up.
+    public func forEachState(
+        maxStateBytes: [String: Int] = [:], _ body: (Int, Step, JSONValue) throws(Unreadable) -> Void
+    ) throws(Unreadable) {
         var current: [String: JSONValue] = [:]
         for start in features { current[start.name] = start.state }
         for (index, step) in changes.enumerated() {
@@ -283,6 +288,10 @@ public struct Recording: Sendable, Equatable {
                 state = try step.state(after: previous)
             } catch {
                 throw Unreadable(description: "changes[\(index)].patch does not apply to the state before it: \(error)")
+            }
+            if let limit = maxStateBytes[step.feature], state.encodedCount(atMost: limit) == nil {
+                throw Unreadable(
+                    description: "changes[\(index)] leads to a state of \(step.feature) larger than its limit of \(limit) bytes")
             }
             current[step.feature] = state
             try body(index, step, state)
@@ -302,14 +311,17 @@ public struct Recording: Sendable, Equatable {
     /// Runs every step through the reducers of `registry` (no asynchronous work starts; a
     /// follow-up the recording holds is applied as the recorded action it was), comparing each
     /// resulting state with the recorded one. Returns the first divergence, or nil when every
-    /// state is the same. Throws ``Unreadable`` for a feature `registry` does not have, or a
-    /// starting state it cannot restore.
+    /// state is the same. Throws ``Unreadable`` for a feature `registry` does not have, a
+    /// starting state it cannot restore, or a state larger than its feature's
+    /// ``Feature/maxStateBytes`` (one the server would not import).
     public func replay(with registry: FeatureRegistry) throws(Unreadable) -> Divergence? {
         var stores: [String: any AnyStateStore] = [:]
+        var maxStateBytes: [String: Int] = [:]
         for start in features {
             guard let definition = registry[start.name] else {
                 throw Unreadable(description: "the recording has a feature '\(start.name)' this server does not register")
             }
+            maxStateBytes[start.name] = definition.maxStateBytes
             do throws(StoreError) {
                 stores[start.name] = try definition.restoreStore(
                     json: start.state, stateVersion: start.stateVersion, version: start.version)
@@ -318,7 +330,7 @@ public struct Recording: Sendable, Equatable {
             }
         }
         var divergence: Divergence?
-        try forEachState { index, step, recorded throws(Unreadable) in
+        try forEachState(maxStateBytes: maxStateBytes) { index, step, recorded throws(Unreadable) in
             guard divergence == nil, let store = stores[step.feature] else { return }
             do throws(StoreError) {
                 try store.replay(cause: step.cause, payload: step.payload(state: recorded))

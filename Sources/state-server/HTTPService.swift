@@ -75,6 +75,8 @@ struct HTTPSettings: Sendable {
             }
             routes.adminTokenHash = bytes
         }
+        // Abuse limits, trusted proxies and CORS: LimitSettings.
+        try LimitSettings.read(&read, into: &self)
     }
 
     /// The host as it appears in a URL (`[::1]`).

@@ -20,6 +20,7 @@ struct ServerSettings: Sendable {
     var sweeper: SweeperSettings
     var log: LogSettings
     var features: FeatureSettings
+    var auth: AuthSettings
     /// Every setting with its effective value, in reading order.
     let entries: [(key: String, meaning: String, value: ConfigContent)]
 
@@ -34,6 +35,7 @@ struct ServerSettings: Sendable {
         sweeper = try SweeperSettings(&read)
         log = try LogSettings(&read)
         features = try FeatureSettings(&read)
+        auth = try AuthSettings(&read)
         entries = read.entries
     }
 

@@ -179,9 +179,9 @@ struct SettingsReader {
         // What --print-config shows: never a password.
         var shown = value.content
         if case .string(let text) = shown { shown = .string(Settings.withoutPassword(text)) }
-        // The admin credential's hash and the cluster secret are secrets too: shown only as set
+        // The admin credential's hash, the cluster secret and the JWT secret are secrets too: shown only as set
         // or not.
-        if setting.key.hasPrefix("admin.") || setting.key == "cluster.secret", case .string(let text) = shown, !text.isEmpty {
+        if setting.key.hasPrefix("admin.") || setting.key == "cluster.secret" || setting.key == "auth.jwtSecret", case .string(let text) = shown, !text.isEmpty {
             shown = .string("***")
         }
         entries.append((setting.key, setting.meaning, shown))

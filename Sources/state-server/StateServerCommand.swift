@@ -320,6 +320,8 @@ struct Server {
         sessions.middleware = middleware
         var routes = settings.http.routes
         routes.peers = peers
+        routes.jwt = settings.auth.jwt
+        routes.sessionsNeedJWT = settings.auth.createSessions == .jwt
         return StateServerApplication(
             registry: registry, sessions: sessions, routes: routes, storage: storage,
             logger: logger, notify: notify, metrics: { sessions, streams in

@@ -42,6 +42,10 @@ struct TimedStorage: SessionStorage {
         try await base.journal(session: session, afterSeq: afterSeq, limit: limit)
     }
 
+    func grants(session: String) async throws(StorageError) -> [StoredGrant] {
+        try await base.grants(session: session)
+    }
+
     func lastSeq(session: String) async throws(StorageError) -> Int {
         try await base.lastSeq(session: session)
     }

@@ -249,12 +249,26 @@ struct DeploymentFilesTests {
         let podLabels = try #require(deployment.map("spec")?.map("template")?.map("metadata")?.map("labels"))
         var services = (try Repository.yamlDocuments("deploy/kubernetes/service.yaml")).filter { $0.string("kind") == "Service" }
         services += documents.filter { $0.string("kind") == "Service" }
-        let ingresses = documents.filter { $0.string("kind") == "Ingress" }
-        try #require(ingresses.count == 2, "Ingresses: \(ingresses.count)")
+        var ingresses = documents.filter { $0.string("kind") == "Ingress" }
+        try #require(ingresses.count == 3, "Ingresses: \(ingresses.count)")
+        // /metrics and the admin routes: an Ingress of their own that allows no client (issue 25
+        // item 3: off the public listener), on the catch-all's Service.
+        let internalIngress = try #require(
+            ingresses.first { $0.map("metadata")?.map("annotations")?.string("nginx.ingress.kubernetes.io/whitelist-source-range") != nil },
+            "no Ingress keeps /metrics and /v1/admin off the public")
+        ingresses.removeAll { $0.map("metadata")?.string("name") == internalIngress.map("metadata")?.string("name") }
+        let allowed = internalIngress.map("metadata")?.map("annotations")?.string("nginx.ingress.kubernetes.io/whitelist-source-range")
+        #expect(allowed == "127.0.0.1/32", "the internal Ingress allows \(allowed ?? "-")")
+        let internalPaths = (internalIngress.map("spec")?.list("rules") ?? []).compactMap { $0 as? [String: Any] }
+            .flatMap { ($0.map("http")?.list("paths") ?? []).compactMap { $0 as? [String: Any] } }
+            .map { "\($0.string("pathType") ?? "-") \($0.string("path") ?? "-") \($0.map("backend")?.map("service")?.string("name") ?? "-")" }
+        #expect(internalPaths.sorted() == ["Exact /metrics state-server", "Prefix /v1/admin state-server"], "\(internalPaths)")
         var backends: [String: String] = [:]  // Ingress name -> its Service
         for ingress in ingresses {
             let name = try #require(ingress.map("metadata")?.string("name"))
             let annotations = ingress.map("metadata")?.map("annotations") ?? [:]
+            // The pods cannot count clients' connections behind the controller: it does.
+            #expect(Int(annotations.string("nginx.ingress.kubernetes.io/limit-connections") ?? "") ?? 0 > 0, "\(name): limit-connections")
             // Snippets are off by default in ingress-nginx (and a risk): none is needed.
             #expect(!annotations.keys.contains { $0.contains("snippet") }, "\(name): \(annotations.keys.sorted())")
             #expect(!annotations.values.contains { "\($0)".contains("non_idempotent") }, "\(name): a POST must never be re-sent")
@@ -297,6 +311,35 @@ struct DeploymentFilesTests {
             #expect(Repository.exists("deploy/kubernetes/\(resource)"), "kustomization names a missing \(resource)")
         }
         #expect(Set(resources) == ["deployment.yaml", "service.yaml", "pdb.yaml", "ingress.yaml"], "resources: \(resources)")
+    }
+
+    @Test("the deploy files' abuse limits, trusted proxies and CORS settings are ones the server accepts, and every limit is set")
+    func deployLimitsAccepted() async throws {
+        let compose = try #require(try Repository.yamlDocuments("deploy/compose.yaml").first)
+        let node = try #require(compose.map("services")?.map("node1")?.map("environment"))
+        let deployment = try Self.kubernetes("deployment.yaml")
+        let container = try #require(
+            (deployment.map("spec")?.map("template")?.map("spec")?.list("containers")?.first as? [String: Any]))
+        var kubernetes: [String: String] = [:]
+        for entry in (container.list("env") ?? []).compactMap({ $0 as? [String: Any] }) {
+            if let name = entry.string("name"), let value = entry.string("value") { kubernetes[name] = value }
+        }
+        let keys = ["STATE_SERVER_HTTP_TRUSTED_PROXIES", "STATE_SERVER_LIMITS_REQUESTS_PER_SECOND", "STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE",
+                    "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND", "STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS", "STATE_SERVER_CORS_ALLOWED_ORIGINS"]
+        let binary = try #require(ServerBinary.locate())
+        for (file, values) in [("compose.yaml", keys.reduce(into: [String: String]()) { $0[$1] = node.string($1) }), ("deployment.yaml", kubernetes)] {
+            var environment: [String: String] = [:]
+            for key in keys {
+                let value = try #require(values[key], "\(file) does not set \(key)")
+                environment[key] = value
+            }
+            #expect(!(environment["STATE_SERVER_HTTP_TRUSTED_PROXIES"] ?? "").isEmpty, "\(file): behind a proxy, it must be trusted")
+            let (process, output) = try ServerProcess.launch(binary, arguments: ["--print-config"], environment: environment)
+            let ended = try await eventually(timeout: .seconds(30)) { !process.isRunning && output.allClosed }
+            #expect(ended && process.terminationStatus == 0, "\(file): \(output.stderrText)")
+            let printed = try JSONSerialization.jsonObject(with: Data(output.stdoutText.utf8)) as? [String: Any] ?? [:]
+            #expect(printed["limits.requestsPerSecond"] as? Int == Int(environment["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND"] ?? ""), "\(file): \(printed)")
+        }
     }
 
     @Test("the probe routes answer on the real server")

@@ -145,12 +145,17 @@ struct OpenAPISpecTests {
         let session = try server.createSession()
         // DELETE /v1/sessions/{id} ends its session: it gets one of its own.
         let doomed = try server.createSession()
+        // DELETE /v1/sessions/{id}/tokens/{tokenId} revokes a token minted for the probe.
+        let minted = try server.send(
+            "POST", "/v1/sessions/\(session.id)/tokens", headers: [("Authorization", "Bearer \(session.token)")],
+            body: #"{"scope":"observe"}"#)
+        let tokenID = try #require(minted.json?["id"] as? String, "mint: \(minted)")
 
         for (template, listed) in operations.sorted(by: { $0.key < $1.key }) {
             for method in Self.probedMethods {
                 let owner = template == "/v1/sessions/{id}" && method == "DELETE" ? doomed : session
                 let path = template.replacingOccurrences(of: "{id}", with: owner.id)
-                    .replacingOccurrences(of: "{feature}", with: "counter")
+                    .replacingOccurrences(of: "{feature}", with: "counter").replacingOccurrences(of: "{tokenId}", with: tokenID)
                 #expect(!path.contains("{"), "\(template) has a path parameter this test cannot fill")
                 let token = template.hasPrefix("/v1/admin/") ? SpecServer.adminToken : owner.token
                 let response = try server.send(
@@ -204,6 +209,7 @@ struct OpenAPISpecTests {
         case ("POST", "/v1/sessions/{id}/dispatch"): #"{"feature":"counter","action":{"type":"increment"}}"#
         case ("PUT", "/v1/sessions/{id}/state/{feature}"): #"{"state":{"count":1}}"#
         case ("POST", "/v1/sessions/{id}/state/{feature}/travel"): #"{"version":0}"#
+        case ("POST", "/v1/sessions/{id}/tokens"): #"{"scope":"observe","features":["counter"]}"#
         case ("POST", "/v1/recordings"): #"{"format":"stateserver-recording","version":1,"server":"","features":[],"changes":[]}"#
         default: nil
         }

@@ -261,7 +261,7 @@ struct ExactHTTPTests {
         try await expectRefused(Array(head.utf8), session: session, method: "POST", messageContains: "Authorization")
     }
 
-    // MARK: Fuzz findings (make fuzz, fuzz/seeds/finding-*)
+    // MARK: Fuzz findings (make fuzz, fuzz/seeds/framing/finding-*)
 
     @Test("fuzz findings: NULs in the request line or after a value that the first framing pass let through", arguments: [
         "PD\u{0}\u{0}\u{0}OST /healthz HTTP/1.1\r\nHost: x\r\n\r\n",

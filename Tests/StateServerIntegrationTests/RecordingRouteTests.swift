@@ -136,6 +136,39 @@ struct RecordingRouteTests {
         #expect(try await Self.sessionCount(api) == before, "a refused import leaves no session")
     }
 
+    /// A recording of `counter` whose one step is `patch` (make fuzz's seeds
+    /// fuzz/seeds/recording/finding-copies-*).
+    static func counterRecording(patch: String) -> [UInt8] {
+        Array((#"{"format":"stateserver-recording","version":2,"server":"t","features":[{"name":"counter","stateVersion":1,"version":0,"#
+            + #""state":{"count":0}}],"changes":[{"seq":1,"feature":"counter","version":1,"cause":"rehydrate","patch":"# + patch + "}]}").utf8)
+    }
+
+    @Test("a small recording whose patch copies the state into itself 40 times, or into ever deeper paths, is refused at once, over HTTP and by state-server replay")
+    func copyingPatches() async throws {
+        let api = try SharedServer.api()
+        let doubling = "[" + (0..<40).map { #"{"op":"copy","from":"","path":"/k\#($0)"}"# }.joined(separator: ",") + "]"
+        let deeper = "[" + (0..<14).map { #"{"op":"copy","from":"","path":""# + String(repeating: "/a", count: 1 << $0) + #""}"# }
+            .joined(separator: ",") + "]"
+        // Before: the first made a state of 2^40 bytes to write (the request never ended), the
+        // second one 16,384 levels deep (writing or freeing it overflowed the stack).
+        for (name, patch, reason) in [
+            ("doubling", doubling, "carry more than 1048576 bytes"), ("deeper", deeper, "would nest deeper than 512 levels"),
+        ] {
+            let body = Self.counterRecording(patch: patch)
+            let refused = try await api.request("POST", "/v1/recordings", body: body)
+            expectError(refused, 400, "invalid_request")
+            #expect(refused.json?["error"]?["message"]?.string?.contains(reason) == true, "\(name): \(refused)")
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            let file = directory.path("\(name).json")
+            try Data(body).write(to: URL(fileURLWithPath: file))
+            let replayed = try Self.run(["replay", file])
+            #expect(replayed.status == 2 && replayed.output.contains(reason), "\(name): \(replayed)")
+        }
+        // The server still answers.
+        #expect(try await api.request("GET", "/v1/features").status == 200)
+    }
+
     static let adminToken = "import-test-admin"
 
     /// The sessions the server holds (the admin's list).

@@ -25,25 +25,31 @@ package protocol HTTPTransport: Sendable {
     var port: Int? { get }
 }
 
-/// Requests to a real server over 127.0.0.1, each on a fresh connection.
+/// Requests to a real server over 127.0.0.1, each on a fresh connection (from `source`, a
+/// local address of 127.0.0.0/8, when given: the server then sees another client).
 package struct SocketTransport: HTTPTransport {
     package let socketPort: Int
+    package let source: String?
 
-    package init(port: Int) { self.socketPort = port }
+    package init(port: Int, source: String? = nil) {
+        self.socketPort = port
+        self.source = source
+    }
 
     package var port: Int? { socketPort }
 
     package func request(
         _ method: String, _ target: String, headers: [Header], body: [UInt8]?, timeout: Duration
     ) async throws -> HTTPResponse {
-        let connection = try await HTTPConnection.open(port: socketPort)
+        let connection = try await HTTPConnection.open(port: socketPort, source: source)
         defer { connection.close() }
         return try await connection.request(
             method, target, headers: headers + [("Connection", "close")], body: body, timeout: timeout)
     }
 
     package func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> EventStream {
-        try await EventStream.open(port: socketPort, target: target, headers: headers, receiveBufferSize: receiveBufferSize)
+        try await EventStream.open(
+            port: socketPort, target: target, headers: headers, receiveBufferSize: receiveBufferSize, source: source)
     }
 }
 
@@ -51,8 +57,9 @@ package struct SocketTransport: HTTPTransport {
 package struct API: Sendable {
     package let transport: any HTTPTransport
 
-    /// A real server listening on `port`.
-    package init(port: Int) { self.transport = SocketTransport(port: port) }
+    /// A real server listening on `port`, reached from `source` (a local address of
+    /// 127.0.0.0/8; nil: 127.0.0.1) — a test's other clients, for the per-address limits.
+    package init(port: Int, source: String? = nil) { self.transport = SocketTransport(port: port, source: source) }
 
     package init(transport: any HTTPTransport) { self.transport = transport }
 

@@ -36,7 +36,9 @@ package final class BlockingSocket: @unchecked Sendable {
     /// The end was a reset (ECONNRESET) rather than an orderly close.
     private(set) var wasReset = false
 
-    package init(port: Int, receiveBufferSize: Int? = nil) throws {
+    /// - Parameter source: the local IPv4 address to connect from (`127.0.0.2`: any address of
+    ///   127.0.0.0/8 is this machine), so a test can be several clients; nil: the system's choice.
+    package init(port: Int, receiveBufferSize: Int? = nil, source: String? = nil) throws {
         #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
@@ -50,6 +52,23 @@ package final class BlockingSocket: @unchecked Sendable {
             // Before connect, so the advertised window stays small.
             var size = Int32(receiveBufferSize)
             _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_port = 0
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                let code = errno
+                Self.closeDescriptor(fd)
+                self.fd = -1
+                throw ClientError.system("bind to \(source)", code)
+            }
         }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)

@@ -79,9 +79,9 @@ package final class EventStream: Sendable {
     /// 200 use `readErrorBody()`.
     package static func open(
         port: Int, target: String, headers: [Header] = [], receiveBufferSize: Int? = nil,
-        timeout: Duration = .seconds(10)
+        timeout: Duration = .seconds(10), source: String? = nil
     ) async throws -> EventStream {
-        let connection = try await HTTPConnection.open(port: port, receiveBufferSize: receiveBufferSize)
+        let connection = try await HTTPConnection.open(port: port, receiveBufferSize: receiveBufferSize, source: source)
         try await connection.send(
             HTTPConnection.serialize(method: "GET", target: target, port: port, headers: headers, body: nil))
         let head = try await connection.readHead(timeout: timeout)

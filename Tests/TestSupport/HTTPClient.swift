@@ -92,8 +92,8 @@ package final class HTTPConnection: @unchecked Sendable {
         self.queue = DispatchQueue(label: "test-connection-\(port)")
     }
 
-    package static func open(port: Int, receiveBufferSize: Int? = nil) async throws -> HTTPConnection {
-        let socket = try await onThread { try BlockingSocket(port: port, receiveBufferSize: receiveBufferSize) }
+    package static func open(port: Int, receiveBufferSize: Int? = nil, source: String? = nil) async throws -> HTTPConnection {
+        let socket = try await onThread { try BlockingSocket(port: port, receiveBufferSize: receiveBufferSize, source: source) }
         return HTTPConnection(port: port, socket: socket)
     }
 

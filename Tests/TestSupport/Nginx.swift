@@ -134,34 +134,45 @@ package func loopbackSocket(listening: Bool) throws -> (fd: Int32, port: Int) {
 /// reads under its own lock; everything else is immutable.
 package final class NginxProcess: @unchecked Sendable {
     package let port: Int
+    /// The internal listener's port (`/metrics`, `/v1/admin/...`).
+    package let internalPort: Int
     package let prefix: URL
     package let output: OutputCollector
     private let process: Process
 
     package var api: API { API(port: port) }
+    /// The internal listener.
+    package var internalAPI: API { API(port: internalPort) }
     package var isRunning: Bool { process.isRunning }
 
-    private init(port: Int, prefix: URL, process: Process, output: OutputCollector) {
+    private init(port: Int, internalPort: Int, prefix: URL, process: Process, output: OutputCollector) {
         self.port = port
+        self.internalPort = internalPort
         self.prefix = prefix
         self.process = process
         self.output = output
     }
 
-    package static func start(upstreams: [Int], balance: String = "round-robin") async throws -> NginxProcess {
+    /// `connectionsPerAddress`: render.sh's `--connections-per-address` (nil: the template's).
+    package static func start(
+        upstreams: [Int], balance: String = "round-robin", connectionsPerAddress: Int? = nil
+    ) async throws -> NginxProcess {
         let binary = try Nginx.locate()
         var lastError = ""
         // Another process may take the free port between our check and nginx's bind: retry.
         for _ in 0..<3 {
             let port = try freePort()
+            let internalPort = try freePort()
             let prefix = try Nginx.makePrefix()
+            let limit = connectionsPerAddress.map { ["--connections-per-address", String($0)] } ?? []
             let configuration = try Nginx.render(
-                ["--main", "--balance", balance, "--listen", "127.0.0.1:\(port)"] + upstreams.map { "127.0.0.1:\($0)" })
+                ["--main", "--balance", balance, "--listen", "127.0.0.1:\(port)", "--internal-listen", "127.0.0.1:\(internalPort)"]
+                    + limit + upstreams.map { "127.0.0.1:\($0)" })
             let file = prefix.appendingPathComponent("nginx.conf")
             try configuration.write(to: file, atomically: true, encoding: .utf8)
             let (process, output) = try ServerProcess.launch(
                 binary, arguments: ["-p", prefix.path, "-c", file.path, "-g", "daemon off;"], environment: [:])
-            let nginx = NginxProcess(port: port, prefix: prefix, process: process, output: output)
+            let nginx = NginxProcess(port: port, internalPort: internalPort, prefix: prefix, process: process, output: output)
             // Ready once nginx wrote its pid file (it does so after binding its sockets): while
             // it retries a bind, the port answers for whoever took it — another test's server.
             let pidFile = prefix.appendingPathComponent("nginx.pid").path

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders deploy/nginx/stateserver.conf.template to standard output.
 #
-#   deploy/nginx/render.sh [--balance hash|round-robin] [--listen ADDR] [--access-log PATH] [--main] NODE...
+#   deploy/nginx/render.sh [--balance hash|round-robin] [--listen ADDR] [--internal-listen ADDR]
+#                          [--connections-per-address N] [--access-log PATH] [--main] NODE...
 #
 #   NODE        host:port of a state-server node (one "server" line each)
 #   --balance   hash (the default): every request of a session to the same node, by
@@ -9,6 +10,9 @@
 #               without one spread by $request_id); round-robin: nginx's default, every request
 #               to the next node
 #   --listen    what nginx listens on (default 8080; e.g. 127.0.0.1:18080)
+#   --internal-listen  the listener of /metrics and the admin routes, which the public one
+#               refuses (default 127.0.0.1:8081: never publish it)
+#   --connections-per-address  requests in progress per client address (limit_conn; default 100)
 #   --access-log  the access log's file (default /var/log/nginx/access.log; logs/access.log,
 #               under the prefix, with --main); written without query strings either way
 #   --main      wrap it in a complete nginx.conf for a private nginx started as
@@ -20,6 +24,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 listen=8080
+internal_listen=127.0.0.1:8081
+connections=100
 access_log=""
 balance=hash
 main=0
@@ -27,10 +33,12 @@ nodes=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --listen) listen="${2:?--listen needs an address}"; shift 2 ;;
+        --internal-listen) internal_listen="${2:?--internal-listen needs an address}"; shift 2 ;;
+        --connections-per-address) connections="${2:?--connections-per-address needs a number}"; shift 2 ;;
         --access-log) access_log="${2:?--access-log needs a path}"; shift 2 ;;
         --balance) balance="${2:?--balance needs hash or round-robin}"; shift 2 ;;
         --main) main=1; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         -*) echo "render.sh: unknown option $1" >&2; exit 2 ;;
         *) nodes+=("$1"); shift ;;
     esac
@@ -58,8 +66,14 @@ if ! [[ "$access_log" =~ ^[A-Za-z0-9._/-]+$ ]]; then
     echo "render.sh: not a plain file path: $access_log" >&2
     exit 2
 fi
-if ! [[ "$listen" =~ ^([A-Za-z0-9.-]+:|\[[0-9A-Fa-f:.]+\]:)?[0-9]+$ ]]; then
-    echo "render.sh: not a listen address: $listen" >&2
+for address in "$listen" "$internal_listen"; do
+    if ! [[ "$address" =~ ^([A-Za-z0-9.-]+:|\[[0-9A-Fa-f:.]+\]:)?[0-9]+$ ]]; then
+        echo "render.sh: not a listen address: $address" >&2
+        exit 2
+    fi
+done
+if ! [[ "$connections" =~ ^[1-9][0-9]{0,6}$ ]]; then
+    echo "render.sh: --connections-per-address is a number from 1, not $connections" >&2
     exit 2
 fi
 
@@ -73,6 +87,8 @@ body() {
             for node in "${nodes[@]}"; do printf '%s\n' "${line//@NODE@/$node}"; done
         else
             line="${line//@ACCESS_LOG@/$access_log}"
+            line="${line//@INTERNAL_LISTEN@/$internal_listen}"
+            line="${line//@CONNECTIONS@/$connections}"
             printf '%s\n' "${line//@LISTEN@/$listen}"
         fi
     done < "$here/stateserver.conf.template"

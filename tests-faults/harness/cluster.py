@@ -170,6 +170,12 @@ class Cluster:
             "STATE_SERVER_CLUSTER_LEASE": "3",
             # The nodes sign the requests they forward with it (required on PostgreSQL).
             "STATE_SERVER_CLUSTER_SECRET": secrets.token_hex(32),
+            # The harness, nginx and the nodes all connect from 127.0.0.1: trusted as proxies (a
+            # deployment lists its nodes' network), and the harness's load is many clients'.
+            "STATE_SERVER_HTTP_TRUSTED_PROXIES": "127.0.0.1",
+            "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0",
+            "STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "0",
+            "STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE": "0",
         }
         self.node_env.update(node_env or {})
         self.balance = balance
@@ -213,6 +219,10 @@ class Cluster:
         s.bind(("127.0.0.1", 0))
         self.nginx_port = s.getsockname()[1]
         s.close()
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        internal_port = s.getsockname()[1]  # the internal listener (/metrics, /v1/admin/...)
+        s.close()
         prefix = os.path.join(self.dir, "nginx")
         os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
         os.makedirs(os.path.join(prefix, "tmp"), exist_ok=True)
@@ -220,7 +230,10 @@ class Cluster:
         # template's own map); round_robin: nginx's default.
         balance = {"hash": "hash", "round_robin": "round-robin"}[self.balance]
         conf = subprocess.run(["bash", os.path.join(REPO, "deploy", "nginx", "render.sh"), "--main",
-                               "--balance", balance, "--listen", f"127.0.0.1:{self.nginx_port}"]
+                               "--balance", balance, "--listen", f"127.0.0.1:{self.nginx_port}",
+                               "--internal-listen", f"127.0.0.1:{internal_port}",
+                               # the harness is one address standing for many clients
+                               "--connections-per-address", "1000000"]
                               + [f"127.0.0.1:{n.front.port}" for n in self.nodes],
                               capture_output=True, text=True, check=True).stdout
         with open(os.path.join(prefix, "nginx.conf"), "w") as f:

@@ -29,6 +29,10 @@ typedef struct ss_daemon_config {
     const char *tls_key;
     /// GnuTLS priority string for TLS (NULL: libmicrohttpd's default, "NORMAL").
     const char *tls_priorities;
+    /// Called when a connection starts and when it closes (MHD_OPTION_NOTIFY_CONNECTION), or
+    /// NULL for none (the per-address connection count uses it).
+    MHD_NotifyConnectionCallback notify_connection;
+    void *notify_connection_cls;
 } ss_daemon_config;
 
 /// What ss_tls_check learnt of the certificate it accepted.
@@ -179,6 +183,23 @@ uint16_t ss_daemon_port(struct MHD_Daemon *daemon);
 
 /// The socket of a connection (MHD_get_connection_info is variadic), or -1.
 int ss_connection_fd(struct MHD_Connection *connection);
+
+/// An IP address as 16 bytes: IPv6 as it is, IPv4 as an IPv4-mapped IPv6 address
+/// (::ffff:a.b.c.d), so one form serves both. Writes `bytes` and returns 1 for an AF_INET or
+/// AF_INET6 `address` of at least its family's size; returns 0 (bytes untouched) otherwise.
+int ss_address_bytes(const struct sockaddr *address, size_t length, uint8_t bytes[16]);
+
+/// The client address of a connection (its TCP peer), as ss_address_bytes gives it; 0 when
+/// unknown (a connection that is not IP).
+int ss_connection_address(struct MHD_Connection *connection, uint8_t bytes[16]);
+
+/// Parses a numeric IPv4 (`192.0.2.1`) or IPv6 (`2001:db8::1`) address with inet_pton, into
+/// the 16-byte form; returns 1, or 0 when `text` is not one.
+int ss_parse_address(const char *text, uint8_t bytes[16]);
+
+/// Writes the 16-byte form as text (an IPv4-mapped address as plain IPv4) into `text`, at
+/// most `size` bytes with the NUL (46 is always enough); returns 1, or 0 on failure.
+int ss_format_address(const uint8_t bytes[16], char *text, size_t size);
 
 /// A small epoll wrapper for the hang-up watcher (epoll_event is a packed struct).
 int ss_epoll_create(void);

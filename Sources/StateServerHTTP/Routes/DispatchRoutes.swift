@@ -6,14 +6,30 @@ import StateStore
 extension StateServerResponder {
     static let dispatchRoutes: [Route] = [
         Route(["POST"], "/v1/sessions/{id}/dispatch") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
-                let change = try responder.dispatchRequest(request.http)
+            try responder.withSession(request, needs: .dispatch) { session, grant throws(APIError) in
+                try responder.limits.checkDispatch(session)
+                var asked = try responder.dispatchRequest(request.http)
+                try StateServerResponder.require(dispatchOf: asked, by: grant)
+                asked.subject = grant.subject
+                asked.tokenID = grant.tokenID
+                let change = asked
                 return try responder.withStore(session, change.feature) { _ in
                     responder.change(session, change, request: request)
                 }
             }
         }
     ]
+
+    /// `403 forbidden` unless `grant` may dispatch this action to this feature.
+    static func require(dispatchOf change: ChangeRequest, by grant: Grant) throws(APIError) {
+        try require(feature: change.feature, of: grant)
+        guard grant.actions[change.feature] != nil, case .dispatch(let action) = change.kind else { return }
+        let type = if case .string(let type)? = action["type"] { type } else { "" }
+        guard grant.allows(action: type, in: change.feature) else {
+            let allowed = Grant.list(grant.actions[change.feature] ?? [])
+            throw .forbidden("this token may dispatch only \(allowed) to '\(change.feature)', not '\(type)'")
+        }
+    }
 
     /// The body `{"feature": ..., "action": {...}}` with its `If-Match` and `Idempotency-Key`,
     /// checked in the contract's order (body, key, feature).

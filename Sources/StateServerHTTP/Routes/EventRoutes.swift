@@ -8,13 +8,12 @@ extension StateServerResponder {
         // No HEAD: `405` with `Allow: GET` (a HEAD answer has no body bytes, and a stream's
         // chunked terminator behind a keep-alive proxy would be read as the next reply's start).
         Route(["GET"], "/v1/sessions/{id}/events", head: false) { responder, request throws(APIError) in
-            try responder.withSession(request, allowQueryToken: true, allowAdmin: true) { session throws(APIError) in
-                let requested = request.http.queryValues("feature")
-                for name in requested where responder.sessions.registry[name] == nil { throw .unknownFeature(name) }
+            try responder.withSession(request, needs: .observe, allowQueryToken: true, allowAdmin: true) { session, grant throws(APIError) in
+                let requested = try StateServerResponder.streamedFeatures(request, grant, responder.sessions.registry)
                 _ = try StateServerResponder.wantsDeltas(request)
                 let lastEventID = StateServerResponder.lastEventID(request)
                 if session.isReady(for: requested.isEmpty ? nil : requested), !session.needsBackfill(after: lastEventID) {
-                    return .now(try responder.events(request, session))
+                    return .now(try responder.events(request, session, grant))
                 }
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
@@ -24,11 +23,25 @@ extension StateServerResponder {
                         throw .session(error)
                     }
                     if let lastEventID { await session.backfill(after: lastEventID) }
-                    return try responder.events(request, session)
+                    return try responder.events(request, session, grant)
                 }
             }
         }
     ]
+
+    /// The features a stream asks for (`?feature=`, each known and reached by the grant, else
+    /// `404 unknown_feature` / `403 forbidden`); none named: every feature the grant reaches
+    /// (empty: every feature).
+    static func streamedFeatures(_ request: RouteRequest, _ grant: Grant, _ registry: FeatureRegistry) throws(APIError) -> [String] {
+        let requested = request.http.queryValues("feature")
+        for name in requested where registry[name] == nil { throw .unknownFeature(name) }
+        for name in requested { try require(feature: name, of: grant) }
+        if requested.isEmpty, let reached = grant.features {
+            guard !reached.isEmpty else { throw .forbidden("this token reaches no feature") }
+            return reached.sorted()
+        }
+        return requested
+    }
 
     /// `delta=json-patch`: `state` events carry a patch from the previous version instead of
     /// the state. Any other value, or the parameter twice, is `400 invalid_request`.
@@ -48,8 +61,8 @@ extension StateServerResponder {
 
     /// Opens the stream: admission (per session, atomically in the hub; per server, here),
     /// then the replay after `Last-Event-ID` or a snapshot, then live changes.
-    func events(_ request: RouteRequest, _ session: Session) throws(APIError) -> HTTPResponse {
-        let requested = request.http.queryValues("feature")
+    func events(_ request: RouteRequest, _ session: Session, _ grant: Grant) throws(APIError) -> HTTPResponse {
+        let requested = try StateServerResponder.streamedFeatures(request, grant, sessions.registry)
         let filter: Set<String>? = requested.isEmpty ? nil : Set(requested)
         // Several nodes: a stream opened while this node does not hear the others would miss
         // their changes silently.
@@ -76,6 +89,8 @@ extension StateServerResponder {
                 counter.release()
             }
         }
+        // Revoking the token, or its expiry, ends the stream.
+        streamsByToken.watch(stream, session: session.id, grant: grant)
         return HTTPResponse(
             status: 200,
             headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],

@@ -6,8 +6,20 @@ import StateStore
 extension StateServerResponder {
     static let historyRoutes: [Route] = [
         Route(["GET"], "/v1/sessions/{id}/history") { responder, request throws(APIError) in
-            try responder.withSession(request, allowAdmin: true) { session throws(APIError) in
-                let query = try HistoryQuery(request.http, features: responder.sessions.registry)
+            try responder.withSession(request, needs: .observe, allowAdmin: true) { session, grant throws(APIError) in
+                var asked = try HistoryQuery(request.http, features: responder.sessions.registry)
+                if let reached = grant.features {
+                    // A token limited to some features reads the history of one at a time.
+                    if let feature = asked.feature {
+                        try StateServerResponder.require(feature: feature, of: grant)
+                    } else if reached.count == 1, let only = reached.first {
+                        asked.feature = only
+                    } else {
+                        throw .forbidden(
+                            "this token reaches only the features \(Grant.list(reached)); ask for one with '?feature='")
+                    }
+                }
+                let query = asked
                 return .later { () throws(APIError) in
                     let page: HistoryPage
                     do throws(SessionFailure) {
@@ -20,8 +32,12 @@ extension StateServerResponder {
             }
         },
         Route(["GET"], "/v1/sessions/{id}/recording") { responder, request throws(APIError) in
-            try responder.withSession(request, allowAdmin: true) { session throws(APIError) in
-                .later { () throws(APIError) in
+            try responder.withSession(request, needs: .observe, allowAdmin: true) { session, grant throws(APIError) in
+                if let reached = grant.features {
+                    throw .forbidden(
+                        "a recording holds every feature of the session; this token reaches only \(Grant.list(reached))")
+                }
+                return .later { () throws(APIError) in
                     // The starting states are read before the answer, so a failure is an error
                     // reply; the changes stream behind them, a journal page at a time, as fast
                     // as the client reads (the stream's buffer bounds what waits in memory).
@@ -140,7 +156,7 @@ struct HistoryQuery {
 
     let after: Int
     let limit: Int
-    let feature: String?
+    var feature: String?
 
     init(_ request: HTTPRequest, features: FeatureRegistry) throws(APIError) {
         after = try Self.integer(request, "after", default: 0, in: 0...Int.max)

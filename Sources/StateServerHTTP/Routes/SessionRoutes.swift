@@ -10,9 +10,26 @@ import Synchronization
 extension StateServerResponder {
     static let sessionRoutes: [Route] = [
         Route(["POST"], "/v1/sessions") { responder, request throws(APIError) in
+            // `auth.createSessions: jwt`: only the app's backend creates sessions, with a JWT of
+            // scope `create` (401 without one).
+            let needed = responder.settings.sessionsNeedJWT ? responder.settings.jwt : nil
+            let token = Credentials.token(request.http, allowQueryToken: false)
+            if needed != nil, token == nil { throw .unauthorized }
             if request.http.bodyTooLarge { throw .tooLarge(responder.settings.bodyLimit) }
             let sessions = responder.sessions
             return .later { () throws(APIError) in
+                if let jwt = needed, let token {
+                    guard JWTVerifier.looksLikeJWT(token) else {
+                        throw JWTVerifier.refused("creating a session needs a JWT of scope 'create' from the app's backend")
+                    }
+                    switch await jwt.verify(token) {
+                    case .failure(let error): throw error
+                    case .success(let claims):
+                        guard claims.scope == "create" else {
+                            throw JWTVerifier.refused("its scope is '\(claims.scope)'; creating a session needs 'create'")
+                        }
+                    }
+                }
                 do throws(SessionManager.CreateFailure) {
                     let (session, token) = try await sessions.create()
                     var body = JSONObjectWriter()
@@ -29,7 +46,7 @@ extension StateServerResponder {
             }
         },
         Route(["DELETE"], "/v1/sessions/{id}") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
+            try responder.withSession(request, needs: .admin) { session, _ throws(APIError) in
                 let sessions = responder.sessions
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
@@ -43,22 +60,45 @@ extension StateServerResponder {
         },
     ]
 
-    /// The session named by the path and the request's token, then `body` with it: at once
-    /// when it is in memory, else on a task once it is loaded. Checks in the contract's order:
-    /// 401 (no credentials), 404 (no such session for this token), 413 (body too large).
-    /// `allowAdmin`: a read the admin credential may make on any session (history, events).
+    /// The session named by the path and the request's credential, then `body` with it and what
+    /// the credential may do there: at once when the session is in memory, else on a task once it
+    /// is loaded (a JWT is always verified on a task). Checks in the contract's order: 401 (no
+    /// credentials, a JWT that does not verify or names another session), 404 (no such session
+    /// for this token), 403 (the credential's scope is below `scope`), 413 (body too large).
+    /// `allowAdmin`: a read the admin credential may make on any session (history, events,
+    /// recording).
     func withSession(
-        _ request: RouteRequest, allowQueryToken: Bool = false, allowAdmin: Bool = false,
-        _ body: @escaping @Sendable (Session) throws(APIError) -> Answer
+        _ request: RouteRequest, needs scope: Grant.Scope, allowQueryToken: Bool = false, allowAdmin: Bool = false,
+        _ body: @escaping @Sendable (Session, Grant) throws(APIError) -> Answer
     ) throws(APIError) -> Answer {
         guard let id = request["id"] else { throw .notFound }
         guard let token = Credentials.token(request.http, allowQueryToken: allowQueryToken) else { throw .unauthorized }
-        let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
         let tooLarge = request.http.bodyTooLarge
         let limit = settings.bodyLimit
-        if let session = sessions.session(id: id, token: token, admin: admin) {
+        if let jwt = settings.jwt, JWTVerifier.looksLikeJWT(token) {
+            return .later { [self] () throws(APIError) in
+                let grant = try await Self.sessionGrant(jwt, token, session: id)
+                let session: Session
+                switch try await find(request, id: id, token: token, admin: true) {
+                case .forwarded(let response): return response
+                case .session(let found): session = found
+                }
+                try Self.require(scope, of: grant)
+                if tooLarge { throw .tooLarge(limit) }
+                switch try handingOver(session, request, body(session, grant)) {
+                case .now(let response): return response
+                case .later(let work): return try await work()
+                }
+            }
+        }
+        let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
+        let found = admin
+            ? sessions.session(id: id, token: token, admin: true).map { ($0, Self.serverAdmin) }
+            : sessions.authorized(id: id, token: token)
+        if let (session, grant) = found {
+            try Self.require(scope, of: grant)
             if tooLarge { throw .tooLarge(limit) }
-            return try handingOver(session, request, body(session))
+            return try handingOver(session, request, body(session, grant))
         }
         guard sessions.isDurable else { throw .sessionNotFound }
         return .later { [self] () throws(APIError) in
@@ -67,12 +107,46 @@ extension StateServerResponder {
             case .forwarded(let response): return response
             case .session(let found): session = found
             }
+            guard let grant = admin ? Self.serverAdmin : session.grant(for: token) else { throw .sessionNotFound }
+            try Self.require(scope, of: grant)
             if tooLarge { throw .tooLarge(limit) }
-            switch try handingOver(session, request, body(session)) {
+            switch try handingOver(session, request, body(session, grant)) {
             case .now(let response): return response
             case .later(let work): return try await work()
             }
         }
+    }
+
+    /// The server's admin credential on a session: reads only (history, events, recording).
+    static let serverAdmin = Grant(scope: .observe, subject: "admin")
+
+    /// `403 forbidden` unless `grant`'s scope reaches `scope`.
+    static func require(_ scope: Grant.Scope, of grant: Grant) throws(APIError) {
+        guard grant.scope >= scope else {
+            throw .forbidden("this token's scope is '\(grant.scope.name)'; this request needs '\(scope.name)'")
+        }
+    }
+
+    /// `403 forbidden` unless `grant` reaches `feature`.
+    static func require(feature: String, of grant: Grant) throws(APIError) {
+        guard grant.reaches(feature: feature) else {
+            throw .forbidden("this token does not reach the feature '\(feature)'")
+        }
+    }
+
+    /// What a verified JWT may do on session `id`: `401` when it does not verify, is not a
+    /// session scope (`create`), or names another session.
+    static func sessionGrant(_ jwt: JWTVerifier, _ token: String, session id: String) async throws(APIError) -> Grant {
+        let claims: JWTVerifier.Claims
+        switch await jwt.verify(token) {
+        case .success(let verified): claims = verified
+        case .failure(let error): throw error
+        }
+        guard let grant = claims.grant else {
+            throw JWTVerifier.refused("its scope 'create' only creates sessions")
+        }
+        guard claims.session == id else { throw JWTVerifier.refused("it is for another session") }
+        return grant
     }
 
     /// The store of `feature`, then `body` with it: at once when it is in memory, else on a
@@ -117,8 +191,10 @@ extension StateServerResponder {
             if outcome.isRetired {
                 // Evicted meanwhile, or (several nodes) owned by another node now.
                 let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
+                // A JWT was verified already; any other token is checked again.
+                let verified = settings.jwt != nil && JWTVerifier.looksLikeJWT(token)
                 let fresh: Session
-                switch try await find(request, id: session.id, token: token) {
+                switch try await find(request, id: session.id, token: token, admin: verified) {
                 case .forwarded(let response): return response
                 case .session(let found): fresh = found
                 }

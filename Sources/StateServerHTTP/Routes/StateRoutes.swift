@@ -8,8 +8,8 @@ import StateStore
 extension StateServerResponder {
     static let stateRoutes: [Route] = [
         Route(["GET"], "/v1/sessions/{id}/state") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
-                if session.isReady() { return .now(try allState(session, route: request.template)) }
+            try responder.withSession(request, needs: .observe) { session, grant throws(APIError) in
+                if session.isReady() { return .now(try allState(session, grant, route: request.template)) }
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
                         try await session.loadAll()
@@ -27,32 +27,37 @@ extension StateServerResponder {
                     guard session.holdsEveryStore else {
                         throw .storage(StorageError(.unavailable, "the session's stores could not be loaded"))
                     }
-                    return try allState(session, route: request.template)
+                    return try allState(session, grant, route: request.template)
                 }
             }
         },
         Route(["GET", "PUT", "DELETE"], "/v1/sessions/{id}/state/{feature}") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
+            // Reading needs `observe`; setting (rehydrate) and resetting a state need `admin`.
+            let scope: Grant.Scope = request.http.method == "PUT" || request.http.method == "DELETE" ? .admin : .observe
+            return try responder.withSession(request, needs: scope) { session, grant throws(APIError) in
                 guard let feature = request["feature"] else { throw .notFound }
                 let http = request.http
                 switch http.method {
                 case "PUT":
                     let state = try StateServerResponder.stateBody(http)
-                    return try responder.withStore(session, feature) { _ in
-                        responder.change(
+                    return try responder.withStore(session, feature) { _ throws(APIError) in
+                        try StateServerResponder.require(feature: feature, of: grant)
+                        return responder.change(
                             session,
                             ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: EntityTagCondition.precondition(http)),
                             request: request)
                     }
                 case "DELETE":
-                    return try responder.withStore(session, feature) { _ in
-                        responder.change(
+                    return try responder.withStore(session, feature) { _ throws(APIError) in
+                        try StateServerResponder.require(feature: feature, of: grant)
+                        return responder.change(
                             session,
                             ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
                             request: request)
                     }
                 default:
                     return try responder.withStore(session, feature) { store throws(APIError) in
+                        try StateServerResponder.require(feature: feature, of: grant)
                         guard session.readsCatchUp else {
                             return .now(try readState(http, store, feature: feature, route: request.template))
                         }
@@ -74,12 +79,13 @@ extension StateServerResponder {
             }
         },
         Route(["POST"], "/v1/sessions/{id}/state/{feature}/travel") { responder, request throws(APIError) in
-            try responder.withSession(request) { session throws(APIError) in
+            try responder.withSession(request, needs: .admin) { session, grant throws(APIError) in
                 guard let feature = request["feature"] else { throw .notFound }
                 let version = try StateServerResponder.travelBody(request.http)
                 let precondition = EntityTagCondition.precondition(request.http)
-                return try responder.withStore(session, feature) { store in
-                    .later { () throws(APIError) in
+                return try responder.withStore(session, feature) { store throws(APIError) in
+                    try StateServerResponder.require(feature: feature, of: grant)
+                    return .later { () throws(APIError) in
                         let source: TravelSource
                         do throws(SessionFailure) {
                             source = try await session.stateForTravel(store, to: version)
@@ -126,10 +132,11 @@ extension StateServerResponder {
         return state
     }
 
-    static func allState(_ session: Session, route: String) throws(APIError) -> HTTPResponse {
+    /// Every store's state the grant reaches.
+    static func allState(_ session: Session, _ grant: Grant, route: String) throws(APIError) -> HTTPResponse {
         do throws(StoreError) {
             var features = JSONObjectWriter()
-            for entry in try session.allStates() {
+            for entry in try session.allStates() where grant.reaches(feature: entry.feature) {
                 var item = JSONObjectWriter(capacity: entry.state.count + 32)
                 item.int("version", entry.version)
                 item.raw("state", entry.state)

@@ -48,6 +48,14 @@ extension StateServerResponder {
         Route(["GET"], "/client.js") { _, request in
             .now(StaticAssets.response(request.http, StaticAssets.clientJS, etag: StaticAssets.clientTag, type: "text/javascript; charset=utf-8", route: "/client.js"))
         },
+        Route(["GET"], "/app.js") { _, request in
+            .now(StaticAssets.response(request.http, StaticAssets.appJS, etag: StaticAssets.appTag, type: "text/javascript; charset=utf-8", route: "/app.js"))
+        },
+        Route(["GET"], "/devtools.js") { _, request in
+            .now(StaticAssets.response(
+                request.http, StaticAssets.devtoolsJS, etag: StaticAssets.devtoolsJSTag, type: "text/javascript; charset=utf-8",
+                route: "/devtools.js"))
+        },
         Route(["GET"], "/v1/features") { responder, request in
             .now(Reply.validated(
                 request.http, responder.featuresBody, etag: responder.featuresTag, route: "/v1/features",

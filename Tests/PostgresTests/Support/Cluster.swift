@@ -31,10 +31,13 @@ final class Cluster: Sendable {
         var nodes: [ServerProcess] = []
         do {
             for _ in 0..<count {
-                // A short lease: a dead node's sessions move within seconds.
+                // A short lease: a dead node's sessions move within seconds. The nodes and nginx
+                // connect from 127.0.0.1: trusted as proxies, as a deployment lists its nodes'
+                // network (a node's relayed streams are not one client's connections).
                 nodes.append(try await ServerProcess.start(
                     arguments: ["--storage", storage],
-                    environment: ["STATE_SERVER_CLUSTER_LEASE": "2"].merging(environment) { $1 }))
+                    environment: ["STATE_SERVER_CLUSTER_LEASE": "2", "STATE_SERVER_HTTP_TRUSTED_PROXIES": "127.0.0.1"]
+                        .merging(environment) { $1 }))
             }
             let nginx = try await NginxProcess.start(upstreams: nodes.map(\.port))
             return Cluster(postgres: postgres, databaseURL: databaseURL, storage: storage, nodes: nodes, nginx: nginx)

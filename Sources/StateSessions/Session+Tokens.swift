@@ -1,0 +1,150 @@
+import StatePersistence
+import StateStore
+import Synchronization
+
+/// The tokens minted for a session (scoped tokens), by the SHA-256 of the token: what each may
+/// do, who minted it, when it was minted.
+struct GrantTable: Sendable {
+    var byHash: [[UInt8]: Grant] = [:]
+    var hashByID: [String: [UInt8]] = [:]
+    var createdAt: [String: Int64] = [:]
+
+    init(_ stored: [StoredGrant]) {
+        for token in stored {
+            guard let grant = Grant(stored: token) else { continue }
+            insert(grant, hash: token.tokenHash, createdAt: token.createdAt)
+        }
+    }
+
+    mutating func insert(_ grant: Grant, hash: [UInt8], createdAt: Int64) {
+        guard let id = grant.tokenID else { return }
+        byHash[hash] = grant
+        hashByID[id] = hash
+        self.createdAt[id] = createdAt
+    }
+
+    @discardableResult
+    mutating func remove(_ id: String) -> (Grant, [UInt8], Int64)? {
+        guard let hash = hashByID.removeValue(forKey: id), let grant = byHash.removeValue(forKey: hash) else { return nil }
+        return (grant, hash, createdAt.removeValue(forKey: id) ?? 0)
+    }
+
+    func grant(id: String) -> Grant? {
+        hashByID[id].flatMap { byHash[$0] }
+    }
+
+    /// `id` and every token minted from it, directly or through others.
+    func descendants(of id: String) -> [String] {
+        var found = [id]
+        var index = 0
+        while index < found.count {
+            let parent = found[index]
+            found += byHash.values.filter { $0.parent == parent }.compactMap(\.tokenID).sorted()
+            index += 1
+        }
+        return found
+    }
+}
+
+/// A minted token as listed (never its secret).
+public struct MintedToken: Sendable {
+    public let id: String
+    public let grant: Grant
+    /// Milliseconds since 1970.
+    public let createdAt: Int64
+}
+
+/// Why a token could not be minted or revoked.
+public enum TokenFailure: Error, Sendable {
+    /// The session holds ``Session/maxTokens`` live tokens.
+    case limitReached(Int)
+    /// No live token of the session has this id.
+    case notFound(String)
+    /// The caller's token is narrower than the one it would mint or revoke; the reason.
+    case wider(String)
+    case session(SessionFailure)
+}
+
+extension Session {
+    /// Live (unexpired) minted tokens a session may hold at once.
+    public static let maxTokens = 1000
+
+    /// What `token` may do on this session: everything (the owner's token), what it was minted
+    /// with (a live minted token), or nil (another session's token, an expired or revoked one).
+    /// The owner's hash is compared in constant time; minted tokens are found by hash.
+    public func grant(for token: String, now: Int64 = WallClock.now) -> Grant? {
+        let hash = SHA256.hash(token)
+        if Self.constantTimeEqual(hash, tokenHash) { return .owner }
+        guard let grant = grants.withLock({ $0.byHash[hash] }), !grant.isExpired(at: now) else { return nil }
+        return grant
+    }
+
+    /// Whether `candidate` is the owner's token or a live minted one.
+    public func verify(token candidate: String) -> Bool {
+        grant(for: candidate) != nil
+    }
+
+    /// The live minted tokens, oldest first.
+    public func tokens(now: Int64 = WallClock.now) -> [MintedToken] {
+        grants.withLock { table in
+            table.byHash.values.filter { !$0.isExpired(at: now) }.compactMap { grant -> MintedToken? in
+                guard let id = grant.tokenID else { return nil }
+                return MintedToken(id: id, grant: grant, createdAt: table.createdAt[id] ?? 0)
+            }
+        }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    /// Mints a token holding `grant` (which the caller checked it covers), recorded before it is
+    /// returned; expired tokens of the session are dropped in the same write. Returns its id
+    /// and its secret (shown once: only its hash is kept).
+    public func mint(_ grant: Grant, now: Int64 = WallClock.now) async throws(TokenFailure) -> (id: String, token: String) {
+        let id = SessionManager.randomString(bytes: 16)
+        let token = SessionManager.randomString(bytes: 32)
+        let hash = SHA256.hash(token)
+        var minted = grant
+        minted.tokenID = id
+        let expired = grants.withLock { table in
+            table.byHash.values.filter { $0.isExpired(at: now) }.compactMap(\.tokenID)
+        }
+        let live = grants.withLock { $0.byHash.count } - expired.count
+        guard live < Self.maxTokens else { throw .limitReached(Self.maxTokens) }
+        let stored = StoredGrant(
+            session: self.id, id: id, tokenHash: hash, grant: minted.json.bytes, createdAt: now, expiresAt: minted.expiresAt)
+        let session = self.id
+        do throws(StorageError) {
+            try await journal.record {
+                (expired.isEmpty ? [] : [.deleteGrants(session: session, ids: expired)]) + [.createGrant(stored)]
+            }
+        } catch {
+            throw .session(error.kind == .sessionGone ? .sessionGone : .storage(error))
+        }
+        grants.withLock { table in
+            for old in expired { table.remove(old) }
+            table.insert(minted, hash: hash, createdAt: now)
+        }
+        return (id, token)
+    }
+
+    /// Revokes the token `id` and every token minted from it, at once: they are refused from
+    /// the moment this is called (their streams are the caller's to close). `caller` must cover
+    /// the token. Returns the ids revoked.
+    public func revoke(_ id: String, by caller: Grant) async throws(TokenFailure) -> [String] {
+        let taken = try grants.withLock { (table: inout GrantTable) throws(TokenFailure) -> [(Grant, [UInt8], Int64)] in
+            guard let grant = table.grant(id: id) else { throw .notFound(id) }
+            if grant.tokenID != caller.tokenID, let reason = caller.widening(grant) { throw .wider(reason) }
+            return table.descendants(of: id).compactMap { table.remove($0) }
+        }
+        let ids = taken.compactMap(\.0.tokenID)
+        let session = self.id
+        do throws(StorageError) {
+            try await journal.record { [.deleteGrants(session: session, ids: ids)] }
+        } catch {
+            // Not revoked after all: the tokens work again, as storage still has them.
+            grants.withLock { table in
+                for (grant, hash, created) in taken { table.insert(grant, hash: hash, createdAt: created) }
+            }
+            throw .session(error.kind == .sessionGone ? .sessionGone : .storage(error))
+        }
+        return ids
+    }
+}

@@ -1,0 +1,241 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Issue 25 item 3: the abuse limits over real connections. Every test starts its own server
+/// with small limits, and plays several clients by connecting from other addresses of
+/// 127.0.0.0/8 (`API(port:source:)`): the server sees 127.0.0.2, 127.0.0.3, ... as different
+/// clients. Token buckets refill with time, so each test asserts what must hold however slow
+/// the machine is (the first requests of a full bucket pass; going on as fast as possible meets
+/// a 429 well before the bound of the loop) and waits for a refill by polling with a deadline.
+@Suite("Abuse limits: per address, per session, trusted proxies")
+struct AbuseLimitTests {
+    /// `429 rate_limited` naming `setting`, with a `Retry-After` of 1 to `maxWait` seconds.
+    static func expectRateLimited(
+        _ response: HTTPResponse, _ setting: String, maxWait: Int, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        expectError(response, 429, "rate_limited", messageContains: setting, sourceLocation: sourceLocation)
+        let wait = response.header("Retry-After").flatMap { Int($0) }
+        #expect(wait.map { (1...maxWait).contains($0) } == true, "Retry-After: \(response.head)", sourceLocation: sourceLocation)
+        #expect(response.header("Cache-Control") == "no-store", "\(response.head)", sourceLocation: sourceLocation)
+    }
+
+    @Test("limits.requestsPerSecond: one address past its bucket gets 429 with Retry-After; another address is served; the bucket refills")
+    func requestsPerAddress() async throws {
+        try await withServer(environment: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "2"]) { server in
+            let first = API(port: server.port, source: "127.0.0.2")
+            var statuses: [Int] = []
+            var refused: HTTPResponse?
+            let started = ContinuousClock.now
+            for _ in 0..<60 {
+                let response = try await first.request("GET", "/healthz")
+                statuses.append(response.status)
+                if response.status != 200 {
+                    refused = response
+                    break
+                }
+            }
+            let elapsed = ContinuousClock.now - started
+            // A full bucket: the first two pass whatever the timing.
+            #expect(statuses.prefix(2) == [200, 200], "\(statuses)")
+            let limited = try #require(refused, "no 429 in \(statuses.count) requests: \(statuses)")
+            Self.expectRateLimited(limited, "limits.requestsPerSecond", maxWait: 1)
+            // At most the burst plus what refilled meanwhile (2 a second) were served.
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            #expect(Double(statuses.count - 1) <= 2 + 2 * seconds + 1, "\(statuses.count - 1) served in \(elapsed)")
+            // Any route counts, before its path is even looked at.
+            let unknown = try await first.request("GET", "/nowhere")
+            if unknown.status != 404 { Self.expectRateLimited(unknown, "limits.requestsPerSecond", maxWait: 1) }
+
+            let second = API(port: server.port, source: "127.0.0.3")
+            #expect(try await second.request("GET", "/healthz").status == 200, "another address has its own bucket")
+            let refilled = try await eventually(timeout: .seconds(10)) {
+                try await first.request("GET", "/healthz").status == 200
+            }
+            #expect(refilled, "the first address was never served again")
+        }
+    }
+
+    @Test("limits.sessionsPerMinute: a fourth session (or recording import) from one address is 429; another address creates")
+    func sessionsPerAddress() async throws {
+        try await withServer(environment: ["STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE": "3"]) { server in
+            let client = API(port: server.port, source: "127.0.0.2")
+            var created: [String] = []
+            for _ in 0..<3 {
+                let response = try await client.request("POST", "/v1/sessions")
+                #expect(response.status == 201, "\(response)")
+                created.append(try #require(response.json?["id"]?.string))
+            }
+            let refused = try await client.request("POST", "/v1/sessions")
+            // One token every 20 s: the wait is at most that.
+            Self.expectRateLimited(refused, "limits.sessionsPerMinute", maxWait: 20)
+            #expect(refused.json?["id"] == nil && refused.header("Location") == nil, "\(refused)")
+            // An import creates a session too.
+            let recording: JSON = ["format": "stateserver-recording", "version": 1, "features": [:], "changes": []]
+            let imported = try await client.request("POST", "/v1/recordings", json: recording)
+            Self.expectRateLimited(imported, "limits.sessionsPerMinute", maxWait: 20)
+            // The limit is on creating: the address's sessions still work.
+            let session = Session(api: client, id: created[0], token: "")
+            #expect(try await session.request("GET", "/state").status == 404, "a wrong token is still judged as before")
+            // Another address creates at once.
+            let other = try await API(port: server.port, source: "127.0.0.3").request("POST", "/v1/sessions")
+            #expect(other.status == 201, "\(other)")
+        }
+    }
+
+    @Test("limits.dispatchesPerSecond: a refused dispatch applies nothing (state, version, history, Idempotency-Key); other sessions are not held back")
+    func dispatchesPerSession() async throws {
+        try await withServer(environment: ["STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "2"]) { server in
+            let session = try await server.api.createSession()
+            var accepted = 0
+            var refused: (response: HTTPResponse, key: String)?
+            for index in 0..<60 {
+                let key = "dispatch-\(index)"
+                let response = try await session.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", key)])
+                if response.status == 200 {
+                    accepted += 1
+                    #expect(response.json?["version"]?.int == accepted, "\(response)")
+                } else {
+                    refused = (response, key)
+                    break
+                }
+            }
+            #expect(accepted >= 2, "a full bucket lets the first two through")
+            let (limited, key) = try #require(refused, "no 429 in \(accepted) dispatches")
+            Self.expectRateLimited(limited, "limits.dispatchesPerSecond", maxWait: 1)
+            #expect(limited.errorMessage?.contains("nothing was applied") == true, "\(limited)")
+            // Nothing of the refused dispatch: not the state, not the version, not the journal.
+            #expect(try await session.store("counter") == StoreState(version: accepted, state: ["count": .int(accepted)]))
+            let history = try await session.request("GET", "/history?feature=counter")
+            #expect(history.json?["changes"]?.array?.count == accepted, "\(history)")
+            // Another session is not held back by this one's bucket.
+            let other = try await server.api.createSession()
+            try await other.dispatchOK("counter", ["type": "increment"])
+            // The refused request's key was not remembered: once the bucket has a token again,
+            // the same request is applied as a new one (not replayed).
+            var retried: HTTPResponse?
+            let applied = try await eventually(timeout: .seconds(10)) {
+                let response = try await session.dispatch("counter", ["type": "increment"], headers: [("Idempotency-Key", key)])
+                retried = response
+                return response.status == 200
+            }
+            #expect(applied, "the retry was never applied: \(String(describing: retried))")
+            #expect(retried?.json?["version"]?.int == accepted + 1, "\(String(describing: retried))")
+            #expect(retried?.header("Idempotent-Replayed") != "true", "\(String(describing: retried))")
+        }
+    }
+
+    @Test("limits.connectionsPerAddress: one more connection from a full address is closed unanswered; others connect; a closed one frees a place")
+    func connectionsPerAddress() async throws {
+        try await withServer(environment: ["STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS": "3"]) { server in
+            // Three connections held open, each answered once (so the server has counted them).
+            var held: [HTTPConnection] = []
+            defer { for connection in held { connection.close() } }
+            for _ in 0..<3 {
+                let connection = try await HTTPConnection.open(port: server.port, source: "127.0.0.2")
+                #expect(try await connection.request("GET", "/healthz").status == 200)
+                held.append(connection)
+            }
+            let fourth = try await HTTPConnection.open(port: server.port, source: "127.0.0.2")
+            await #expect(throws: (any Error).self, "the fourth connection from 127.0.0.2 was served") {
+                _ = try await fourth.request("GET", "/healthz", timeout: .seconds(5))
+            }
+            fourth.close()
+            let other = API(port: server.port, source: "127.0.0.3")
+            #expect(try await other.request("GET", "/healthz").status == 200, "another address connects")
+            // The held connections still work.
+            #expect(try await held[0].request("GET", "/healthz").status == 200)
+            held.removeFirst().close()
+            let again = try await eventually(timeout: .seconds(10)) {
+                let response = try? await API(port: server.port, source: "127.0.0.2").request("GET", "/healthz", timeout: .seconds(2))
+                return response?.status == 200
+            }
+            #expect(again, "a place freed by a closed connection was never given again")
+        }
+    }
+
+    @Test("a trusted proxy's connections are not limited per address; its X-Forwarded-For names the client, an untrusted peer's is ignored")
+    func trustedProxies() async throws {
+        let environment = [
+            "STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE": "2", "STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS": "2",
+            "STATE_SERVER_HTTP_TRUSTED_PROXIES": "127.0.0.4, 10.0.0.0/8",
+        ]
+        try await withServer(environment: environment) { server in
+            let proxy = API(port: server.port, source: "127.0.0.4")
+            func create(_ api: API, _ forwarded: [String]) async throws -> HTTPResponse {
+                try await api.request("POST", "/v1/sessions", headers: forwarded.map { ("X-Forwarded-For", $0) })
+            }
+            // One client behind the proxy: two sessions, then 429.
+            #expect(try await create(proxy, ["198.51.100.1"]).status == 201)
+            #expect(try await create(proxy, ["198.51.100.1"]).status == 201)
+            Self.expectRateLimited(try await create(proxy, ["198.51.100.1"]), "limits.sessionsPerMinute", maxWait: 30)
+            // Another client behind the same proxy is another bucket.
+            #expect(try await create(proxy, ["198.51.100.2"]).status == 201)
+            // The right-most address that is not a trusted proxy counts: what a client puts in
+            // front of it, and the trusted hops after it, change nothing.
+            for forwarded in [["203.0.113.9, 198.51.100.1"], ["198.51.100.1, 10.1.2.3"], ["198.51.100.1", "10.9.9.9"]] {
+                let response = try await create(proxy, forwarded)
+                Self.expectRateLimited(response, "limits.sessionsPerMinute", maxWait: 30)
+            }
+            // IPv6 clients count by /64; brackets and a port are read.
+            #expect(try await create(proxy, ["2001:db8::1"]).status == 201)
+            #expect(try await create(proxy, ["[2001:db8::2]:443"]).status == 201)
+            Self.expectRateLimited(try await create(proxy, ["2001:db8::3"]), "limits.sessionsPerMinute", maxWait: 30)
+            #expect(try await create(proxy, ["2001:db8:0:1::1"]).status == 201, "another /64")
+            // A value that is not an address ends the walk: the proxy itself is the client.
+            #expect(try await create(proxy, ["not-an-address"]).status == 201)
+            #expect(try await create(proxy, ["not-an-address"]).status == 201)
+            Self.expectRateLimited(try await create(proxy, ["not-an-address"]), "limits.sessionsPerMinute", maxWait: 30)
+
+            // A peer that is not a trusted proxy is its own client, whatever it says.
+            let direct = API(port: server.port, source: "127.0.0.5")
+            #expect(try await create(direct, ["198.51.100.7"]).status == 201)
+            #expect(try await create(direct, ["198.51.100.8"]).status == 201)
+            Self.expectRateLimited(try await create(direct, ["198.51.100.9"]), "limits.sessionsPerMinute", maxWait: 30)
+
+            // The proxy holds more connections than connectionsPerAddress (2) allows a client.
+            var held: [HTTPConnection] = []
+            defer { for connection in held { connection.close() } }
+            for index in 0..<5 {
+                let connection = try await HTTPConnection.open(port: server.port, source: "127.0.0.4")
+                let response = try await connection.request("GET", "/healthz")
+                #expect(response.status == 200, "proxy connection \(index): \(response)")
+                held.append(connection)
+            }
+        }
+    }
+
+    @Test("0 turns every limit off: 50 sessions and 200 fast requests from one address are all served")
+    func zeroMeansNoLimit() async throws {
+        let environment = [
+            "STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE": "0", "STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "0",
+            "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0", "STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS": "0",
+        ]
+        try await withServer(environment: environment) { server in
+            let client = API(port: server.port, source: "127.0.0.2")
+            for _ in 0..<50 { _ = try await client.createSession() }
+            let session = try await client.createSession()
+            for _ in 0..<150 { try await session.dispatchOK("counter", ["type": "increment"]) }
+            #expect(try await session.store("counter").version == 150)
+        }
+    }
+
+    @Test("a limit setting that is not a number in range, a proxy that is not an address, an origin with a path: refused at start, naming the key",
+          arguments: [
+            ("STATE_SERVER_LIMITS_REQUESTS_PER_SECOND", "-1", "limits.requestsPerSecond"),
+            ("STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE", "many", "limits.sessionsPerMinute"),
+            ("STATE_SERVER_HTTP_TRUSTED_PROXIES", "10.0.0.0/8, proxy.example", "http.trustedProxies"),
+            ("STATE_SERVER_HTTP_TRUSTED_PROXIES", "10.0.0.0/33", "http.trustedProxies"),
+            ("STATE_SERVER_CORS_ALLOWED_ORIGINS", "https://app.example/path", "cors.allowedOrigins"),
+            ("STATE_SERVER_CORS_ALLOWED_ORIGINS", "app.example", "cors.allowedOrigins"),
+          ])
+    func invalidSettings(_ variable: String, _ value: String, _ key: String) async throws {
+        let binary = try #require(ServerBinary.locate())
+        let (process, output) = try ServerProcess.launch(binary, arguments: ["--port", "0"], environment: [variable: value])
+        let ended = try await eventually(timeout: .seconds(30)) { !process.isRunning && output.allClosed }
+        if !ended { process.terminate() }
+        #expect(ended, "the server kept running with \(variable)=\(value): \(output.stdoutText)")
+        #expect(process.terminationStatus == 64, "exit status with \(variable)=\(value)")
+        #expect(output.stderrText.contains("'\(key)'"), "\(output.stderrText)")
+    }
+}
