@@ -71,7 +71,10 @@ struct HealthcheckCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("healthcheck: \(url) answered \(status)\n".utf8))
             throw ExitCode(1)
         case .failure(let problem):
-            FileHandle.standardError.write(Data("healthcheck: \(url): \(problem.message)\n".utf8))
+            // A port that serves HTTPS closes a plain request's connection unanswered.
+            let hint = pinned == nil && problem.message.contains("without a reply")
+                ? " (a server with tls.cert and tls.key speaks HTTPS only: give the healthcheck the same settings)" : ""
+            FileHandle.standardError.write(Data("healthcheck: \(url): \(problem.message)\(hint)\n".utf8))
             throw ExitCode(1)
         }
     }

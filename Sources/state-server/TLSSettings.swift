@@ -83,7 +83,7 @@ struct TLSSettings: Sendable {
         do {
             certificates = try NIOSSLCertificate.fromPEMBytes(bytes)
         } catch {
-            throw TLSSettingsError(setting: Self.clusterCAFile.key, path: clusterCAFilePath, problem: "not PEM certificates: \(error)")
+            throw TLSSettingsError(setting: Self.clusterCAFile.key, path: clusterCAFilePath, problem: "not PEM certificates (\"-----BEGIN CERTIFICATE-----\"): \(error)")
         }
         guard !certificates.isEmpty else {
             throw TLSSettingsError(setting: Self.clusterCAFile.key, path: clusterCAFilePath, problem: "no PEM certificate in it")

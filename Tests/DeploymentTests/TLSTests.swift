@@ -81,6 +81,30 @@ struct TLSTests {
         }
     }
 
+    @Test("a TLS client that leaves its event stream frees the slot before the next heartbeat (the hang-up watcher)")
+    func hangUp() async throws {
+        // Heartbeat 60 s: within the bound below only the hang-up watcher can free the slot.
+        try await withTLSServer(arguments: ["--heartbeat", "60"], environment: ["STATE_SERVER_STREAMS_PER_SESSION": "1"]) { _, _, api in
+            let session = try await api.createSession()
+            let (first, _) = try await session.subscribe()
+            let refused = try await session.events()
+            expectError(try await refused.readErrorBody(), 429, "too_many_streams")
+            first.close()
+            var reopened: EventStream?
+            let freed = try await eventually(timeout: .seconds(20), every: .milliseconds(100)) {
+                let attempt = try await session.events()
+                if attempt.status == 200 {
+                    reopened = attempt
+                    return true
+                }
+                attempt.close()
+                return false
+            }
+            defer { reopened?.close() }
+            #expect(freed, "the closed stream's slot was not freed before the next heartbeat")
+        }
+    }
+
     @Test("plain HTTP to the HTTPS port gets no HTTP reply and its connection is closed; HTTPS keeps working")
     func plainHTTPRefused() async throws {
         try await withTLSServer { server, _, api in
@@ -205,7 +229,7 @@ struct TLSTests {
         }
     }
 
-    @Test("unreadable, non-PEM, mismatched or encrypted files and bad priorities stop the server at start with the setting, the file and the reason")
+    @Test("unreadable, non-PEM, mismatched or encrypted files, bad priorities and a cluster.caFile without certificates stop the server at start with the setting, the file and the reason")
     func badFiles() async throws {
         try await withTemporaryDirectory { directory in
             let certificate = try await TestCertificate.make(in: directory)
@@ -235,6 +259,9 @@ struct TLSTests {
             try await expectRefusal(
                 ["--tls-cert", cert, "--tls-key", key], environment: ["STATE_SERVER_TLS_PRIORITIES": "NORMAL:+NO-SUCH-THING"],
                 message: ["setting 'tls.priorities'", "NO-SUCH-THING"])
+            // The certificates a node trusts for the others' https:// URLs.
+            try await expectRefusal([], environment: ["STATE_SERVER_CLUSTER_CA_FILE": garbage], message: ["setting 'cluster.caFile' ('\(garbage)')"])
+            try await expectRefusal([], environment: ["STATE_SERVER_CLUSTER_CA_FILE": missing], message: ["setting 'cluster.caFile' ('\(missing)')", "no such file"])
         }
     }
 
@@ -258,6 +285,7 @@ struct TLSTests {
             // Without the TLS settings it asks in plain HTTP, which the port does not answer.
             let plain = try await check.healthcheck(["--port", port])
             #expect(plain.status == 1, "\(plain)")
+            #expect(plain.stderr.contains("speaks HTTPS only"), "\(plain)")
 
             // Another certificate than the server's is not believed.
             try await withTemporaryDirectory { directory in

@@ -144,9 +144,9 @@ package final class StreamingProcess: @unchecked Sendable {
         return all
     }
 
-    /// Ends it (SIGTERM).
+    /// Ends it (SIGKILL: the test process may ignore SIGTERM, and a child inherits that).
     package func terminate() {
-        if process.isRunning { process.terminate() }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         closeInput()
     }
 }
