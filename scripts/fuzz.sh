@@ -56,8 +56,9 @@ done
 
 if [[ " $targets " == *" framing "* ]]; then
     [ -n "$clang" ] || { echo "fuzz: no clang found (the Swift toolchain's clang has libFuzzer)" >&2; exit 1; }
-    cflags=$(pkg-config --cflags libmicrohttpd 2>/dev/null || true)
-    libs=$(pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+    # GnuTLS too: the shim checks TLS certificates and keys with it.
+    cflags=$(pkg-config --cflags libmicrohttpd gnutls 2>/dev/null || true)
+    libs=$(pkg-config --libs libmicrohttpd gnutls 2>/dev/null || echo -lmicrohttpd -lgnutls)
     echo "fuzz: building framing (clang, libFuzzer, ASan, UBSan)"
     # shellcheck disable=SC2086
     "$clang" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
