@@ -66,7 +66,7 @@ struct StreamLimitTests {
 
     @Test("a subscriber that stops reading is dropped; dispatches and other subscribers go on; it resumes")
     func slowSubscriber() async throws {
-        try await withServer(environment: ["STATE_SERVER_STREAMS_BUFFER_LIMIT": "262144"]) { server in
+        try await withServer(environment: ["STATE_SERVER_STREAMS_BUFFER_LIMIT": "262144", "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0"]) { server in
             let session = try await server.api.createSession()
             let title = String(repeating: "long todo title ", count: 31)  // 496 characters
             for index in 1...50 {
