@@ -203,6 +203,50 @@ struct OpenAPISpecTests {
         #expect(Data(response.body) == file, "GET /openapi.json differs byte for byte from \(Self.specPath)")
     }
 
+    @Test("the spec's ErrorCode lists exactly the codes docs/API.md's table and the server's sources name")
+    func errorCodesAgree() throws {
+        let spec = try Self.spec()
+        let components = try #require(spec["components"] as? [String: Any])
+        let schemas = try #require(components["schemas"] as? [String: Any])
+        let errorCode = try #require(schemas["ErrorCode"] as? [String: Any], "no ErrorCode schema")
+        let inSpec = Set(try #require(errorCode["enum"] as? [String], "ErrorCode has no enum"))
+
+        // docs/API.md's table of errors: rows `| 404 | `session_not_found` | ... |`.
+        let api = try String(contentsOf: Repository.url("docs/API.md"), encoding: .utf8)
+        var inDocs: Set<String> = []
+        for line in api.split(separator: "\n") where line.hasPrefix("| ") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 3, cells[0].count == 3, Int(cells[0]) != nil,
+                cells[1].hasPrefix("`"), cells[1].hasSuffix("`"), cells[1].count > 2
+            else { continue }
+            inDocs.insert(String(cells[1].dropFirst().dropLast()))
+        }
+
+        // Every `code: "..."` the server's sources can send.
+        var inSources: Set<String> = []
+        let sources = Repository.url("Sources")
+        let files = FileManager.default.enumerator(at: sources, includingPropertiesForKeys: nil)
+        while let file = files?.nextObject() as? URL {
+            guard file.pathExtension == "swift" else { continue }
+            let text = try String(contentsOf: file, encoding: .utf8)
+            var rest = Substring(text)
+            while let found = rest.range(of: "code: \"") {
+                rest = rest[found.upperBound...]
+                guard let end = rest.firstIndex(of: "\"") else { break }
+                let code = rest[..<end]
+                if !code.isEmpty, code.allSatisfy({ $0 == "_" || ("a"..."z").contains($0) }) {
+                    inSources.insert(String(code))
+                }
+                rest = rest[end...]
+            }
+        }
+
+        #expect(inDocs.count > 20, "docs/API.md's error table was not found (\(inDocs.count) codes)")
+        #expect(inSources.count > 20, "the sources' error codes were not found (\(inSources.count))")
+        #expect(inSpec == inDocs, "ErrorCode and docs/API.md differ: only in the spec \(inSpec.subtracting(inDocs).sorted()), only in the docs \(inDocs.subtracting(inSpec).sorted())")
+        #expect(inSources.isSubset(of: inSpec), "codes the server sends that ErrorCode lacks: \(inSources.subtracting(inSpec).sorted())")
+    }
+
     /// A valid body for the operations that need one.
     static func body(_ method: String, _ template: String) -> String? {
         switch (method, template) {
