@@ -79,12 +79,24 @@ public struct StateClientError: Error, Sendable, CustomStringConvertible {
         /// 503 (several nodes): the change may have been applied; read the state, or retry with
         /// the same idempotency key.
         public static let outcomeUnknown: Code = "outcome_unknown"
-        /// 403: a middleware of the server refused the action for this client.
+        /// 403: the token's grant does not reach this (a verb, feature or action type outside its
+        /// scope), or a middleware of the server refused the action for this client.
         public static let forbidden: Code = "forbidden"
         /// 422: a travel to a version whose state is not kept (the message names those that are).
         public static let versionUnreachable: Code = "version_unreachable"
         /// 422: this server's reducers do not follow an imported recording; nothing was created.
         public static let recordingDiverges: Code = "recording_diverges"
+        /// 429: an abuse limit of the server (requests or sessions per address, dispatches per
+        /// session); nothing was done. `retryAfter` says when to try again.
+        public static let rateLimited: Code = "rate_limited"
+        /// 404: the session has no live token with this id (revoking a token).
+        public static let tokenNotFound: Code = "token_not_found"
+        /// 409: the session already holds as many live tokens as it may; nothing was minted.
+        public static let tooManyTokens: Code = "too_many_tokens"
+        /// 403: a CORS preflight from an origin the server does not allow.
+        public static let originNotAllowed: Code = "origin_not_allowed"
+        /// 503 (kept for older servers): several nodes lost a race to write one store; retry.
+        public static let writeContention: Code = "write_contention"
     }
 
     public let kind: Kind
