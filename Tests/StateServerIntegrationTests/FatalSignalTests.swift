@@ -8,7 +8,11 @@ import Glibc
 
 /// Issue 24 item 1: a process that dies of a fatal signal (a Swift trap is SIGILL or SIGTRAP)
 /// leaves a line on stderr, and still ends by that signal (CTerminationSignals).
-@Suite("A fatal signal leaves a line on stderr")
+@Suite(
+    "A fatal signal leaves a line on stderr",
+    // In a sanitized build (make test-sanitized) the sanitizer's own handler takes these signals
+    // first, writes its report and exits: there is no handler of ours to test.
+    .disabled(if: sanitizedWaitScale > 1, "the sanitizer handles fatal signals itself"))
 struct FatalSignalTests {
     static let signals: [Int32] = [SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV]
     static let names = ["SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGSEGV"]

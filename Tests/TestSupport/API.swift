@@ -217,12 +217,23 @@ package func expectError(
     }
 }
 
+/// How many times longer the tests wait in a sanitized build (`make test-sanitized` sets
+/// STATESERVER_SANITIZER for the build and the tests): ThreadSanitizer runs the server 5 to 15
+/// times slower, so waits sized for a plain build ran out before the server answered. 1 in
+/// every other build.
+package let sanitizedWaitScale: Int = ProcessInfo.processInfo.environment["STATESERVER_SANITIZER"] == nil ? 1 : 10
+
+extension Duration {
+    /// This wait, longer in a sanitized build (``sanitizedWaitScale``).
+    package var scaledForSanitizers: Duration { self * sanitizedWaitScale }
+}
+
 /// Polls until `condition` holds or `timeout` passes.
 package func eventually(
     timeout: Duration = .seconds(5), every interval: Duration = .milliseconds(50),
     _ condition: () async throws -> Bool
 ) async throws -> Bool {
-    let deadline = ContinuousClock.now + timeout
+    let deadline = ContinuousClock.now + timeout.scaledForSanitizers
     while true {
         if try await condition() { return true }
         if ContinuousClock.now >= deadline { return false }

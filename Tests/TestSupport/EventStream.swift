@@ -90,13 +90,13 @@ package final class EventStream: Sendable {
 
     /// The body of a non-stream (error) response.
     package func readErrorBody(timeout: Duration = .seconds(10)) async throws -> HTTPResponse {
-        HTTPResponse(head: head, body: try await body.readAll(deadline: ContinuousClock.now + timeout))
+        HTTPResponse(head: head, body: try await body.readAll(deadline: ContinuousClock.now + timeout.scaledForSanitizers))
     }
 
     /// The next event or comment; `.end` when the server ended the stream. Throws
     /// `ClientError.timedOut` when nothing arrives within `timeout`.
     package func next(timeout: Duration = .seconds(5)) async throws -> SSEItem {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let ready = reading.withLock { reading -> SSEItem? in
                 if !reading.pending.isEmpty { return reading.pending.removeFirst() }
@@ -125,7 +125,7 @@ package final class EventStream: Sendable {
 
     /// The next event, skipping comments. Fails when the stream ends first.
     package func nextEvent(timeout: Duration = .seconds(5)) async throws -> SSEEvent {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
             guard remaining > .zero else { throw ClientError.timedOut("an event") }
@@ -139,7 +139,7 @@ package final class EventStream: Sendable {
 
     /// Reads (and drops events and comments) until the stream ends. True when it ended in time.
     package func waitForEnd(timeout: Duration = .seconds(5)) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
             guard remaining > .zero else { return false }

@@ -176,7 +176,7 @@ package final class NginxProcess: @unchecked Sendable {
             // Ready once nginx wrote its pid file (it does so after binding its sockets): while
             // it retries a bind, the port answers for whoever took it — another test's server.
             let pidFile = prefix.appendingPathComponent("nginx.pid").path
-            let deadline = ContinuousClock.now + .seconds(15)
+            let deadline = ContinuousClock.now + Duration.seconds(15).scaledForSanitizers
             while process.isRunning, ContinuousClock.now < deadline {
                 if output.stderrText.contains("Address already in use") { break }
                 if FileManager.default.fileExists(atPath: pidFile), (try? BlockingSocket(port: port)) != nil { return nginx }

@@ -189,7 +189,7 @@ package final class ServerProcess: @unchecked Sendable {
         let (process, output) = try launch(
             binary, arguments: ["--host", "127.0.0.1", "--port", String(port)] + arguments, environment: environment)
 
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             if let line = output.firstStdoutLine {
                 // https:// when the server serves TLS itself (`--tls-cert`, `--tls-key`).
