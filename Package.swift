@@ -15,7 +15,7 @@ let strictSettings: [SwiftSetting] = [
 
 /// Unsafe code (`Unsafe*` pointers, C calls that take them) lives only in the modules that
 /// bridge C: MicroHTTP (libmicrohttpd), StatePersistence (SQLite, GnuTLS's SHA-256, flock) and
-/// the executable's stderr writer and signal pipe. Every other target is compiled with strict
+/// the server library's stderr writer, signal pipe and TLS health probe. Every other target is compiled with strict
 /// memory safety, so an unsafe construct there is a diagnostic.
 let safeSettings: [SwiftSetting] = strictSettings + [.strictMemorySafety()]
 
@@ -32,6 +32,9 @@ let package = Package(
         .library(name: "StateClient", targets: ["StateClient"]),
         // An exhaustive TestStore (Swift Testing) for testing your own features.
         .library(name: "StateStoreTesting", targets: ["StateStoreTesting"]),
+        // The whole server as a library: `StateServer.run(features:)` in your own package's
+        // executable serves your features (docs/FEATURES.md).
+        .library(name: "StateServer", targets: ["StateServer"]),
         .executable(name: "state-server", targets: ["state-server"]),
     ],
     dependencies: [
@@ -175,16 +178,18 @@ let package = Package(
             swiftSettings: safeSettings
         ),
 
-        // MARK: The executable
+        // MARK: The server library and the executable
         // SIGTERM/SIGINT handlers that write to a pipe, read by one thread (no signal lost).
         .target(name: "CTerminationSignals"),
         // glibc's allocator settings (mallopt), applied once at start.
         .target(name: "CAllocator"),
-        .executableTarget(
-            name: "state-server",
+        // The server (settings, subcommands, storage, several nodes, metrics, the page) for the
+        // features it is given; `state-server` is this library with the example features.
+        .target(
+            name: "StateServer",
             dependencies: [
                 "CTerminationSignals", "CAllocator", "CGnuTLS",
-                "StateServerHTTP", "ExampleFeatures", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
+                "StateServerHTTP", "StateStore", "StateSessions", "StatePersistence", "StatePostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Configuration", package: "swift-configuration"),
@@ -198,6 +203,11 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "state-server",
+            dependencies: ["StateServer", "ExampleFeatures"],
+            swiftSettings: safeSettings
         ),
 
         // MARK: Tests

@@ -65,8 +65,10 @@ if [ "$failed" -eq 0 ]; then
     step "browser" env STATE_SERVER_BIN=.build/debug/state-server bash scripts/browser-test.sh
     # The fault-injection suite's short form (tests-faults/; `make faults` is the long one).
     step "faults" bash scripts/faults.sh short
+    # Examples/CartServer: a package of its own on StateServer (its build, tests, a live run).
+    step "template package" bash scripts/template-check.sh
 else
-    for name in "swift test" "HTTP suite on SQLite" "stops under load" "PostgreSQL parallel start" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults"; do
+    for name in "swift test" "HTTP suite on SQLite" "stops under load" "PostgreSQL parallel start" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults" "template package"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

@@ -121,4 +121,8 @@ public struct FeatureRegistry: Sendable {
 public struct RegistryError: Error, Sendable, CustomStringConvertible {
     public let message: String
     public var description: String { message }
+
+    public init(message: String) {
+        self.message = message
+    }
 }

@@ -114,7 +114,7 @@ struct DockerfileTests {
             .flatMap { words($0.arguments).dropLast().filter { !$0.hasPrefix("--") } }
             .map { $0.hasPrefix("./") ? String($0.dropFirst(2)) : $0 }
         try #require(!copied.isEmpty)
-        for path in copied + ["Sources/state-server/StateServerCommand.swift"] {
+        for path in copied + ["Sources/StateServer/StateServerCommand.swift", "Sources/state-server/main.swift"] {
             #expect(!ignore.excludes(path), "\(path) is copied by the Dockerfile but .dockerignore excludes it")
         }
     }

@@ -31,7 +31,7 @@ struct ReplayCommand: ParsableCommand {
             // Recorded follow-ups are applied as recorded: no asynchronous work runs offline.
             let registry: FeatureRegistry
             do {
-                registry = try Features.registry(loginCheckDelay: 0.2)
+                registry = try HostedFeatures.registry(FeatureSettings())
             } catch {
                 throw Recording.Unreadable(description: "the features cannot be registered: \(error)")
             }

@@ -117,10 +117,16 @@ struct SessionsSettings: Sendable {
 /// | key | type | default |
 /// | --- | --- | --- |
 /// | `login.checkDelay` | seconds | `0.2` |
-struct FeatureSettings: Sendable {
+package struct FeatureSettings: Sendable {
     static let loginCheckDelay = Setting("login.checkDelay", default: 0.2, in: 0...3600, "login check seconds")
 
-    var loginCheckDelay: Double
+    /// Seconds the example login feature's simulated credential check takes.
+    package var loginCheckDelay: Double
+
+    /// The defaults, for commands that read no settings (`features`, `replay`).
+    package init(loginCheckDelay: Double = 0.2) {
+        self.loginCheckDelay = loginCheckDelay
+    }
 
     init(_ read: inout SettingsReader) throws(SettingsError) {
         loginCheckDelay = try read(Self.loginCheckDelay)

@@ -3,7 +3,6 @@ import CAllocator
 import CTerminationSignals
 import Configuration
 import Dispatch
-import ExampleFeatures
 import Foundation
 import Logging
 import CoreMetrics
@@ -17,14 +16,22 @@ import StateSessions
 import StateServerHTTP
 import StateStore
 
-@main
+/// The command line of `state-server` and of every server built on ``StateServer``: serve, or
+/// one of the subcommands. It is named after the program that runs it.
 struct StateServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "state-server",
+        commandName: programName,
         abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
         discussion: ServerSettings.helpText,
         version: StateServerVersion.current,
         subcommands: [FeaturesCommand.self, HealthcheckCommand.self, ReplayCommand.self])
+
+    /// The running program's file name (`state-server`, `CartServer`), for usage and help.
+    static var programName: String {
+        let path = CommandLine.arguments.first ?? ""
+        let name = path.split(separator: "/").last.map(String.init) ?? ""
+        return name.isEmpty ? "state-server" : name
+    }
 
     @Option(help: "Address to listen on (default 127.0.0.1). Env: STATE_SERVER_HOST.")
     var host: String?
@@ -114,26 +121,12 @@ struct FeaturesCommand: ParsableCommand {
         commandName: "features", abstract: "Print the registered features with their initial states, as JSON lines.")
 
     func run() throws {
-        for feature in try Features.registry(loginCheckDelay: 0.2).features {
+        for feature in try HostedFeatures.registry(FeatureSettings()).features {
             var line = JSONObjectWriter()
             line.string("name", feature.name)
             line.raw("initialState", feature.initialStateJSON)
             print(String(decoding: line.finish(), as: UTF8.self))
         }
-    }
-}
-
-/// The features this server hosts. Register your own here (see docs/FEATURES.md); `serve`
-/// and `features` both use this list.
-enum Features {
-    static func registry(loginCheckDelay seconds: Double) throws -> FeatureRegistry {
-        try ExampleFeatures.registry(loginCheckDelay: .milliseconds(Int(seconds * 1000)))
-    }
-
-    /// Middleware around every client dispatch, in order (see docs/FEATURES.md, "Middleware"):
-    /// add your own here. `log.audit` puts ``AuditLog`` in front of them.
-    static func middleware() -> MiddlewareChain {
-        MiddlewareChain()
     }
 }
 
@@ -162,7 +155,7 @@ struct Server {
         let prometheus = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(CatalogMetricsFactory(registry: prometheus))
 
-        let registry = try Features.registry(loginCheckDelay: settings.features.loginCheckDelay)
+        let registry = try HostedFeatures.registry(settings.features)
         // Several nodes forward requests to each other, and a forwarded request is believed
         // only with a MAC under the shared secret: without one, any client could say it is a
         // node (and move sessions). PostgreSQL storage is a cluster of one or more nodes.
@@ -316,7 +309,7 @@ struct Server {
         var middleware = MiddlewareChain()
         // The audit line comes first, so it also sees what later middleware refuse.
         if settings.log.audit { middleware.use(AuditLog(logger: logger)) }
-        middleware.append(Features.middleware())
+        middleware.append(HostedFeatures.middleware)
         sessions.middleware = middleware
         var routes = settings.http.routes
         routes.peers = peers

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Examples/CartServer, the package a team copies to serve its own features: builds it (a package
+# of its own, depending on this checkout by path), runs its TestStore tests, then runs its binary
+# on a free port and checks over HTTP what the package promises (scripts/template/flow.py): the
+# command line and subcommands of state-server, dispatch, state, events with the checkout's
+# follow-up and effect, devtools (history), its middleware, and /openapi.json.
+#
+#   bash scripts/template-check.sh
+#
+# The package builds in Examples/CartServer/.build (a first build compiles the dependencies
+# again: several minutes on 2 cores).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PACKAGE=Examples/CartServer
+SWIFT=${SWIFT:-swift}
+
+echo "== template: swift build --package-path $PACKAGE --build-tests =="
+"$SWIFT" build --package-path "$PACKAGE" --build-tests
+echo "== template: swift test --package-path $PACKAGE =="
+"$SWIFT" test --package-path "$PACKAGE" --skip-build --disable-xctest
+
+BIN=$("$SWIFT" build --package-path "$PACKAGE" --show-bin-path)/CartServer
+WORK=$(mktemp -d)
+source scripts/lib/test-server.sh
+cleanup() {
+    stop_server
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Subcommands: the same command line as state-server, named after the program.
+"$BIN" --help >"$WORK/help"
+grep -q '^USAGE: CartServer' "$WORK/help" || { cat "$WORK/help" >&2; echo "template-check.sh: FAILED: --help does not name CartServer" >&2; exit 1; }
+grep -q -- '--storage' "$WORK/help" || { echo "template-check.sh: FAILED: --help lacks --storage" >&2; exit 1; }
+features=$("$BIN" features)
+[ "$(echo "$features" | wc -l)" = 1 ] && echo "$features" | grep -q '"name":"cart"' \
+    || { echo "template-check.sh: FAILED: 'CartServer features' printed: $features" >&2; exit 1; }
+"$BIN" --print-config --storage memory | grep -q '"storage"' \
+    || { echo "template-check.sh: FAILED: --print-config" >&2; exit 1; }
+
+start_server template-check.sh --storage memory
+port=${BASE##*:}
+STATE_SERVER_PORT=$port "$BIN" healthcheck || { echo "template-check.sh: FAILED: healthcheck against the running server" >&2; exit 1; }
+
+PY=$(bash scripts/python-env.sh)
+PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/template/flow.py "$BASE" "$WORK/recording.json"
+
+# The flow's recording replays through the package's reducers offline.
+"$BIN" replay "$WORK/recording.json"
+echo "template-check.sh: passed"
