@@ -21,7 +21,7 @@ struct CartTests {
             $0.ordersPlaced = 1
         }
         store.sendRejected(.checkout)
-        store.finish()
+        await store.finish()
     }
 
     @Test func theWireShape() throws {
