@@ -84,7 +84,7 @@ struct ViewModelTests {
 /// Waits on the main actor until `condition` holds, for at most `timeout`.
 @MainActor
 func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
+    let deadline = ContinuousClock.now + timeout.scaledForSanitizers
     while !condition() {
         if ContinuousClock.now >= deadline { throw Timeout(description: "no \(what) within \(timeout)") }
         try await Task.sleep(for: .milliseconds(10))

@@ -1,6 +1,7 @@
 import Foundation
 import StateClient
 import StateStore
+import TestSupport
 import Synchronization
 import Testing
 
@@ -55,7 +56,7 @@ final class EventRecorder<F: Feature>: Sendable {
     func wait(
         for what: String, timeout: Duration = .seconds(10), _ condition: ([Event]) -> Bool
     ) async throws -> [Event] {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let (events, finished, error) = box.state.withLock { ($0.events, $0.finished, $0.error) }
             if condition(events) { return events }
@@ -71,7 +72,7 @@ final class EventRecorder<F: Feature>: Sendable {
 
     /// Waits until the stream has ended (with or without an error).
     func waitUntilFinished(timeout: Duration = .seconds(10)) async throws {
-        let deadline = ContinuousClock.now + timeout
+        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while !finished {
             if ContinuousClock.now >= deadline { throw Timeout(description: "the stream did not end within \(timeout)") }
             try await Task.sleep(for: .milliseconds(10))
