@@ -234,7 +234,8 @@ let package = Package(
         .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting",
-                "StateSchema",
+                // Schema derivation, checked with TestSupport's JSON Schema checker.
+                "StateSchema", "TestSupport",
             ],
             swiftSettings: strictSettings
         ),
