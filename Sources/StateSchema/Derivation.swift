@@ -26,6 +26,16 @@ final class Derivation {
     /// with their element's shape.
     private var hints: [[String: Shape]] = []
 
+    /// Takes values of every type found inside `value` (its stored properties, elements and
+    /// associated values, through `Mirror`) as samples, so that a type whose `init(from:)`
+    /// refuses the decoder's own samples does not stop the types around it.
+    func seed(_ value: Any, depth: Int = 0) {
+        guard depth < 32 else { return }
+        let id = ObjectIdentifier(Swift.type(of: value))
+        if samples[id] == nil, Swift.type(of: value) is any Decodable.Type { samples[id] = value }
+        for child in Mirror(reflecting: value).children { seed(child.value, depth: depth + 1) }
+    }
+
     /// The shape of `type`: `.named` for structs and enums, the shape itself for the rest.
     func shape(of type: any Decodable.Type) -> Shape {
         let id = ObjectIdentifier(type)
@@ -160,13 +170,17 @@ final class Derivation {
     private func enumeratedValues(_ type: any Decodable.Type) -> [JSONValue]? {
         if let iterable = type as? any (CaseIterable & Encodable).Type {
             let values = Self.encodedCases(iterable)
-            if !values.isEmpty { return values }
+            if let first = values.first {
+                samples[ObjectIdentifier(type)] = samples[ObjectIdentifier(type)] ?? (try? JSONCoding.decode(type, from: first))
+                return values
+            }
         }
         guard let names = TypeReflection.caseNames(of: type), !names.isEmpty else { return nil }
         for name in names {
             let node = Node()
             let decoder = RecordingDecoder(derivation: self, node: node, path: "", choice: nil, rawString: name)
-            guard (try? type.init(from: decoder)) != nil else { return nil }
+            guard let value = try? type.init(from: decoder) else { return nil }
+            samples[ObjectIdentifier(type)] = samples[ObjectIdentifier(type)] ?? value
         }
         return names.map(JSONValue.string)
     }

@@ -14,6 +14,9 @@ public enum SchemaDeriver {
     /// The derived schemas of `feature`, before its ``Feature/refineSchema(_:)``.
     public static func derive(_ feature: AnyFeature) -> FeatureSchema {
         let derivation = Derivation()
+        if let initial = JSONCoding.parse(feature.initialStateJSON), let state = decoded(feature.stateType, initial) {
+            derivation.seed(state)
+        }
         let prefix = FeatureSchema.prefix(for: feature.name)
         let stateShape = derivation.shape(of: feature.stateType)
         let actionShape = derivation.shape(of: feature.actionType)
@@ -71,7 +74,10 @@ public enum SchemaDeriver {
 
         // Every struct and enum the state, actions and effects refer to, but the roots.
         var types: [FeatureSchema.NamedType] = []
-        for id in derivation.namedOrder where id != stateID && (!roots.contains(id) || emitter.isReferenced(id, from: [stateShape] + derivation.namedOrder.filter { $0 != id }.map { derivation.named[$0]!.shape })) {
+        // The action and effect enums are components only when something holds them (in their
+        // synthesized shape): the wire's tagged form is the union of their cases.
+        let allShapes = [stateShape] + derivation.namedOrder.map { derivation.named[$0]!.shape }
+        for id in derivation.namedOrder where id != stateID && (!roots.contains(id) || emitter.isReferenced(id, from: allShapes)) {
             types.append(
                 FeatureSchema.NamedType(
                     swiftName: String(reflecting: derivation.named[id]!.type), component: names[id]!,
@@ -82,6 +88,10 @@ public enum SchemaDeriver {
         return FeatureSchema(
             feature: feature.name, prefix: prefix, state: state, actions: actions, effects: effects, types: types,
             warnings: warnings)
+    }
+
+    private static func decoded<T: Decodable>(_ type: T.Type, _ value: JSONValue) -> Any? {
+        try? JSONCoding.decode(type, from: value)
     }
 
     /// A type's name for a component: its own name, generic arguments run together

@@ -57,6 +57,10 @@ enum ProfileAction: Codable, Sendable, Equatable {
     case reset
 }
 
+enum PlantAction: Codable, Sendable, Equatable {
+    case plant(tree: TreeNode, colour: Colour, priority: Priority)
+}
+
 /// A tree: a struct that holds itself.
 struct TreeNode: Codable, Sendable, Equatable {
     var value: Int
@@ -262,6 +266,20 @@ struct SchemaDerivationTests {
         #expect(schema[action: "add"][property: "left"] == reference("TreeExpression"))
         #expect(check.problems(TaggedJSON.tag(try json(expression)), schema[action: "add"]) == [])
         #expect(check.problems(v(#"{"type": "add", "left": {"number": {"value": 1}}, "right": {"number": {}}}"#), schema[action: "add"]) != [])
+    }
+
+    @Test("types only an action holds (no sample from the initial state): a recursive struct, raw-value enums")
+    func unseededTypes() throws {
+        let (schema, check) = try derive(ProbeFeature<Address, PlantAction, Never>(name: "garden", initialState: Address(street: "", zip: nil)))
+        #expect(schema.warnings.isEmpty, "\(schema.warnings)")
+        #expect(schema[action: "plant"][property: "tree"] == reference("GardenTreeNode"))
+        #expect(schema[TreeNode.self][property: "children"]["items"] == reference("GardenTreeNode"))
+        #expect(schema[action: "plant"][property: "colour"]["enum"] == ["red", "green", "blue"])
+        let tree = TreeNode(value: 1, children: [TreeNode(value: 2, children: [], label: "leaf")], label: nil)
+        let check2 = SchemaCheck(components: check.components)
+        #expect(check2.problems(TaggedJSON.tag(try json(PlantAction.plant(tree: tree, colour: .blue, priority: .low))), schema[action: "plant"]) == [])
+        #expect(!check2.problems(v(#"{"type": "plant", "tree": {"value": 1, "children": [{"value": 2}]}, "colour": "red", "priority": 1}"#), schema[action: "plant"]).isEmpty)
+        #expect(!check2.problems(v(#"{"type": "plant", "tree": {"value": 1, "children": []}, "colour": "red", "priority": 2}"#), schema[action: "plant"]).isEmpty)
     }
 
     @Test("a custom init(from:) that refuses the sample values gets a permissive schema and a warning naming it")
