@@ -14,15 +14,18 @@ public struct OpenAPIDescription: Sendable {
     /// by ``StateServerApplication``.
     public let warnings: [String]
 
-    public init(registry: FeatureRegistry) {
-        let contract: OrderedJSON
+    /// The contract, parsed once per process.
+    private static let contract: OrderedJSON = {
         do {
-            contract = try OrderedJSON.parse(StaticAssets.openAPIContract)
+            return try OrderedJSON.parse(StaticAssets.openAPIContract)
         } catch {
             // The contract is compiled in and checked by the repository's tests.
-            contract = ["openapi": "3.1.0", "info": ["title": "StateServer", "version": "1"], "paths": [:]]
+            return ["openapi": "3.1.0", "info": ["title": "StateServer", "version": "1"], "paths": [:]]
         }
-        let result = OpenAPIAssembler.assemble(contract: contract, features: registry.features)
+    }()
+
+    public init(registry: FeatureRegistry) {
+        let result = OpenAPIAssembler.assemble(contract: Self.contract, features: registry.features)
         bytes = result.document.pretty()
         tag = Reply.contentTag(bytes)
         warnings = result.warnings

@@ -1,4 +1,7 @@
 import Foundation
+import Logging
+import StateServerHTTP
+import StateSessions
 import StateStore
 import TestSupport
 import Testing
@@ -190,6 +193,21 @@ struct OpenAPIFeatureTests {
         #expect(document["components"]["schemas"]["StrictState"]["properties"] == .null)
         #expect(document["components"]["schemas"]["StrictTouch"]["required"] == ["type"])
         await server.stop()
+    }
+
+    @Test("the application logs each warning once, where it starts")
+    func warningsLogged() throws {
+        var registry = FeatureRegistry()
+        try registry.register(StrictFeature())
+        try registry.register(CartFeature())
+        let lines = MiddlewareTests.Log()
+        let logger = Logger(label: "start") { _ in MiddlewareTests.LineHandler(lines: lines) }
+        let application = StateServerApplication(
+            registry: registry, sessions: SessionSettings(), routes: RouteSettings(), storage: nil, logger: logger)
+        let logged = lines.all.filter { $0.hasPrefix("a feature's schema is not fully derived") }
+        #expect(logged.count == 1, "\(lines.all)")
+        #expect(logged.first?.contains("feature strict") == true, "\(logged)")
+        #expect(application.responder.openAPI.warnings.count == 1)
     }
 }
 
