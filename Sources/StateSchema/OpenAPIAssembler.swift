@@ -9,7 +9,8 @@ import StateStore
 /// the action's cases `TodosAdd`, ... and their union `TodosAction` (with `TodosClientAction`
 /// when some cases are not for clients), effects, `TodosDispatch`, `TodosStoreSnapshot`; and
 /// for all of them `ExampleFeatureDispatch` (the union of dispatches, by feature),
-/// `FeatureStates`' properties, `RehydrateRequest`'s states, `FeatureName`'s examples, the
+/// `FeatureStates`' properties, `RehydrateRequest`'s states, `FeatureName`'s examples and
+/// `FeatureList`'s example, the
 /// request examples of dispatch and rehydrate, and the texts `{{features}}`,
 /// `{{stateSchemas}}`, `{{actionSchemas}}` and `{{effectSchemas}}` in the contract's strings.
 public enum OpenAPIAssembler {
@@ -26,8 +27,21 @@ public enum OpenAPIAssembler {
         var warnings: [String] = []
         var taken = Set(contract["components"]["schemas"].keys)
         var schemas: [FeatureSchema] = []
+        var prefixes: Set<String> = []
         for feature in features {
-            var schema = SchemaDeriver.derive(feature)
+            // Two names may give one prefix (`todo-list`, `todo_list`): the second is numbered.
+            let base = FeatureSchema.prefix(for: feature.name)
+            var prefix = base
+            var number = 2
+            while prefixes.contains(prefix) || taken.contains(prefix + "State") || taken.contains(prefix + "Dispatch") {
+                prefix = base + String(number)
+                number += 1
+            }
+            if prefix != base {
+                warnings.append("feature \(feature.name): the component prefix \(base) is taken; its components start with \(prefix)")
+            }
+            prefixes.insert(prefix)
+            var schema = SchemaDeriver.derive(feature, prefix: prefix)
             feature.refineSchema(&schema)
             warnings += schema.warnings
             for name in componentNames(schema) where taken.contains(name) {
@@ -120,6 +134,11 @@ public enum OpenAPIAssembler {
                 components["DispatchRequest"]["anyOf"].elements.filter { $0 != reference("ExampleFeatureDispatch") })
         }
         components["FeatureName"]["examples"] = .array(features.map { .string($0.name) })
+        if components["FeatureList"]["example"] != .null {
+            components["FeatureList"]["example"]["features"] = .array(features.map { feature in
+                ["name": .string(feature.name), "initialState": JSONCoding.parse(feature.initialStateJSON).map(OrderedJSON.init) ?? [:]]
+            })
+        }
         document["components"]["schemas"] = components
 
         // Request examples: one dispatch and one rehydrate per feature.

@@ -11,13 +11,14 @@ import StateStore
 /// contains itself where no value can be made) gets a schema that accepts any JSON and a
 /// warning naming the feature and the type.
 public enum SchemaDeriver {
-    /// The derived schemas of `feature`, before its ``Feature/refineSchema(_:)``.
-    public static func derive(_ feature: AnyFeature) -> FeatureSchema {
+    /// The derived schemas of `feature`, before its ``Feature/refineSchema(_:)``, with component
+    /// names starting with `prefix` (default: the feature's name in UpperCamelCase).
+    public static func derive(_ feature: AnyFeature, prefix: String? = nil) -> FeatureSchema {
         let derivation = Derivation()
         if let initial = JSONCoding.parse(feature.initialStateJSON), let state = decoded(feature.stateType, initial) {
             derivation.seed(state)
         }
-        let prefix = FeatureSchema.prefix(for: feature.name)
+        let prefix = prefix ?? FeatureSchema.prefix(for: feature.name)
         let stateShape = derivation.shape(of: feature.stateType)
         let actionShape = derivation.shape(of: feature.actionType)
         let effectShape = feature.effectType.map { derivation.shape(of: $0) }

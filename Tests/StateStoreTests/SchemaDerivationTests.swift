@@ -329,4 +329,63 @@ struct SchemaDerivationTests {
     }
 }
 
+@Suite("OpenAPI assembler: the contract and each feature's components")
+struct OpenAPIAssemblerTests {
+    static let contract: OrderedJSON = [
+        "openapi": "3.1.0",
+        "info": ["title": "T", "version": "1", "description": "Features: {{features}}; states {{stateSchemas}}; effects {{effectSchemas}}."],
+        "paths": [:],
+        "components": [
+            "schemas": [
+                "Version": ["type": "integer"],
+                "FeatureName": ["type": "string"],
+                "AnyAction": ["type": "object"],
+                "GenericDispatch": ["type": "object"],
+                "DispatchRequest": ["anyOf": [["$ref": "#/components/schemas/ExampleFeatureDispatch"], ["$ref": "#/components/schemas/GenericDispatch"]]],
+                "FeatureStates": ["type": "object", "propertyNames": ["$ref": "#/components/schemas/FeatureName"]],
+                "RehydrateRequest": ["type": "object", "properties": ["state": ["anyOf": [["type": "object"]]]]],
+            ]
+        ],
+    ]
+
+    /// Every `$ref` of `document`, and whether it resolves.
+    static func unresolved(_ document: OrderedJSON) -> [String] {
+        var missing: [String] = []
+        var copy = document
+        copy.transform { value in
+            guard case .string(let ref) = value["$ref"] else { return }
+            let name = String(ref.dropFirst("#/components/schemas/".count))
+            if document["components"]["schemas"][name] == .null { missing.append(ref) }
+        }
+        return missing
+    }
+
+    @Test("two features whose prefixes clash: the second one's components are renamed, with a warning; every $ref resolves")
+    func clash() throws {
+        let first = try AnyFeature(ProbeFeature<Address, ProfileAction, Notice>(name: "todo-list", initialState: Address(street: "", zip: nil)))
+        let second = try AnyFeature(ProbeFeature<Address, ProfileAction, Never>(name: "todo_list", initialState: Address(street: "a", zip: nil)))
+        let result = OpenAPIAssembler.assemble(contract: Self.contract, features: [first, second])
+        let schemas = result.document["components"]["schemas"]
+        #expect(schemas["TodoListState"] != .null && schemas["TodoList2State"] != .null)
+        #expect(result.warnings == ["feature todo_list: the component prefix TodoList is taken; its components start with TodoList2"])
+        #expect(Self.unresolved(result.document) == [])
+        #expect(schemas["TodoListDispatch"][property: "feature"]["const"] == "todo-list")
+        #expect(schemas["TodoList2Dispatch"][property: "feature"]["const"] == "todo_list")
+        #expect(schemas["TodoList2Dispatch"][property: "action"] == ["$ref": "#/components/schemas/TodoList2Action"])
+        #expect(schemas["TodoList2StoreSnapshot"][property: "state"] == ["$ref": "#/components/schemas/TodoList2State"])
+        #expect(result.document["info"]["description"] == "Features: `todo-list` and `todo_list`; states `TodoListState` and `TodoList2State`; effects `TodoListEffect`.")
+        #expect(schemas["RehydrateRequest"][property: "state"]["anyOf"].elements.count == 3)
+        #expect(schemas["FeatureStates"]["properties"].keys == ["todo-list", "todo_list"])
+        #expect(schemas.keys.firstIndex(of: "TodoListState")! < schemas.keys.firstIndex(of: "AnyAction")!)
+    }
+
+    @Test("no features: no ExampleFeatureDispatch, and nothing refers to it")
+    func none() {
+        let result = OpenAPIAssembler.assemble(contract: Self.contract, features: [])
+        #expect(result.document["components"]["schemas"]["ExampleFeatureDispatch"] == .null)
+        #expect(Self.unresolved(result.document) == [])
+        #expect(result.document["info"]["description"] == "Features: none; states none; effects none.")
+    }
+}
+
 private struct Unexpected: Error {}
