@@ -94,6 +94,17 @@ let package = Package(
             swiftSettings: safeSettings
         ),
 
+        // MARK: OpenAPI from the registered features (no HTTP)
+        // Reads enum case names from the Swift runtime's type metadata (the only unsafe code
+        // of schema derivation; the Swift side passes the metadata as an integer).
+        .target(name: "CTypeReflection"),
+        // Derives JSON Schemas from features' Codable types and assembles /openapi.json.
+        .target(
+            name: "StateSchema",
+            dependencies: ["StateStore", "CTypeReflection"],
+            swiftSettings: safeSettings
+        ),
+
         // MARK: The C bridge (the only place with MHD_* and Unsafe*)
         .systemLibrary(
             name: "CMicroHTTPD",
@@ -164,6 +175,7 @@ let package = Package(
             name: "StateServerHTTP",
             dependencies: [
                 "StateStore", "StateSessions", "StatePersistence", "MicroHTTP",
+                "StateSchema",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "JWTKit", package: "jwt-kit"),
             ],
@@ -231,7 +243,10 @@ let package = Package(
         ),
         .testTarget(
             name: "StateStoreTests",
-            dependencies: ["StateStore", "StateStoreTesting"],
+            dependencies: ["StateStore", "StateStoreTesting",
+                // Schema derivation, checked with TestSupport's JSON Schema checker.
+                "StateSchema", "TestSupport",
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
@@ -263,7 +278,9 @@ let package = Package(
         ),
         .testTarget(
             name: "RepositoryTests",
-            dependencies: ["state-server", "StateServerHTTP", "TestSupport"],
+            dependencies: ["state-server", "StateServerHTTP", "TestSupport",
+                "ExampleFeatures", "StateSchema",
+            ],
             swiftSettings: strictSettings
         ),
         // deploy/ checked without a Docker engine, and a real nginx in front of the real server.

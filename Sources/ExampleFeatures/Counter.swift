@@ -33,6 +33,20 @@ public struct CounterFeature: Feature {
 
     public typealias Effect = Never
 
+    /// The prose of `/openapi.json` for the counter (its schemas are derived from the types).
+    public func refineSchema(_ schema: inout FeatureSchema) {
+        schema.state.describe("State of the example feature `counter`.")
+        schema.actionDescription = "An action of the example feature `counter`: a tagged object whose `type` names the case."
+        for name in ["increment", "decrement"] {
+            schema[action: name].describe(
+                "\(name == "increment" ? "Adds" : "Subtracts") `by` (default 1); `action_rejected` on overflow.")
+            schema[action: name][property: "by"].describe("Optional; 1 when absent or null.")
+        }
+        schema[action: "set"].describe("Sets the count.")
+        schema.dispatchExample = ("counter: increment by 2", ["type": "increment", "by": 2])
+        schema.rehydrateExample = ["count": 42]
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {

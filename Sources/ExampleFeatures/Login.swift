@@ -84,6 +84,25 @@ public struct LoginFeature: Feature {
         case toast(message: String)
     }
 
+    /// The prose of `/openapi.json` for the login form (its schemas are derived from the types;
+    /// which actions clients may send comes from ``acceptsFromClient(_:)``).
+    public func refineSchema(_ schema: inout FeatureSchema) {
+        schema.state.describe("State of the example feature `login`. `isLoading` is true while a credential check runs.")
+        schema.state[property: "error"].describe("Why the last check failed, or `null`.")
+        schema[effect: "toast"].describe("Effect of the example feature `login`: a message to show once (sent when a check fails).")
+        schema[effect: "toast"]["example"] = ["type": "toast", "message": "The password must have at least 8 characters."]
+        schema.actionDescription = "An action of the example feature `login`: a tagged object whose `type` names the case."
+        schema[action: "submit"].describe(
+            "Sets `username` and `isLoading`, then a simulated check (about 200 ms) dispatches `succeeded` or `failed`. "
+                + "Rejected while a check runs or once logged in. Events show the password as `********`.")
+        schema[action: "succeeded"].describe(
+            "Sent by the credential check only (a client sending it gets `422 action_rejected`): logged in.")
+        schema[action: "failed"].describe(
+            "Sent by the credential check only (a client sending it gets `422 action_rejected`), with effect `toast`.")
+        schema[action: "logout"].describe("Back to the initial state.")
+        schema.dispatchExample = ("login: submit", ["type": "submit", "username": "ada", "password": "correct horse"])
+    }
+
     /// Events and journals show `submit` with the password masked: it never reaches the state,
     /// so replaying the masked action gives the same state.
     public func publicAction(_ action: Action) -> Action {

@@ -32,6 +32,25 @@ public struct SettingsFeature: Feature {
 
     public typealias Effect = Never
 
+    /// The prose and the colour patterns of `/openapi.json` (its schemas are derived from the
+    /// types).
+    public func refineSchema(_ schema: inout FeatureSchema) {
+        schema.state.describe("State of the example feature `settings`.")
+        for property in ["backgroundColor", "textColor"] {
+            schema.state[property: property]["pattern"] = "^#[0-9A-F]{6}$"
+            schema.state[property: property].describe("`#RRGGBB`, stored upper-case.")
+        }
+        schema.actionDescription = "An action of the example feature `settings`: a tagged object whose `type` names the case."
+        for (name, text) in [("setBackgroundColor", "Sets the background colour."), ("setTextColor", "Sets the text colour.")] {
+            schema[action: name].describe(text)
+            schema[action: name][property: "color"]["pattern"] = "^#[0-9A-Fa-f]{6}$"
+            schema[action: name][property: "color"].describe(
+                "`#RRGGBB`, hex digits in either case (stored upper-case); anything else is `action_rejected`.")
+        }
+        schema.dispatchExample = ("settings: background colour", ["type": "setBackgroundColor", "color": "#00ff00"])
+        schema.rehydrateExample = ["backgroundColor": "#00ff00", "textColor": "#000000"]
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {

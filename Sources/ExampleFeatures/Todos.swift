@@ -79,6 +79,30 @@ public struct TodosFeature: Feature {
         return state
     }
 
+    /// The prose and the rules of `/openapi.json` for the list (its schemas are derived from the
+    /// types).
+    public func refineSchema(_ schema: inout FeatureSchema) {
+        schema.rename(Item.self, to: "TodoItem")
+        schema[Item.self][property: "id"].describe(#"Assigned by the reducer from `nextId` (`"1"`, `"2"`, ...)."#)
+        schema[Item.self][property: "title"]["minLength"] = 1
+        schema[Item.self][property: "title"].describe(
+            "1 to \(Self.maxTitleLength) Unicode scalars (code points) once trimmed of surrounding whitespace.")
+        schema.state.describe("State of the example feature `todos`. Ids are unique and `nextId` is above every numeric id.")
+        schema.state[property: "items"]["maxItems"] = .number(String(Self.maxItems))
+        schema.state[property: "nextId"]["minimum"] = 1
+        schema.state["example"] = ["items": [["id": "1", "title": "Buy milk", "done": false]], "nextId": 2]
+        schema.actionDescription = "An action of the example feature `todos`: a tagged object whose `type` names the case."
+        schema[action: "add"].describe(
+            "Appends an item, not done, with the title trimmed and id `String(nextId)`. `action_rejected` when the trimmed "
+                + "title is empty or longer than \(Self.maxTitleLength) Unicode scalars, the list has 10,000 items, or the "
+                + "state would exceed 1 MiB of JSON.")
+        schema[action: "add"][property: "title"]["minLength"] = 1
+        schema[action: "toggle"].describe("Flips `done`; unknown id: `action_rejected`.")
+        schema[action: "remove"].describe("Removes the item; unknown id: `action_rejected`.")
+        schema[action: "clearCompleted"].describe("Removes every done item.")
+        schema.dispatchExample = ("todos: add", ["type": "add", "title": "Buy milk"])
+    }
+
     public func reduce(
         _ action: Action, state: State, dispatch: Dispatcher<Action>
     ) throws(ActionRejected) -> StateContainer<State, Effect> {

@@ -34,6 +34,10 @@ public struct StateServerApplication: Sendable {
         let responder = StateServerResponder(
             sessions: sessions, settings: routes, logger: logger, metrics: render, forwarder: forwarder)
         streams.withLock { $0 = { responder.streamCount } }
+        // Logged once, here, where the application starts: what the schemas could not derive.
+        for warning in responder.openAPI.warnings {
+            logger.warning("a feature's schema is not fully derived", metadata: ["openapi.warning": "\(warning)"])
+        }
         self.sessions = sessions
         self.responder = responder
     }

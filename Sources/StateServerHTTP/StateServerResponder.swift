@@ -56,6 +56,8 @@ public final class StateServerResponder: HTTPResponder {
     let streamsByToken = StreamsByToken()
     let featuresBody: [UInt8]
     let featuresTag: String
+    /// `/openapi.json`, assembled from the contract and the registered features.
+    public let openAPI: OpenAPIDescription
     let metrics: (@Sendable () -> [UInt8])?
     /// Several nodes: sends requests for sessions another node owns to that node.
     let forwarder: (any RequestForwarder)?
@@ -91,6 +93,7 @@ public final class StateServerResponder: HTTPResponder {
         features.append(0x0A)
         featuresBody = features
         featuresTag = Reply.contentTag(features)
+        openAPI = OpenAPIDescription(registry: sessions.registry)
     }
 
     /// The route table, in matching order.

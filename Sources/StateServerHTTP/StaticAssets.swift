@@ -1,14 +1,15 @@
 import MicroHTTP
 
-/// Files compiled into the binary: the web page, its JavaScript client and the OpenAPI
-/// description (sources in `Resources/`; `docs/openapi.json` links to the same file).
+/// Files compiled into the binary: the web page, its JavaScript client and the contract part of
+/// the OpenAPI description (sources in `Resources/`; the served document is assembled from the
+/// contract and the registered features, see ``OpenAPIDescription``).
 enum StaticAssets {
     static let indexHTML = PackageResources.index_html
     static let clientJS = PackageResources.client_js
-    static let openAPI = PackageResources.openapi_json
+    /// The generic parts of `/openapi.json` (`Resources/openapi.json`), without any feature.
+    static let openAPIContract = PackageResources.openapi_json
     static let indexTag = Reply.contentTag(indexHTML)
     static let clientTag = Reply.contentTag(clientJS)
-    static let openAPITag = Reply.contentTag(openAPI)
     static let devtoolsHTML = PackageResources.devtools_html
     static let devtoolsTag = Reply.contentTag(devtoolsHTML)
     /// The pages' own scripts, files of their own so that no page needs inline script.

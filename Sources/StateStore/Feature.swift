@@ -96,6 +96,12 @@ public protocol Feature: StateReducer {
     /// back (the work ran in the old process) can name an action that settles it; the server
     /// applies and journals it when the store is loaded. The default is `nil`.
     func recoveryAction(for state: State) -> Action?
+
+    /// Refines the JSON Schemas `/openapi.json` shows for this feature, derived from its
+    /// `Codable` types when the server starts: add descriptions, patterns, bounds and examples,
+    /// rename components, or replace a schema the deriver could not make (see ``FeatureSchema``).
+    /// The default changes nothing.
+    func refineSchema(_ schema: inout FeatureSchema)
 }
 
 /// The default ``Feature/maxStateBytes``: 1 MiB.
@@ -108,6 +114,7 @@ extension Feature {
     public func clientRehydrate(_ proposed: State, current: State) throws(ActionRejected) -> State { proposed }
     public func acceptsFromClient(_ action: Action) -> Bool { true }
     public func recoveryAction(for state: State) -> Action? { nil }
+    public func refineSchema(_ schema: inout FeatureSchema) {}
 
     public func migrate(_ state: JSONValue, from version: Int) throws(ActionRejected) -> JSONValue {
         throw ActionRejected("\(name) has no migration from state version \(version) to \(stateVersion)")

@@ -16,8 +16,20 @@ public struct AnyFeature: Sendable {
         _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
     ) throws(StoreError) -> any AnyStateStore
 
+    /// The feature's `Codable` types, for deriving its schemas (`nil` effect: `Never`).
+    public let stateType: any (Codable & Sendable).Type
+    public let actionType: any (Codable & Sendable).Type
+    public let effectType: (any (Codable & Sendable).Type)?
+    private let refine: @Sendable (inout FeatureSchema) -> Void
+    private let accepts: @Sendable (Any) -> Bool?
+
     public init<F: Feature>(_ feature: F) throws {
         name = feature.name
+        stateType = F.State.self
+        actionType = F.Action.self
+        effectType = F.Effect.self == Never.self ? nil : F.Effect.self
+        refine = { feature.refineSchema(&$0) }
+        accepts = { ($0 as? F.Action).map(feature.acceptsFromClient) }
         initialStateJSON = try JSONCoding.encode(feature.initialState)
         stateVersion = feature.stateVersion
         maxStateBytes = feature.maxStateBytes
@@ -49,6 +61,17 @@ public struct AnyFeature: Sendable {
             }
             return DefaultStateStore(feature: feature, state: state, version: version, onFollowUpRejected: onRejected)
         }
+    }
+
+    /// Applies the feature's ``Feature/refineSchema(_:)`` to its derived schemas.
+    public func refineSchema(_ schema: inout FeatureSchema) {
+        refine(&schema)
+    }
+
+    /// Whether a client may send `action` (``Feature/acceptsFromClient(_:)``); `nil` when it is
+    /// not a value of the feature's action type.
+    public func acceptsFromClient(_ action: Any) -> Bool? {
+        accepts(action)
     }
 
     /// A store at `version` with a saved state (migrated from `stateVersion` if it is older),

@@ -17,6 +17,7 @@ import Logging
 import StatePersistence
 import StateServerHTTP
 import StateSessions
+import StateStore
 import Testing
 
 /// A server wired as `state-server` wires it, answering in the test process.
@@ -43,7 +44,8 @@ package final class InProcessServer: Sendable {
 
     /// Builds the server. With STATE_SERVER_TEST_STORAGE=sqlite the sessions live in a fresh
     /// SQLite database of their own, as the real binary's do in the suite's second pass.
-    package init(settings: Settings = Settings()) throws {
+    /// - Parameter registry: the features to serve; `nil`: the example features.
+    package init(settings: Settings = Settings(), registry: FeatureRegistry? = nil) throws {
         self.settings = settings
         if ProcessInfo.processInfo.environment["STATE_SERVER_TEST_STORAGE"] == "sqlite" {
             let directory = FileManager.default.temporaryDirectory
@@ -55,7 +57,7 @@ package final class InProcessServer: Sendable {
             self.directory = nil
             self.storage = nil
         }
-        let registry = try ExampleFeatures.registry(loginCheckDelay: settings.loginCheckDelay)
+        let registry = try registry ?? ExampleFeatures.registry(loginCheckDelay: settings.loginCheckDelay)
         let logger = Logger(label: "state-server-in-process") { _ in SwiftLogNoOpLogHandler() }
         let application = StateServerApplication(
             registry: registry, sessions: settings.sessions, routes: settings.routes, storage: storage, logger: logger)

@@ -35,9 +35,9 @@ extension StateServerResponder {
                 status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8"), Reply.noStore],
                 body: .bytes(metrics()), route: "/metrics"))
         },
-        Route(["GET"], "/openapi.json") { _, request in
+        Route(["GET"], "/openapi.json") { responder, request in
             .now(Reply.validated(
-                request.http, StaticAssets.openAPI, etag: StaticAssets.openAPITag, route: "/openapi.json",
+                request.http, responder.openAPI.bytes, etag: responder.openAPI.tag, route: "/openapi.json",
                 headers: [Reply.jsonType]))
         },
         Route(["GET"], "/devtools") { _, request in
