@@ -17,6 +17,9 @@
 #   SCHEMATHESIS_STORAGE        the server's --storage (default memory; e.g. sqlite:/tmp/x.db)
 #   SCHEMATHESIS_REPORT_DIR     where to write reports, relative to the repository root (default: none)
 #   SCHEMATHESIS_REPORT         their formats, e.g. junit,har (default junit)
+#   SCHEMATHESIS_FEATURES       the server's feature names, drawn for {feature} and body features
+#                               (default "counter todos settings login", the example features)
+#   SCHEMATHESIS_PUT_FEATURE    the feature whose state PUT bodies are generated for (default counter)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,6 +28,10 @@ BIN=${STATE_SERVER_BIN:-.build/debug/state-server}
 MAX_EXAMPLES=${SCHEMATHESIS_MAX_EXAMPLES:-30}
 TIMEOUT=${SCHEMATHESIS_TIMEOUT:-600}
 STORAGE=${SCHEMATHESIS_STORAGE:-memory}
+read -r -a FEATURE_NAMES <<<"${SCHEMATHESIS_FEATURES:-counter todos settings login}"
+FEATURES_TOML=$(printf '"%s", ' "${FEATURE_NAMES[@]}")
+FEATURES_TOML="[${FEATURES_TOML%, }]"
+PUT_FEATURE=${SCHEMATHESIS_PUT_FEATURE:-counter}
 
 if [ ! -x "$BIN" ]; then
     echo "schemathesis.sh: $BIN not found or not executable; run 'swift build' first" >&2
@@ -94,7 +101,7 @@ unsupported_method.enabled = true
 allow_header_conformance.enabled = true
 
 [dictionaries.features]
-values = ["counter", "todos", "settings", "login"]
+values = $FEATURES_TOML
 
 [parameters]
 "path.id" = "$ID"
@@ -110,7 +117,7 @@ parameters = { "path.id" = "$DOOMED_ID" }
 # that generated states (one branch of RehydrateRequest's anyOf is CounterState) get through.
 [[operations]]
 include-operation-id = "rehydrateFeatureState"
-parameters = { "path.feature" = "counter" }
+parameters = { "path.feature" = "$PUT_FEATURE" }
 
 [[operations]]
 include-operation-id = "dispatchAction"

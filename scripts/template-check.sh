@@ -3,7 +3,9 @@
 # of its own, depending on this checkout by path), runs its TestStore tests, then runs its binary
 # on a free port and checks over HTTP what the package promises (scripts/template/flow.py): the
 # command line and subcommands of state-server, dispatch, state, events with the checkout's
-# follow-up and effect, devtools (history), its middleware, and /openapi.json.
+# follow-up and effect, devtools (history), its middleware, and /openapi.json typing the cart:
+# schemathesis against it, and a Python client generated from it (openapi-python-client, no
+# warnings) that sends and reads the cart's own types (scripts/template/client_flow.py).
 #
 #   bash scripts/template-check.sh
 #
@@ -50,4 +52,21 @@ PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/template/flow.py "$BASE" "$WORK/recordin
 
 # The flow's recording replays through the package's reducers offline.
 "$BIN" replay "$WORK/recording.json"
+
+# A typed client of the cart from the package's own /openapi.json.
+curl -sS --fail "$BASE/openapi.json" -o "$WORK/openapi.json"
+echo 'post_hooks: []' >"$WORK/config.yaml"
+VENV_BIN=$(dirname "$PY")
+if ! (cd "$WORK" && "$VENV_BIN/openapi-python-client" generate --path openapi.json --config config.yaml \
+    --meta none --output-path client >generate.log 2>&1) || grep -qi warning "$WORK/generate.log"; then
+    cat "$WORK/generate.log" >&2
+    echo "template-check.sh: FAILED: openapi-python-client on CartServer's /openapi.json" >&2
+    exit 1
+fi
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$WORK" "$PY" scripts/template/client_flow.py "$BASE"
+stop_server
+
+# schemathesis: CartServer against its own description.
+STATE_SERVER_BIN=$BIN SCHEMATHESIS_FEATURES=cart SCHEMATHESIS_PUT_FEATURE=cart SCHEMATHESIS_MAX_EXAMPLES=15 \
+    bash scripts/schemathesis.sh
 echo "template-check.sh: passed"
