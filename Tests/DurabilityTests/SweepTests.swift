@@ -82,7 +82,9 @@ struct SweepTests {
     func ttlPurge() async throws {
         try await withTemporaryDirectory { directory in
             let database = directory.path("state.db")
-            let environment = ["STATE_SERVER_SESSIONS_TTL": "1", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.2"]
+            // 3 s: with 1 s, a loaded machine once left more than the TTL between the two
+            // dispatches below, and the session was purged before the second.
+            let environment = ["STATE_SERVER_SESSIONS_TTL": "3", "STATE_SERVER_SESSIONS_SWEEP_INTERVAL": "0.2"]
             let session = try await withDurableServer(database, environment: environment) { server in
                 let session = try await server.api.createSession()
                 try await session.dispatchOK("counter", ["type": "increment"], headers: [("Idempotency-Key", "once")])

@@ -89,15 +89,18 @@ struct SweepTests {
             let manager = try exampleManager(fixture.storage, settings: testSettings(ttl: .seconds(1)))
             let (session, token) = try await manager.create()
             // Used every 100 ms for 2.5 s while the sweeper runs: never inactive near the 1 s TTL.
+            // Each sweep is told it runs 900 ms after the use began, however long the use took
+            // (a loaded machine once took more than the TTL for one SQLite dispatch).
             let end = ContinuousClock.now + .milliseconds(2_500)
             var version = 0
             while ContinuousClock.now < end {
-                guard let used = try await manager.load(id: session.id, token: token) else {
+                let used = WallClock.now
+                guard let current = try await manager.load(id: session.id, token: token) else {
                     Issue.record("a session used every 100 ms was purged after \(version) changes")
                     return
                 }
-                version = try await used.dispatch("counter", #"{"type":"increment"}"#).version
-                await manager.sweep()
+                version = try await current.dispatch("counter", #"{"type":"increment"}"#).version
+                await manager.sweep(now: used + 900)
                 try await Task.sleep(for: .milliseconds(100))
             }
             #expect(try await fixture.storage.session(id: session.id) != nil)
