@@ -4,8 +4,9 @@
 # on a free port and checks over HTTP what the package promises (scripts/template/flow.py): the
 # command line and subcommands of state-server, dispatch, state, events with the checkout's
 # follow-up and effect, devtools (history), its middleware, and /openapi.json typing the cart:
-# schemathesis against it, and a Python client generated from it (openapi-python-client, no
-# warnings) that sends and reads the cart's own types (scripts/template/client_flow.py).
+# schemathesis against it, and clients generated from it that send and read the cart's own types:
+# Python (openapi-python-client, no warnings; scripts/template/client_flow.py) and Swift
+# (swift-openapi-generator; scripts/openapi-swift-client-check.sh).
 #
 #   bash scripts/template-check.sh
 #
@@ -48,7 +49,7 @@ port=${BASE##*:}
 STATE_SERVER_PORT=$port "$BIN" healthcheck || { echo "template-check.sh: FAILED: healthcheck against the running server" >&2; exit 1; }
 
 PY=$(bash scripts/python-env.sh)
-PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/template/flow.py "$BASE" "$WORK/recording.json"
+PYTHONDONTWRITEBYTECODE=1 "$PY" scripts/template/flow.py "$BASE" "$WORK/recording.json" "$WORK/cart-state.json"
 
 # The flow's recording replays through the package's reducers offline.
 "$BIN" replay "$WORK/recording.json"
@@ -65,6 +66,9 @@ if ! (cd "$WORK" && "$VENV_BIN/openapi-python-client" generate --path openapi.js
 fi
 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$WORK" "$PY" scripts/template/client_flow.py "$BASE"
 stop_server
+
+# A Swift client generated from it (swift-openapi-generator) reads that state and writes a dispatch.
+bash scripts/openapi-swift-client-check.sh "$BIN" "$(cat "$WORK/cart-state.json")"
 
 # schemathesis: CartServer against its own description.
 STATE_SERVER_BIN=$BIN SCHEMATHESIS_FEATURES=cart SCHEMATHESIS_PUT_FEATURE=cart SCHEMATHESIS_MAX_EXAMPLES=15 \

@@ -1,6 +1,6 @@
 """Checks a running Examples/CartServer over HTTP (scripts/template-check.sh starts it).
 
-    python flow.py BASE RECORDING_OUT
+    python flow.py BASE RECORDING_OUT [STATE_OUT]
 
 The package's one feature, `cart`, served by StateServer.run(features:middleware:): session,
 dispatch, state, the event stream with the checkout's follow-up and effect, the history
@@ -16,6 +16,7 @@ import urllib.parse
 
 BASE = sys.argv[1]
 RECORDING_OUT = sys.argv[2]
+STATE_OUT = sys.argv[3] if len(sys.argv) > 3 else None
 HOST = urllib.parse.urlsplit(BASE)
 TIMEOUT = 10
 
@@ -81,6 +82,9 @@ root = f"/v1/sessions/{session}"
 status, change = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "add", "product": "apple", "quantity": 2}}, token)
 check(status == 200, f"dispatch add: {status} {change}")
 check(change["version"] == 1 and change["state"]["lines"] == [{"product": "apple", "quantity": 2}], f"dispatch add: {change}")
+if STATE_OUT:  # the cart's state as the server wrote it, for the generated Swift client
+    with open(STATE_OUT, "w") as out:
+        json.dump(change["state"], out)
 
 status, refused = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "remove", "product": "kiwi"}}, token)
 check(status == 422 and refused["error"]["code"] == "action_rejected", f"remove kiwi: {status} {refused}")
