@@ -68,7 +68,7 @@ PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$WORK" "$PY" scripts/template/client_flow.
 stop_server
 
 # A Swift client generated from it (swift-openapi-generator) reads that state and writes a dispatch.
-bash scripts/openapi-swift-client-check.sh "$BIN" "$(cat "$WORK/cart-state.json")"
+bash scripts/openapi-swift-client-check.sh "$WORK/openapi.json" "$(cat "$WORK/cart-state.json")"
 
 # schemathesis: CartServer against its own description.
 STATE_SERVER_BIN=$BIN SCHEMATHESIS_FEATURES=cart SCHEMATHESIS_PUT_FEATURE=cart SCHEMATHESIS_MAX_EXAMPLES=15 \
