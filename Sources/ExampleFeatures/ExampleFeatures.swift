@@ -14,11 +14,6 @@ public enum ExampleFeatures {
     ///
     /// - Parameter loginCheckDelay: how long the login feature's simulated credential check takes.
     public static func registry(loginCheckDelay: Duration = .milliseconds(200)) throws -> FeatureRegistry {
-        var registry = FeatureRegistry()
-        try registry.register(CounterFeature())
-        try registry.register(TodosFeature())
-        try registry.register(SettingsFeature())
-        try registry.register(LoginFeature(checkDelay: loginCheckDelay))
-        return registry
+        try FeatureRegistry(all(loginCheckDelay: loginCheckDelay))
     }
 }

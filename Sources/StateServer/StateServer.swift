@@ -96,10 +96,6 @@ package struct HostedFeatures: Sendable {
         guard !features.isEmpty else {
             throw RegistryError(message: "StateServer.run(features:) needs at least one feature")
         }
-        var registry = FeatureRegistry()
-        for feature in features {
-            try registry.register(feature)
-        }
-        return registry
+        return try FeatureRegistry(features)
     }
 }

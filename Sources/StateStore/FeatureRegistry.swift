@@ -112,6 +112,13 @@ public struct FeatureRegistry: Sendable {
 
     public init() {}
 
+    /// A registry of `features`, in their order (each registered as by ``register(_:)``).
+    public init(_ features: [any Feature]) throws {
+        for feature in features {
+            try register(feature)
+        }
+    }
+
     /// Registers a feature. Names must be unique and URL-safe (`[A-Za-z0-9_-]+`).
     public mutating func register<F: Feature>(_ feature: F) throws {
         let name = feature.name
