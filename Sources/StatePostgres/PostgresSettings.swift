@@ -41,6 +41,10 @@ extension PostgresStorage {
         /// sessions over only after the whole lease expired by PostgreSQL's clock. Not part of
         /// the URL: the server's `cluster.lease` setting.
         public var lease: Duration = .seconds(10)
+        /// How much longer than `statementTimeout` an operation waits for PostgreSQL's answer
+        /// before it fails as unreachable (a black hole cannot enforce its own timeout). Not a
+        /// setting: tests that make PostgreSQL cancel statements on a loaded machine lengthen it.
+        package var answerGrace: Duration = .seconds(2)
 
         public init(
             host: String, port: Int = 5432, user: String, password: String? = nil, database: String,

@@ -850,10 +850,10 @@ public final class PostgresStorage: SessionStorage {
         let client = client
         let logger = logger
         let wait = settings.connectionWait
-        // Once leased, the operation gets `statementTimeout` (PostgreSQL's own bound) and 2 s
-        // more: a server that stops answering altogether (a black hole, no reset) cannot enforce
+        // Once leased, the operation gets `statementTimeout` (PostgreSQL's own bound) and
+        // `answerGrace` (2 s) more: a server that stops answering altogether (a black hole, no reset) cannot enforce
         // its timeout, and the caller — a session's pipeline — must not wait for TCP to give up.
-        let limit = (settings.statementTimeout == .zero ? Self.unboundedStatementWait : settings.statementTimeout) + .seconds(2)
+        let limit = (settings.statementTimeout == .zero ? Self.unboundedStatementWait : settings.statementTimeout) + settings.answerGrace
         // PostgreSQL found unreachable moments ago (no connection within `connectionWait`, and
         // none since): fail at once instead of queueing another wait behind the last one, so a
         // session's pipeline drains during an outage. One caller per `connectionWait` still

@@ -8,9 +8,9 @@ import Testing
 @Suite("Deployment files")
 struct DeploymentFilesTests {
     /// Every `STATE_SERVER_*` variable the binary says it reads (`state-server --help`).
-    static func serverEnvironmentNames() throws -> Set<String> {
+    static func serverEnvironmentNames() async throws -> Set<String> {
         let binary = try #require(ServerBinary.locate(), "state-server binary not found (swift build)")
-        let help = try runCommand(binary, ["--help"])
+        let help = try await runCommand(binary, ["--help"])
         try #require(help.status == 0, "state-server --help: \(help)")
         let names = help.stdout.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_") })
             .filter { $0.hasPrefix("STATE_SERVER_") }.map(String.init)
@@ -18,8 +18,8 @@ struct DeploymentFilesTests {
     }
 
     @Test("the server reads the variables the deployment sets")
-    func knownVariables() throws {
-        let names = try Self.serverEnvironmentNames()
+    func knownVariables() async throws {
+        let names = try await Self.serverEnvironmentNames()
         for required in ["STATE_SERVER_STORAGE", "STATE_SERVER_PORT", "STATE_SERVER_HOST", "STATE_SERVER_CONFIG"] {
             #expect(names.contains(required), "state-server --help does not list \(required): \(names.sorted())")
         }
@@ -28,12 +28,12 @@ struct DeploymentFilesTests {
     // MARK: compose
 
     @Test("compose.yaml: three nodes built from the Dockerfile, on PostgreSQL, ready by /readyz")
-    func composeNodes() throws {
+    func composeNodes() async throws {
         let compose = try #require(try Repository.yamlDocuments("deploy/compose.yaml").first)
         let services = try #require(compose.map("services"), "no services")
         let nodes = services.filter { ($0.value as? [String: Any])?["build"] != nil }
         #expect(nodes.count == 3, "services built from the repository: \(nodes.keys.sorted())")
-        let known = try Self.serverEnvironmentNames()
+        let known = try await Self.serverEnvironmentNames()
         for (name, value) in nodes {
             let node = try #require(value as? [String: Any])
             let build = try #require(node.map("build"), "\(name): build is not a mapping")
@@ -71,7 +71,7 @@ struct DeploymentFilesTests {
     }
 
     @Test("compose.yaml: PostgreSQL 15 with a named volume and a health check; nginx publishes 8080")
-    func composePostgresAndNginx() throws {
+    func composePostgresAndNginx() async throws {
         let compose = try #require(try Repository.yamlDocuments("deploy/compose.yaml").first)
         let services = try #require(compose.map("services"))
         let postgres = try #require(services.map("postgres"), "no postgres service")
@@ -154,7 +154,7 @@ struct DeploymentFilesTests {
     }
 
     @Test("Deployment: 3 replicas, probes on /readyz and /healthz, preStop, non-root uid of the Dockerfile, database URL from the Secret")
-    func deployment() throws {
+    func deployment() async throws {
         let deployment = try Self.kubernetes("deployment.yaml")
         #expect(deployment.string("kind") == "Deployment")
         let spec = try #require(deployment.map("spec"))
@@ -179,7 +179,7 @@ struct DeploymentFilesTests {
             #expect(port == http.string("name") || port == "8080", "probe port \(port ?? "-")")
         }
         let environment = (container.list("env") ?? []).compactMap { $0 as? [String: Any] }
-        let known = try Self.serverEnvironmentNames()
+        let known = try await Self.serverEnvironmentNames()
         var values: [String: [String: Any]] = [:]
         for variable in environment {
             let name = try #require(variable.string("name"))

@@ -15,37 +15,37 @@ struct NginxConfigTests {
     }
 
     @Test("deploy/nginx/stateserver.conf is the template rendered for compose's node1..node3")
-    func committedRendering() throws {
-        let rendered = try Nginx.render(["--listen", "8080", "node1:8080", "node2:8080", "node3:8080"])
+    func committedRendering() async throws {
+        let rendered = try await Nginx.render(["--listen", "8080", "node1:8080", "node2:8080", "node3:8080"])
         let committed = try Repository.text("deploy/nginx/stateserver.conf")
         #expect(committed == rendered, "re-render it: deploy/nginx/render.sh --listen 8080 node1:8080 node2:8080 node3:8080 > deploy/nginx/stateserver.conf")
     }
 
     @Test("nginx -t accepts the rendered configuration", arguments: ["hash", "round-robin"])
-    func nginxAccepts(balance: String) throws {
+    func nginxAccepts(balance: String) async throws {
         let prefix = try Nginx.makePrefix()
         defer { try? FileManager.default.removeItem(at: prefix) }
-        let configuration = try Nginx.render(["--main", "--balance", balance, "--listen", "127.0.0.1:\(try freePort())", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
-        let result = try Nginx.test(configuration: configuration, prefix: prefix)
+        let configuration = try await Nginx.render(["--main", "--balance", balance, "--listen", "127.0.0.1:\(try freePort())", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])
+        let result = try await Nginx.test(configuration: configuration, prefix: prefix)
         #expect(result.status == 0, "\(result)")
         #expect(result.stderr.contains("test is successful"), "\(result)")
     }
 
     @Test("render.sh refuses a node that is not host:port (nothing can be injected into the file)")
-    func renderRefusesJunk() throws {
+    func renderRefusesJunk() async throws {
         for node in ["node1", "a:1; include /etc/passwd", "a:1\nb:2", ""] {
-            let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh", node])
+            let output = try await runCommand("/bin/bash", ["deploy/nginx/render.sh", node])
             #expect(output.status != 0 && output.stdout.isEmpty, "render.sh accepted \(node.debugDescription): \(output)")
         }
         for balance in ["least_conn", "ip_hash", ""] {
-            let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh", "--balance", balance, "a:1"])
+            let output = try await runCommand("/bin/bash", ["deploy/nginx/render.sh", "--balance", balance, "a:1"])
             #expect(output.status != 0 && output.stdout.isEmpty, "render.sh accepted --balance \(balance.debugDescription): \(output)")
         }
     }
 
     @Test("SSE: no buffering, no cache, HTTP/1.1 keep-alive to the nodes, a long read timeout for streams")
-    func sseSettings() throws {
-        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1"]))
+    func sseSettings() async throws {
+        let lines = Self.directives(try await Nginx.render(["--listen", "8080", "a:1"]))
         for required in [
             "proxy_http_version 1.1;", "proxy_set_header Connection \"\";", "proxy_buffering off;", "proxy_cache off;",
             "proxy_read_timeout 1h;", "location ~ ^/v1/sessions/[^/]+/events$ {", "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
@@ -56,8 +56,8 @@ struct NginxConfigTests {
     }
 
     @Test("the forwarding header and its MAC are cleared at the server level, and no location sets headers of its own (that would drop them)", arguments: ["hash", "round-robin"])
-    func forwardingHeadersCleared(balance: String) throws {
-        let lines = Self.directives(try Nginx.render(["--balance", balance, "--listen", "8080", "a:1"]))
+    func forwardingHeadersCleared(balance: String) async throws {
+        let lines = Self.directives(try await Nginx.render(["--balance", balance, "--listen", "8080", "a:1"]))
         let server = Array(lines.drop { $0 != "server {" })
         var depth = 0
         var atServerLevel: [String] = []
@@ -78,8 +78,8 @@ struct NginxConfigTests {
     }
 
     @Test("round robin (--balance round-robin) with passive health checks; retries never re-send a POST")
-    func balancing() throws {
-        let lines = Self.directives(try Nginx.render(["--balance", "round-robin", "--listen", "8080", "a:1", "b:2"]))
+    func balancing() async throws {
+        let lines = Self.directives(try await Nginx.render(["--balance", "round-robin", "--listen", "8080", "a:1", "b:2"]))
         let servers = lines.filter { $0.hasPrefix("server ") && $0.hasSuffix(";") }
         #expect(servers == ["server a:1 max_fails=2 fail_timeout=10s;", "server b:2 max_fails=2 fail_timeout=10s;"], "\(servers)")
         // No other balancing method than round robin, and no session map.
@@ -90,9 +90,9 @@ struct NginxConfigTests {
     }
 
     @Test("by default, consistent hashing on the session id of the path (issue 15); requests without one spread by $request_id")
-    func hashBySession() throws {
+    func hashBySession() async throws {
         for arguments in [["--listen", "8080", "a:1", "b:2"], ["--balance", "hash", "--listen", "8080", "a:1", "b:2"]] {
-            let lines = Self.directives(try Nginx.render(arguments))
+            let lines = Self.directives(try await Nginx.render(arguments))
             #expect(!lines.contains { $0.contains("@HASH@") || $0.contains("@ROUND_ROBIN@") }, "a marker was left: \(lines)")
             let sessionMap = Array(lines.drop { $0 != "map $uri $stateserver_session {" }.prefix { $0 != "}" })
             #expect(sessionMap == ["map $uri $stateserver_session {", "~^/v1/sessions/([^/]+) $1;", "default $request_id;"], "\(arguments): \(sessionMap)")
@@ -108,8 +108,8 @@ struct NginxConfigTests {
     }
 
     @Test("client_max_body_size lets the server's own 413 through (at or above its bodyLimit)")
-    func bodyLimit() throws {
-        let lines = Self.directives(try Nginx.render(["--listen", "8080", "a:1"]))
+    func bodyLimit() async throws {
+        let lines = Self.directives(try await Nginx.render(["--listen", "8080", "a:1"]))
         let size = try #require(lines.first { $0.hasPrefix("client_max_body_size ") }?.dropFirst("client_max_body_size ".count).dropLast())
         let bytes: Int? =
             if size.hasSuffix("k") { Int(size.dropLast()).map { $0 * 1024 } }
@@ -117,7 +117,7 @@ struct NginxConfigTests {
             else { Int(size) }
         let limit = try #require(bytes, "client_max_body_size \(size)")
         let binary = try #require(ServerBinary.locate())
-        let printed = try runCommand(binary, ["--print-config"])
+        let printed = try await runCommand(binary, ["--print-config"])
         let config = try #require(try JSONSerialization.jsonObject(with: Data(printed.stdout.utf8)) as? [String: Any], "\(printed)")
         let serverLimit = try #require(config["bodyLimit"] as? Int)
         #expect(limit >= serverLimit && limit <= 4 * serverLimit, "nginx \(limit) bytes, server \(serverLimit)")

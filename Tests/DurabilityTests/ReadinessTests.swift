@@ -60,16 +60,21 @@ struct ReadinessTests {
                 let session = try await server.api.createSession()
                 try await session.dispatchOK("counter", ["type": "increment"])
                 // chmod does not stop root; the immutable attribute does (and access(W_OK) says so).
-                let set = try runCommand("/usr/bin/chattr", ["+i", database])
-                defer { _ = try? runCommand("/usr/bin/chattr", ["-i", database]) }
+                let set = try await runCommand("/usr/bin/chattr", ["+i", database])
                 guard set.status == 0 else {
                     // A file system without the attribute: nothing to check here.
                     print("chattr +i is not supported here: \(set)")
                     return
                 }
-                try await expectNotReady(server, messageContains: "not writable")
-                expectError(try await session.dispatch("counter", ["type": "increment"]), 503, "storage_unavailable")
-                #expect(try runCommand("/usr/bin/chattr", ["-i", database]).status == 0)
+                do {
+                    try await expectNotReady(server, messageContains: "not writable")
+                    expectError(try await session.dispatch("counter", ["type": "increment"]), 503, "storage_unavailable")
+                } catch {
+                    // The folder must stay removable whatever failed.
+                    _ = try? await runCommand("/usr/bin/chattr", ["-i", database])
+                    throw error
+                }
+                #expect(try await runCommand("/usr/bin/chattr", ["-i", database]).status == 0)
                 #expect(try await server.api.request("GET", "/readyz").status == 200)
                 #expect(try await session.dispatch("counter", ["type": "increment"]).status == 200)
             }

@@ -9,9 +9,9 @@ struct ConfigurationFileTests {
     static let configPath = "config/state-server.yaml"
 
     @Test("the committed config file gives exactly the built-in defaults")
-    func fileEqualsDefaults() throws {
-        let defaults = try ServerBinary.printedConfig()
-        let fromFile = try ServerBinary.printedConfig(["--config", Self.configPath])
+    func fileEqualsDefaults() async throws {
+        let defaults = try await ServerBinary.printedConfig()
+        let fromFile = try await ServerBinary.printedConfig(["--config", Self.configPath])
         #expect(!defaults.isEmpty)
         let keys = Set(defaults.keys).union(fromFile.keys).sorted()
         for key in keys {
@@ -25,8 +25,8 @@ struct ConfigurationFileTests {
     }
 
     @Test("every setting printed by --print-config is a key of the config file, and the reverse")
-    func everyKeyInFile() throws {
-        let printed = Set(try ServerBinary.printedConfig().keys)
+    func everyKeyInFile() async throws {
+        let printed = Set(try await ServerBinary.printedConfig().keys)
         let inFile = try YAMLKeys.leafKeys(Repository.text(Self.configPath))
         for key in printed.sorted() {
             #expect(inFile.contains(key), "\(key) is missing from \(Self.configPath)")
@@ -40,8 +40,8 @@ struct ConfigurationFileTests {
     static let documentPath = "docs/CONFIGURATION.md"
 
     @Test("every setting has a row in docs/CONFIGURATION.md's table, with its environment variable and default")
-    func everyKeyDocumented() throws {
-        let printed = try ServerBinary.printedConfig()
+    func everyKeyDocumented() async throws {
+        let printed = try await ServerBinary.printedConfig()
         let document = try Repository.text(Self.documentPath)
         let tableRows = document.split(separator: "\n").filter { $0.hasPrefix("| `") }
         for key in printed.keys.sorted() {
@@ -81,19 +81,10 @@ struct ConfigurationFileTests {
     }
 
     @Test("an environment variable named by that rule really sets its key")
-    func environmentVariableWorks() throws {
-        guard let path = ServerBinary.locate() else { throw ServerBinary.NotFound() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["--print-config"]
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-        environment[YAMLKeys.environmentVariable(for: "streams.bufferLimit")] = "4096"
-        process.environment = environment
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+    func environmentVariableWorks() async throws {
+        let output = try await ServerBinary.run(
+            ["--print-config"], environment: [YAMLKeys.environmentVariable(for: "streams.bufferLimit"): "4096"])
+        let data = Data(output.stdout.utf8)
         let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         #expect(object["streams.bufferLimit"] as? Int == 4096, "\(object)")
     }
@@ -103,21 +94,21 @@ struct ConfigurationFileTests {
 @Suite("Settings: layers and refusals")
 struct SettingsLayerTests {
     /// Runs the binary with a YAML file holding `yaml`, `environment` and `arguments`.
-    static func run(yaml: String, environment: [String: String] = [:], _ arguments: [String] = []) throws -> ServerBinary.Output {
+    static func run(yaml: String, environment: [String: String] = [:], _ arguments: [String] = []) async throws -> ServerBinary.Output {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("state-server-settings-\(UUID().uuidString).yaml")
         try yaml.write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
-        return try ServerBinary.run(["--print-config", "--config", file.path] + arguments, environment: environment)
+        return try await ServerBinary.run(["--print-config", "--config", file.path] + arguments, environment: environment)
     }
 
     @Test("issue 16 item 13: a password in an invalid PostgreSQL URL is not echoed, in the userinfo or as ?password=")
-    func invalidPostgresURLHidesPassword() throws {
+    func invalidPostgresURLHidesPassword() async throws {
         for url in [
             "postgres://alice:hunter2@127.0.0.1:5432/db?sslmode=bogus",
             "postgres://alice@127.0.0.1:5432/db?password=hunter2&sslmode=bogus",
             "postgresql://alice@127.0.0.1:5432/db?sslmode=bogus&PASSWORD=hunter2",
         ] {
-            let output = try ServerBinary.run(["--print-config", "--storage", url])
+            let output = try await ServerBinary.run(["--print-config", "--storage", url])
             #expect(output.status != 0, "\(url): \(output.stdout)")
             #expect(output.stderr.contains("storage"), "\(url): \(output.stderr)")
             #expect(!output.stderr.contains("hunter2") && !output.stdout.contains("hunter2"), "\(url): \(output.stderr)")
@@ -125,25 +116,25 @@ struct SettingsLayerTests {
     }
 
     @Test("cluster.secret: --print-config shows *** (never the secret, from the environment or the file); one shorter than 32 characters is refused without being echoed")
-    func clusterSecretHidden() throws {
+    func clusterSecretHidden() async throws {
         let secret = "a-cluster-secret-0123456789abcdef-0123456789"
         for output in [
-            try Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": secret]),
-            try Self.run(yaml: "cluster:\n  secret: \"\(secret),\(secret.uppercased())\"\n"),
+            try await Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": secret]),
+            try await Self.run(yaml: "cluster:\n  secret: \"\(secret),\(secret.uppercased())\"\n"),
         ] {
             try #require(output.status == 0, "\(output.stderr)")
             let object = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
             #expect(object["cluster.secret"] as? String == "***", "\(object)")
             #expect(!output.stdout.contains(secret) && !output.stdout.lowercased().contains(secret), "\(output.stdout)")
         }
-        let short = try Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": "hunter2-short"])
+        let short = try await Self.run(yaml: "port: 8080\n", environment: ["STATE_SERVER_CLUSTER_SECRET": "hunter2-short"])
         #expect(short.status != 0 && short.stderr.contains("cluster.secret"), "\(short.stderr)")
         #expect(!short.stderr.contains("hunter2") && !short.stdout.contains("hunter2"), "\(short.stderr)")
     }
 
     @Test("a flag beats the environment, which beats the file, which beats the default")
-    func precedence() throws {
-        let output = try Self.run(
+    func precedence() async throws {
+        let output = try await Self.run(
             yaml: "port: 1111\nheartbeat: 3\nreplayBuffer: 7\nlog:\n  format: json\n",
             environment: ["STATE_SERVER_PORT": "2222", "STATE_SERVER_HEARTBEAT": "4"], ["--port", "3333"])
         try #require(output.status == 0, "\(output.stderr)")
@@ -163,8 +154,8 @@ struct SettingsLayerTests {
             ("log:\n  format: xml\n", "log.format"), ("log:\n  level: loud\n", "log.level"),
             ("sessions:\n  ttl: 0\n", "sessions.ttl"),
         ])
-    func refused(_ yaml: String, _ key: String) throws {
-        let output = try Self.run(yaml: yaml)
+    func refused(_ yaml: String, _ key: String) async throws {
+        let output = try await Self.run(yaml: yaml)
         #expect(output.status != 0, "\(yaml) was accepted: \(output.stdout)")
         #expect(output.stderr.contains("setting '\(key)' must be"), "\(output.stderr)")
     }

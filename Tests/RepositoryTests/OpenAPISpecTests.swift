@@ -169,12 +169,12 @@ struct OpenAPISpecTests {
     func routesMatchTheServer() async throws {
         let operations = try Self.operations(try Self.spec())
         let server = try await SpecServer.start()
-        defer { server.stop() }
-        let session = try server.createSession()
+        defer { Task { await server.stop() } }
+        let session = try await server.createSession()
         // DELETE /v1/sessions/{id} ends its session: it gets one of its own.
-        let doomed = try server.createSession()
+        let doomed = try await server.createSession()
         // DELETE /v1/sessions/{id}/tokens/{tokenId} revokes a token minted for the probe.
-        let minted = try server.send(
+        let minted = try await server.send(
             "POST", "/v1/sessions/\(session.id)/tokens", headers: [("Authorization", "Bearer \(session.token)")],
             body: #"{"scope":"observe"}"#)
         let tokenID = try #require(minted.json?["id"] as? String, "mint: \(minted)")
@@ -186,7 +186,7 @@ struct OpenAPISpecTests {
                     .replacingOccurrences(of: "{feature}", with: "counter").replacingOccurrences(of: "{tokenId}", with: tokenID)
                 #expect(!path.contains("{"), "\(template) has a path parameter this test cannot fill")
                 let token = template.hasPrefix("/v1/admin/") ? SpecServer.adminToken : owner.token
-                let response = try server.send(
+                let response = try await server.send(
                     method, path, headers: [("Authorization", "Bearer \(token)")],
                     body: listed.contains(method) ? Self.body(method, template) : nil)
                 let label = "\(method) \(template)"
@@ -219,8 +219,8 @@ struct OpenAPISpecTests {
     func servedDocumentIsTheFile() async throws {
         let file = try Self.specData()
         let server = try await SpecServer.start()
-        defer { server.stop() }
-        let response = try server.send("GET", "/openapi.json")
+        defer { Task { await server.stop() } }
+        let response = try await server.send("GET", "/openapi.json")
         #expect(response.status == 200)
         #expect(response.header("Content-Type")?.hasPrefix("application/json") == true, "\(response)")
         let served = try JSONSerialization.jsonObject(with: Data(response.body))
@@ -290,87 +290,23 @@ struct OpenAPISpecTests {
 
 // MARK: - A server process and a one-request-per-connection HTTP client
 
-/// The built `state-server` on a free port of 127.0.0.1, with in-memory storage.
-private final class SpecServer {
-    let port: Int
-    private let process: Process
-    private let output: Output
-
-    /// Stdout collected by a thread of its own, so the pipe never fills.
-    final class Output: Sendable {
-        private let bytes = Mutex<[UInt8]>([])
-        private let closed = Mutex(false)
-
-        func append(_ data: Data) { bytes.withLock { if $0.count < 65536 { $0 += data } } }
-        func close() { closed.withLock { $0 = true } }
-        var isClosed: Bool { closed.withLock { $0 } }
-        var firstLine: String? {
-            bytes.withLock { bytes in
-                bytes.firstIndex(of: UInt8(ascii: "\n")).map { String(decoding: bytes[..<$0], as: UTF8.self) }
-            }
-        }
-    }
-
-    struct StartError: Error, CustomStringConvertible {
-        let description: String
-    }
-
-    private init(port: Int, process: Process, output: Output) {
-        self.port = port
-        self.process = process
-        self.output = output
-    }
+/// The built `state-server` on a free port of 127.0.0.1, with in-memory storage and an admin
+/// token: `ServerProcess`, and one `HTTPConnection` per request (`Connection: close`).
+private struct SpecServer {
+    let process: ServerProcess
 
     static let adminToken = "spec-admin-token"
 
     static func start() async throws -> SpecServer {
-        guard let binary = ServerBinary.locate() else { throw ServerBinary.NotFound() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["--host", "127.0.0.1", "--port", "0", "--storage", "memory"]
-        process.currentDirectoryURL = Repository.root
-        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
         // The admin routes answer the admin (the SHA-256 of `adminToken`, in hex).
-        environment["STATE_SERVER_ADMIN_TOKEN_HASH"] = SHA256.hash(adminToken).map { String(format: "%02x", $0) }.joined()
-        process.environment = environment
-        let stdout = Pipe()
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        let output = Output()
-        try process.run()
-        let handle = stdout.fileHandleForReading
-        Thread {
-            while true {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                output.append(data)
-            }
-            output.close()
-        }.start()
-        let prefix = "listening on http://127.0.0.1:"
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let line = output.firstLine {
-                guard line.hasPrefix(prefix), let port = Int(line.dropFirst(prefix.count)), port > 0 else {
-                    process.terminate()
-                    throw StartError(description: "unexpected first line of state-server: \(line.debugDescription)")
-                }
-                return SpecServer(port: port, process: process, output: output)
-            }
-            if output.isClosed || !process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        throw StartError(description: "state-server did not print 'listening on http://127.0.0.1:PORT'")
+        let hash = SHA256.hash(adminToken).map { String(format: "%02x", $0) }.joined()
+        let process = try await ServerProcess.start(
+            arguments: ["--storage", "memory"], environment: ["STATE_SERVER_ADMIN_TOKEN_HASH": hash])
+        return SpecServer(process: process)
     }
 
-    func stop() {
-        guard process.isRunning else { return }
-        process.terminate()
-        let deadline = Date().addingTimeInterval(5)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    func stop() async {
+        await process.stop()
     }
 
     struct Session {
@@ -378,8 +314,8 @@ private final class SpecServer {
         let token: String
     }
 
-    func createSession() throws -> Session {
-        let response = try send("POST", "/v1/sessions")
+    func createSession() async throws -> Session {
+        let response = try await send("POST", "/v1/sessions")
         try #require(response.status == 201, "POST /v1/sessions: \(response)")
         let body = try #require(response.json, "POST /v1/sessions: \(response)")
         return Session(
@@ -405,100 +341,15 @@ private final class SpecServer {
         }
     }
 
-    struct ClientError: Error, CustomStringConvertible {
-        let description: String
-    }
-
     /// One request on a new connection (`Connection: close`). An event stream is not read past its
     /// headers.
-    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: String? = nil) throws -> Response {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw ClientError(description: "socket() failed: errno \(errno)") }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw ClientError(description: "connect to port \(port) failed: errno \(errno)") }
-
-        let payload = Array((body ?? "").utf8)
-        var request = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
-        for (name, value) in headers { request += "\(name): \(value)\r\n" }
-        if body != nil || ["POST", "PUT", "PATCH"].contains(method) {
-            request += "Content-Type: application/json\r\nContent-Length: \(payload.count)\r\n"
-        }
-        request += "\r\n"
-        let bytes = Array(request.utf8) + payload
-        var sent = 0
-        while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { buffer in
-                #if canImport(Glibc)
-                Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
-                #else
-                Darwin.send(fd, buffer.baseAddress, buffer.count, 0)
-                #endif
-            }
-            guard count > 0 else { throw ClientError(description: "send failed: errno \(errno)") }
-            sent += count
-        }
-
-        var received: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16384)
-        func readMore() throws -> Bool {
-            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count < 0 { throw ClientError(description: "\(method) \(path): no answer (errno \(errno))") }
-            received += chunk[..<count]
-            return count > 0
-        }
-        let separator: [UInt8] = [13, 10, 13, 10]
-        var headEnd: Int?
-        while headEnd == nil {
-            guard try readMore() else {
-                throw ClientError(description: "\(method) \(path): connection closed before the headers ended")
-            }
-            if received.count >= 4 {
-                headEnd = (0...(received.count - 4)).first { received[$0..<($0 + 4)].elementsEqual(separator) }
-            }
-        }
-        let head = String(decoding: received[..<headEnd!], as: UTF8.self)
-        var lines = head.components(separatedBy: "\r\n")
-        let statusLine = lines.removeFirst()
-        let parts = statusLine.split(separator: " ")
-        guard parts.count >= 2, let status = Int(parts[1]) else {
-            throw ClientError(description: "\(method) \(path): bad status line \(statusLine.debugDescription)")
-        }
-        let fields: [(name: String, value: String)] = lines.compactMap { line in
-            guard let colon = line.firstIndex(of: ":") else { return nil }
-            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-        }
-        var response = Response(status: status, headers: fields, body: [])
-        let bodyStart = headEnd! + 4
-        if method == "HEAD" || status == 204 || status == 304
-            || response.header("Content-Type")?.hasPrefix("text/event-stream") == true
-        {
-            return response
-        }
-        if let lengthText = response.header("Content-Length"), let length = Int(lengthText) {
-            while received.count - bodyStart < length {
-                guard try readMore() else { break }
-            }
-            response = Response(status: status, headers: fields, body: Array(received[bodyStart..<min(received.count, bodyStart + length)]))
-        } else {
-            while try readMore() {}
-            response = Response(status: status, headers: fields, body: Array(received[bodyStart...]))
-        }
-        return response
+    func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: String? = nil) async throws -> Response {
+        let connection = try await HTTPConnection.open(port: process.port)
+        defer { connection.close() }
+        var fields: [Header] = [("Connection", "close")] + headers.map { (name: $0.0, value: $0.1) }
+        let payload = body.map { Array($0.utf8) } ?? (["POST", "PUT", "PATCH"].contains(method) ? [] : nil)
+        if payload != nil { fields.append(("Content-Type", "application/json")) }
+        let response = try await connection.request(method, path, headers: fields, body: payload, streamHeadOnly: true)
+        return Response(status: response.status, headers: response.headers, body: response.body)
     }
 }

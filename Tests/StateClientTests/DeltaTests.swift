@@ -9,7 +9,7 @@ import StateStore
 import TestSupport
 import Testing
 
-@Suite("changes(): JSON Patch deltas")
+@Suite("changes(): JSON Patch deltas", .timeLimit(.minutes(5)))
 struct DeltaTests {
     static func title(_ number: Int) -> String {
         "todo \(number): " + String(repeating: "calm and readable ", count: 8)
@@ -86,7 +86,7 @@ struct DeltaTests {
         defer { Task { await server.stop() } }
         let store = StateServerClient(baseURL: server.baseURL).store(TodosFeature(), credentials: SessionCredentials(id: "s", token: "t"))
         let recorder = EventRecorder(store.changes())
-        let events = try await recorder.wait(for: "the change after the resync", timeout: .seconds(10)) { $0.last?.version == 5 }
+        let events = try await recorder.wait(for: "the change after the resync", timeout: .seconds(60), detail: { server.requestLog }) { $0.last?.version == 5 }
         #expect(events.map(\.version) == [1, 4, 5], "the wrong patch is not delivered; a snapshot follows")
         #expect(events.map(\.isSnapshot) == [true, true, false])
         #expect(events.last?.state.items.first?.done == false)
@@ -126,7 +126,7 @@ struct DeltaTests {
     }
 }
 
-@Suite("History, travel and recordings")
+@Suite("History, travel and recordings", .timeLimit(.minutes(5)))
 struct DevtoolsClientTests {
     @Test("history pages, a travel with its cause, and a recording imported into a new session with the same states")
     func helpers() async throws {

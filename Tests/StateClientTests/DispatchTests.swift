@@ -7,7 +7,7 @@ import TestSupport
 import StateClient
 import Testing
 
-@Suite("Sessions, dispatch and state over HTTP")
+@Suite("Sessions, dispatch and state over HTTP", .timeLimit(.minutes(5)))
 struct DispatchTests {
     @Test("create a session, dispatch typed counter actions, get typed states back")
     func counter() async throws {

@@ -38,7 +38,7 @@ struct UnknownFeature: Feature {
     }
 }
 
-@Suite("Errors")
+@Suite("Errors", .timeLimit(.minutes(5)))
 struct ErrorTests {
     @Test("a rule of the feature: 422 action_rejected, nothing applied")
     func actionRejected() async throws {

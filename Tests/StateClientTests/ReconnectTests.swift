@@ -7,7 +7,7 @@ import TestSupport
 import StateClient
 import Testing
 
-@Suite("changes(): reconnection")
+@Suite("changes(): reconnection", .timeLimit(.minutes(5)))
 struct ReconnectTests {
     /// Reconnects 1 s after the stream ends (no jitter), and every 1 s while the
     /// server is away: the changes made right after the restart are almost always made before
@@ -49,7 +49,7 @@ struct ReconnectTests {
         let other = StateServerClient(baseURL: second.baseURL).store(CounterFeature(), credentials: credentials)
         try await other.dispatch(.increment(by: 10))
         try await other.dispatch(.increment(by: 10))
-        try await recorder.wait(for: "version 5", timeout: .seconds(20)) { $0.last?.version == 5 }
+        try await recorder.wait(for: "version 5", timeout: .seconds(60)) { $0.last?.version == 5 }
         // The first client's own connections recover too.
         try await counter.dispatch(.increment(by: 100))
 
@@ -88,14 +88,14 @@ struct ReconnectTests {
         servers.append(second)
         try await login.dispatch(.submit(username: "", password: "whatever-long"))
 
-        let events = try await recorder.wait(for: "the failed check", timeout: .seconds(20)) { $0.last?.version == 2 }
+        let events = try await recorder.wait(for: "the failed check", timeout: .seconds(60)) { $0.last?.version == 2 }
         #expect(events.compactMap(\.effect) == [.toast(message: "Enter a username.")])
         // A second restart: the replay must not deliver the toast again.
         await second.stop()
         let third = try await Self.restart(port: first.port, arguments: arguments, environment: environment)
         servers.append(third)
         try await login.dispatch(.logout)
-        let all = try await recorder.wait(for: "the logout", timeout: .seconds(20)) { $0.last?.version == 3 }
+        let all = try await recorder.wait(for: "the logout", timeout: .seconds(60)) { $0.last?.version == 3 }
         #expect(all.compactMap(\.effect) == [.toast(message: "Enter a username.")])
         #expect(all.map(\.version) == [0, 1, 2, 3])
         try await recorder.stop()

@@ -10,11 +10,12 @@ import StateClient
 import Synchronization
 import Testing
 
-@Suite("changes(): the server's shutdown event")
+@Suite("changes(): the server's shutdown event", .timeLimit(.minutes(5)))
 struct ShutdownEventTests {
     /// A backoff far longer than any wait of these tests: a reconnection in time can only come
-    /// from the shutdown event's delay.
-    static let slowBackoff = ReconnectPolicy(initialDelay: .seconds(60), maximumDelay: .seconds(60), multiplier: 1)
+    /// from the shutdown event's delay. (The waits are long because the whole suite shares two
+    /// threads at its start: a test may wait many seconds for its turn.)
+    static let slowBackoff = ReconnectPolicy(initialDelay: .seconds(3600), maximumDelay: .seconds(3600), multiplier: 1)
 
     @Test("the shutdown event's retry wins over the backoff; the next connection sends Last-Event-ID; nothing is delivered for it")
     func retryHintAndLastEventID() async throws {
@@ -27,7 +28,7 @@ struct ShutdownEventTests {
         let store = StateServerClient(baseURL: server.baseURL)
             .store(CounterFeature(), credentials: SessionCredentials(id: "s", token: "t"))
         let recorder = EventRecorder(store.changes(reconnect: Self.slowBackoff))
-        let events = try await recorder.wait(for: "the change after the shutdown", timeout: .seconds(10)) {
+        let events = try await recorder.wait(for: "the change after the shutdown", timeout: .seconds(60), detail: { server.requestLog }) {
             $0.last?.version == 2
         }
         #expect(events.map(\.version) == [0, 1, 2])
@@ -50,7 +51,7 @@ struct ShutdownEventTests {
         let store = StateServerClient(baseURL: server.baseURL)
             .store(CounterFeature(), credentials: SessionCredentials(id: "s", token: "t"))
         let recorder = EventRecorder(store.changes(reconnect: Self.slowBackoff))
-        try await recorder.wait(for: "the change after the shutdown", timeout: .seconds(10)) { $0.last?.version == 6 }
+        try await recorder.wait(for: "the change after the shutdown", timeout: .seconds(60), detail: { server.requestLog }) { $0.last?.version == 6 }
         try await recorder.stop()
         #expect(server.lastEventIDs == [nil, "3"])
 
@@ -90,7 +91,7 @@ struct ShutdownEventTests {
         servers.append(second)
         let other = StateServerClient(baseURL: second.baseURL).store(CounterFeature(), credentials: credentials)
         try await other.dispatch(.increment(by: 10))
-        try await recorder.wait(for: "version 3", timeout: .seconds(20)) { $0.last?.version == 3 }
+        try await recorder.wait(for: "version 3", timeout: .seconds(60)) { $0.last?.version == 3 }
         try await counter.dispatch(.increment(by: 100))
 
         let events = try await recorder.wait(for: "version 4") { $0.last?.version == 4 }
@@ -130,17 +131,27 @@ final class ScriptedEventServer: Sendable {
     private final class Script: HTTPResponder {
         let connections: [Connection]
         let requests = Mutex<[String?]>([])
+        /// What happened when, for the message of a test that timed out.
+        let log = Mutex<[String]>([])
+        let started = ContinuousClock.now
 
         init(_ connections: [Connection]) { self.connections = connections }
+
+        func note(_ what: String) {
+            let elapsed = ContinuousClock.now - started
+            log.withLock { $0.append("\(elapsed.formatted(.units(allowed: [.milliseconds]))): \(what)") }
+        }
 
         func respond(to request: HTTPRequest) -> HTTPResult {
             let index = requests.withLock { requests in
                 requests.append(request.header("last-event-id"))
                 return requests.count - 1
             }
+            note("request \(index) \(request.method) \(request.path) Last-Event-ID \(request.header("last-event-id") ?? "none")")
             guard connections.indices.contains(index) else { return .now(HTTPResponse(status: 503)) }
             let connection = connections[index]
             let stream = EventStream(bufferLimit: 1 << 20)
+            stream.onFinish { [weak self] in self?.note("stream \(index) finished") }
             stream.send(Array(connection.bytes.utf8))
             if connection.thenEnd { stream.close() }
             return .now(HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream")], body: .stream(stream)))
@@ -154,6 +165,8 @@ final class ScriptedEventServer: Sendable {
     var baseURL: URL { URL(string: "http://127.0.0.1:\(port)")! }
     /// The `Last-Event-ID` of each request, in order.
     var lastEventIDs: [String?] { script.requests.withLock { $0 } }
+    /// The requests and the ends of their streams, with the time since the server started.
+    var requestLog: String { "server: [" + script.log.withLock { $0 }.joined(separator: "; ") + "]" }
 
     init(connections: [Connection]) throws {
         script = Script(connections)

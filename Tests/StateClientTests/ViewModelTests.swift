@@ -48,7 +48,7 @@ final class LoginModel {
     }
 }
 
-@Suite("A view model on the main actor")
+@Suite("A view model on the main actor", .timeLimit(.minutes(5)))
 struct ViewModelTests {
     @Test("the model renders the stream and shows the toast")
     @MainActor
@@ -83,7 +83,7 @@ struct ViewModelTests {
 
 /// Waits on the main actor until `condition` holds, for at most `timeout`.
 @MainActor
-func waitUntil(_ what: String, timeout: Duration = .seconds(10), _ condition: () -> Bool) async throws {
+func waitUntil(_ what: String, timeout: Duration = .seconds(60), _ condition: () -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout.scaledForSanitizers
     while !condition() {
         if ContinuousClock.now >= deadline { throw Timeout(description: "no \(what) within \(timeout)") }

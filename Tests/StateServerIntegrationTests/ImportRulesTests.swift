@@ -88,7 +88,7 @@ struct ImportRulesTests {
         let file = directory.path("overflow.json")
         try Data(Self.recording([Self.counterStart(version: Int.max)], [Self.increment(seq: 1, version: Int.min)]))
             .write(to: URL(fileURLWithPath: file))
-        let result = try RecordingRouteTests.run(["replay", file])
+        let result = try await RecordingRouteTests.run(["replay", file])
         #expect(result.status == 2, "\(result)")
         #expect(result.output.contains("from 0 to 9007199254740991"), "\(result)")
     }

@@ -77,13 +77,13 @@ struct RecordingRouteTests {
         let garbage = directory.path("garbage.json")
         try Data("{}".utf8).write(to: URL(fileURLWithPath: garbage))
 
-        let ok = try Self.run(["replay", good])
+        let ok = try await Self.run(["replay", good])
         #expect(ok.status == 0 && ok.output.contains("2 changes of 4 features, every state the same"), "\(ok)")
-        let diverged = try Self.run(["replay", bad])
+        let diverged = try await Self.run(["replay", bad])
         #expect(diverged.status == 1, "\(diverged)")
         #expect(diverged.output.contains("diverges at step 2 (seq 2), counter version 2"), "\(diverged)")
         #expect(diverged.output.contains(#"{"op":"replace","path":"/count","value":6}"#), "\(diverged)")
-        let unreadable = try Self.run(["replay", garbage])
+        let unreadable = try await Self.run(["replay", garbage])
         #expect(unreadable.status == 2 && unreadable.output.contains("'format'"), "\(unreadable)")
     }
 
@@ -162,7 +162,7 @@ struct RecordingRouteTests {
             defer { directory.remove() }
             let file = directory.path("\(name).json")
             try Data(body).write(to: URL(fileURLWithPath: file))
-            let replayed = try Self.run(["replay", file])
+            let replayed = try await Self.run(["replay", file])
             #expect(replayed.status == 2 && replayed.output.contains(reason), "\(name): \(replayed)")
         }
         // The server still answers.
@@ -178,17 +178,10 @@ struct RecordingRouteTests {
         return try #require(response.json?["sessions"]?.array?.count)
     }
 
-    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    /// The binary's exit status and what it printed (stdout, then stderr).
+    static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
         let binary = try #require(ServerBinary.locate())
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+        let result = try await runCommand(binary, arguments)
+        return (result.status, result.stdout + result.stderr)
     }
 }

@@ -228,9 +228,11 @@ extension Duration {
     package var scaledForSanitizers: Duration { self * sanitizedWaitScale }
 }
 
-/// Polls until `condition` holds or `timeout` passes.
+/// Polls until `condition` holds or `timeout` passes. The default is long because it is only a
+/// safety net: at the start of `swift test` every test of the process shares Swift's
+/// cooperative pool (two threads on two cores), and a test can wait 15 s for its turns.
 package func eventually(
-    timeout: Duration = .seconds(5), every interval: Duration = .milliseconds(50),
+    timeout: Duration = .seconds(30), every interval: Duration = .milliseconds(50),
     _ condition: () async throws -> Bool
 ) async throws -> Bool {
     let deadline = ContinuousClock.now + timeout.scaledForSanitizers

@@ -116,10 +116,11 @@ package final class HTTPConnection: @unchecked Sendable {
         return Array(text.utf8) + (body ?? [])
     }
 
-    /// Sends one request and reads its response. `body` adds a `Content-Length`.
+    /// Sends one request and reads its response. `body` adds a `Content-Length`. With
+    /// `streamHeadOnly`, an event stream's response is read up to its headers (its body is empty).
     package func request(
         _ method: String, _ target: String, headers: [Header] = [], body: [UInt8]? = nil,
-        timeout: Duration = .seconds(10)
+        timeout: Duration = .seconds(10), streamHeadOnly: Bool = false
     ) async throws -> HTTPResponse {
         let bytes = Self.serialize(method: method, target: target, port: port, headers: headers, body: body)
         return try await run { socket in
@@ -130,7 +131,7 @@ package final class HTTPConnection: @unchecked Sendable {
                 // The server may answer (413, 400) and close before reading everything:
                 // the response can still be waiting in our receive buffer.
             }
-            return try Self.readResponse(socket, method: method, deadline: deadline)
+            return try Self.readResponse(socket, method: method, deadline: deadline, streamHeadOnly: streamHeadOnly)
         }
     }
 
@@ -222,9 +223,12 @@ package final class HTTPConnection: @unchecked Sendable {
     }
 
     package static func readResponse(
-        _ socket: BlockingSocket, method: String, deadline: ContinuousClock.Instant
+        _ socket: BlockingSocket, method: String, deadline: ContinuousClock.Instant, streamHeadOnly: Bool = false
     ) throws -> HTTPResponse {
         let head = try readHead(socket, deadline: deadline)
+        if streamHeadOnly, head.header("Content-Type")?.hasPrefix("text/event-stream") == true {
+            return HTTPResponse(head: head, body: [])
+        }
         var body: [UInt8] = []
         switch try head.framing(requestMethod: method) {
         case .none:

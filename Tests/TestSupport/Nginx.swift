@@ -19,7 +19,7 @@ package let packageRoot: URL = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent()
 
 /// A finished command.
-package struct CommandOutput: CustomStringConvertible {
+package struct CommandOutput: Sendable, CustomStringConvertible {
     package var status: Int32
     package var stdout: String
     package var stderr: String
@@ -27,9 +27,19 @@ package struct CommandOutput: CustomStringConvertible {
 }
 
 /// Runs a short command to its end, in the test's environment minus any `STATE_SERVER_*`
-/// settings. Standard error goes to a temporary file, so reading standard output to its end
-/// cannot deadlock on a full stderr pipe.
-package func runCommand(_ executable: String, _ arguments: [String], in directory: URL = packageRoot) throws -> CommandOutput {
+/// settings, plus `environment`. Standard error goes to a temporary file, so reading standard
+/// output to its end cannot deadlock on a full stderr pipe. The waiting happens on a thread of
+/// its own: a test blocking Swift's cooperative pool (two threads on two cores) would stall
+/// every other test of the process.
+package func runCommand(
+    _ executable: String, _ arguments: [String], in directory: URL = packageRoot, environment: [String: String] = [:]
+) async throws -> CommandOutput {
+    try await onThread { try runCommandBlocking(executable, arguments, in: directory, environment: environment) }
+}
+
+private func runCommandBlocking(
+    _ executable: String, _ arguments: [String], in directory: URL, environment: [String: String]
+) throws -> CommandOutput {
     let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("test-command-\(UUID().uuidString).err")
     guard FileManager.default.createFile(atPath: errorFile.path, contents: nil) else {
         throw CocoaError(.fileWriteUnknown)
@@ -40,6 +50,7 @@ package func runCommand(_ executable: String, _ arguments: [String], in director
     process.arguments = arguments
     process.currentDirectoryURL = directory
     process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
+        .merging(environment) { _, new in new }
     let stdout = Pipe()
     let stderr = try FileHandle(forWritingTo: errorFile)
     defer { try? stderr.close() }
@@ -75,8 +86,8 @@ package enum Nginx {
     }
 
     /// deploy/nginx/render.sh's output for these arguments (fails the test when it fails).
-    package static func render(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-        let output = try runCommand("/bin/bash", ["deploy/nginx/render.sh"] + arguments)
+    package static func render(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+        let output = try await runCommand("/bin/bash", ["deploy/nginx/render.sh"] + arguments)
         try #require(output.status == 0, "render.sh \(arguments): \(output)", sourceLocation: sourceLocation)
         return output.stdout
     }
@@ -165,7 +176,7 @@ package final class NginxProcess: @unchecked Sendable {
             let internalPort = try freePort()
             let prefix = try Nginx.makePrefix()
             let limit = connectionsPerAddress.map { ["--connections-per-address", String($0)] } ?? []
-            let configuration = try Nginx.render(
+            let configuration = try await Nginx.render(
                 ["--main", "--balance", balance, "--listen", "127.0.0.1:\(port)", "--internal-listen", "127.0.0.1:\(internalPort)"]
                     + limit + upstreams.map { "127.0.0.1:\($0)" })
             let file = prefix.appendingPathComponent("nginx.conf")

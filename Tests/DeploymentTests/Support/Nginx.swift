@@ -6,10 +6,10 @@ import TestSupport
 
 extension Nginx {
     /// `nginx -t` on a complete configuration written into `prefix`.
-    static func test(configuration: String, prefix: URL) throws -> CommandOutput {
+    static func test(configuration: String, prefix: URL) async throws -> CommandOutput {
         let file = prefix.appendingPathComponent("nginx.conf")
         try configuration.write(to: file, atomically: true, encoding: .utf8)
-        return try runCommand(try locate(), ["-t", "-p", prefix.path, "-c", file.path])
+        return try await runCommand(try locate(), ["-t", "-p", prefix.path, "-c", file.path])
     }
 }
 

@@ -7,11 +7,7 @@ import Testing
 // depends on the executable, so it is built first), else `.build/debug/state-server` under the
 // repository root.
 extension ServerBinary {
-    struct Output {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
+    typealias Output = CommandOutput
 
     struct NotFound: Error, CustomStringConvertible {
         var description: String {
@@ -21,33 +17,15 @@ extension ServerBinary {
 
     /// Runs the binary with `arguments` from the repository root, with no `STATE_SERVER_*`
     /// variables in its environment but `environment` (so only flags, the given file, those
-    /// variables and defaults count).
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> Output {
+    /// variables and defaults count). It runs to its end on a thread of its own (`runCommand`).
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> Output {
         guard let path = locate() else { throw NotFound() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        process.currentDirectoryURL = Repository.root
-        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("STATE_SERVER_") }
-            .merging(environment) { _, new in new }
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        // --print-config output is small: reading to the end before waiting cannot deadlock.
-        let out = stdout.fileHandleForReading.readDataToEndOfFile()
-        let err = stderr.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Output(
-            status: process.terminationStatus,
-            stdout: String(decoding: out, as: UTF8.self),
-            stderr: String(decoding: err, as: UTF8.self))
+        return try await runCommand(path, arguments, in: Repository.root, environment: environment)
     }
 
     /// The JSON object printed by `--print-config` with `extra` arguments.
-    static func printedConfig(_ extra: [String] = []) throws -> [String: Any] {
-        let output = try run(["--print-config"] + extra)
+    static func printedConfig(_ extra: [String] = []) async throws -> [String: Any] {
+        let output = try await run(["--print-config"] + extra)
         try #require(output.status == 0, "state-server --print-config \(extra) exited \(output.status): \(output.stderr)")
         let object = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8))
         return try #require(object as? [String: Any], "--print-config did not print a JSON object: \(output.stdout)")

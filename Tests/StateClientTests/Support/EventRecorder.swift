@@ -51,10 +51,12 @@ final class EventRecorder<F: Feature>: Sendable {
     var error: (any Error)? { box.state.withLock { $0.error } }
 
     /// The events, once `condition` holds for them; throws after `timeout`, or when the stream
-    /// ended before.
+    /// ended before. The default is long: at the suite's start every test of the process shares
+    /// Swift's cooperative pool (two threads on two cores), and a test can wait 15 s for turns.
     @discardableResult
     func wait(
-        for what: String, timeout: Duration = .seconds(10), _ condition: ([Event]) -> Bool
+        for what: String, timeout: Duration = .seconds(60), detail: () -> String = { "" },
+        _ condition: ([Event]) -> Bool
     ) async throws -> [Event] {
         let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
@@ -64,14 +66,14 @@ final class EventRecorder<F: Feature>: Sendable {
                 throw Timeout(description: "the stream ended (\(error.map { "\($0)" } ?? "no error")) before \(what); got \(events.count) events")
             }
             if ContinuousClock.now >= deadline {
-                throw Timeout(description: "no \(what) within \(timeout); got \(events.count) events: \(events.map(Self.summary))")
+                throw Timeout(description: "no \(what) within \(timeout); got \(events.count) events: \(events.map(Self.summary)) \(detail())")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
     }
 
     /// Waits until the stream has ended (with or without an error).
-    func waitUntilFinished(timeout: Duration = .seconds(10)) async throws {
+    func waitUntilFinished(timeout: Duration = .seconds(60)) async throws {
         let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while !finished {
             if ContinuousClock.now >= deadline { throw Timeout(description: "the stream did not end within \(timeout)") }
@@ -80,7 +82,7 @@ final class EventRecorder<F: Feature>: Sendable {
     }
 
     /// Stops consuming (cancels the consuming task) and waits until the stream has ended.
-    func stop(timeout: Duration = .seconds(10)) async throws {
+    func stop(timeout: Duration = .seconds(60)) async throws {
         task.cancel()
         try await waitUntilFinished(timeout: timeout)
     }
