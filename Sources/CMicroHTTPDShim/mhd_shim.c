@@ -78,7 +78,7 @@ static void *ss_uri_log(void *cls, const char *uri, struct MHD_Connection *conne
         }
     }
     void *context = callback(uri, connection, arguments, control);
-    if (arguments > SS_MAX_QUERY_ARGUMENTS) ((char *)query)[1] = '\0';
+    if (query != NULL && (arguments > SS_MAX_QUERY_ARGUMENTS || strlen(uri) > SS_MAX_QUERY_TARGET_BYTES)) ((char *)query)[1] = '\0';
     return context;
 }
 

@@ -157,6 +157,11 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         if problem == nil, context.queryArguments > Int(SS_MAX_QUERY_ARGUMENTS) {
             problem = RequestFraming.tooManyArguments
         }
+        if problem == nil, context.queryArguments > 0, let start = context.targetStart, let end = context.targetEnd,
+            end - start > UInt(SS_MAX_QUERY_TARGET_BYTES)
+        {
+            problem = RequestFraming.queryTargetTooLong
+        }
         let peer = connectionAddress(connection)
         context.head.withLock {
             $0.method = methodText

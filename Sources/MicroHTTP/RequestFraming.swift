@@ -30,6 +30,7 @@ enum RequestFraming {
     static let nulInTarget = "the request target contains a NUL byte"
     static let controlInTarget = "the request target contains a control character or a blank"
     static let tooManyArguments = "the request target has more than \(SS_MAX_QUERY_ARGUMENTS) query arguments"
+    static let queryTargetTooLong = "a request target with a query may be at most \(SS_MAX_QUERY_TARGET_BYTES) bytes"
 
     /// The reason given in the 400 for a problem `ss_read_head` reported, or nil for none.
     static func message(_ problem: Int32) -> String? {

@@ -115,6 +115,27 @@ struct ExactHTTPTests {
         #expect(await api.isHealthy())
     }
 
+    @Test("5: 63 long query arguments (a 6 KB target, schemathesis found it on .../history) get a 400 at once, not silence; 2,048 bytes are served")
+    func longQueryTarget() async throws {
+        let api = try SharedServer.api()
+        let session = try await api.createSession()
+        let long = (0..<63).map { _ in "limit=\(String(repeating: "9", count: 90))" }.joined(separator: "&")
+        let connection = try await HTTPConnection.open(port: api.port)
+        defer { connection.close() }
+        try await connection.send(Array("GET \(session.path)/history?\(long) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(session.token)\r\n\r\n".utf8))
+        let response = try await connection.readResponse(timeout: .seconds(10))
+        #expect(response.status == 400, "\(response)")
+        #expect(response.errorCode == "invalid_request", "\(response)")
+        #expect(response.errorMessage?.contains("at most 2048 bytes") == true, "\(response)")
+        // A target of exactly 2,048 bytes is the longest with a query that is read.
+        let prefix = "/healthz?a="
+        let ok = try await api.request("GET", prefix + String(repeating: "b", count: 2048 - prefix.utf8.count))
+        #expect(ok.status == 200, "\(ok)")
+        let over = try await api.request("GET", prefix + String(repeating: "b", count: 2049 - prefix.utf8.count))
+        #expect(over.status == 400 && over.errorMessage?.contains("at most 2048 bytes") == true, "\(over)")
+        #expect(await api.isHealthy())
+    }
+
     // MARK: 6
 
     @Test("6: the path is split before it is percent-decoded: ID%2Fstate is one segment")

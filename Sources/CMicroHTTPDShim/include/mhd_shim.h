@@ -62,10 +62,18 @@ int ss_tls_check(const char *certificate, const char *key, const char *prioritie
 /// before libmicrohttpd parses them, and the request is refused (400).
 #define SS_MAX_QUERY_ARGUMENTS 64
 
+/// A request target with a query may be at most this many bytes; a longer one's query is
+/// dropped the same way, and the request refused (400). With 64 arguments of about 90 bytes
+/// (a 6 KB target) the pool still held the arguments, but not the reply's head: libmicrohttpd
+/// then failed to build it and left the connection open and silent (found by schemathesis, a
+/// `GET .../history` with 63 long `limit` and `after` values).
+#define SS_MAX_QUERY_TARGET_BYTES 2048
+
 /// Called with the raw request target (before libmicrohttpd splits and decodes it) and the
 /// number of query arguments in it (pieces between `&` after the first `?`); returns the
-/// request's context (`*con_cls`). When `query_arguments` > SS_MAX_QUERY_ARGUMENTS, the
-/// arguments are dropped after the call. `control_in_target` is nonzero when the raw target has
+/// request's context (`*con_cls`). When `query_arguments` > SS_MAX_QUERY_ARGUMENTS, or the target
+/// has a query and more than SS_MAX_QUERY_TARGET_BYTES bytes, the arguments are dropped after the
+/// call. `control_in_target` is nonzero when the raw target has
 /// a control character or a blank (bytes 0x01-0x20, 0x7F; libmicrohttpd keeps a bare CR in it).
 typedef void *(*ss_uri_log_callback)(const char *uri, struct MHD_Connection *connection, size_t query_arguments,
                                      int control_in_target);
