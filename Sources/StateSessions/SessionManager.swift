@@ -54,18 +54,18 @@ public final class SessionManager: Sendable {
     public let registry: FeatureRegistry
     public let settings: SessionSettings
     public let journal: any ChangeJournal
-    private let sessions = Mutex<Table>(Table())
-    private let notify: @Sendable (SessionNotice) -> Void
+    let sessions = Mutex<Table>(Table())
+    let notify: @Sendable (SessionNotice) -> Void
     private let metrics = HubMetrics()
     private let replayBudget: ReplayBudget
     private let encoder: any EventEncoder
     /// Durable mode: the state bytes loaded sessions hold, against `settings.memoryBytes`.
     public let memory: MemoryBudget?
     /// Shared storage: whether this node hears other nodes' commits now (``followOtherNodes()``).
-    private let hearing = Atomic<Bool>(false)
+    let hearing = Atomic<Bool>(false)
     /// Callers of ``untilFollowing(atMost:)`` waiting for the first `.listening`.
-    private let followWaiters = Mutex<Waiters>(Waiters())
-    private let nextWaiter = Atomic<UInt64>(0)
+    let followWaiters = Mutex<Waiters>(Waiters())
+    let nextWaiter = Atomic<UInt64>(0)
 
     struct Waiters {
         var waiting: [UInt64: CheckedContinuation<Void, Never>] = [:]
@@ -99,20 +99,6 @@ public final class SessionManager: Sendable {
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
         self.memory = storage == nil ? nil : MemoryBudget(limit: settings.memoryBytes)
         memory?.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
-    }
-
-    /// Evicts idle sessions, least recently used first, until the loaded states fit `limit`.
-    private func evictIdle(until limit: Int, sparing: String) {
-        guard let memory else { return }
-        let candidates = sessions.withLock { Array($0.byID.values) }.sorted { $0.idleSince < $1.idleSince }
-        for session in candidates where session.id != sparing {
-            guard memory.bytes >= limit else { return }
-            if session.retireIfIdle() {
-                sessions.withLock { t in
-                    if t.byID[session.id] === session { t.byID[session.id] = nil }
-                }
-            }
-        }
     }
 
     public var storage: (any SessionStorage)? { journal.storage }
@@ -167,13 +153,6 @@ public final class SessionManager: Sendable {
             id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, journal: journal,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
             replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
-    }
-
-    /// Several nodes with one owner per session, once this node joined the cluster: the
-    /// ownership rules apply (`nil` otherwise, and for storage of one process).
-    private var activeOwnership: (any SessionOwnership)? {
-        guard let ownership, ownership.hasJoined else { return nil }
-        return ownership
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,
@@ -295,55 +274,6 @@ public final class SessionManager: Sendable {
         }
     }
 
-    /// Several nodes: moves `session` to the node with `epoch`, which keeps forwarding its
-    /// requests here (``Session/arrived(forwardedBy:)``), once nothing uses it here (no change
-    /// running or waiting, no event stream — a stream relayed to the other node counts — no
-    /// asynchronous work); otherwise it stays, and a later request tries again. The copy leaves memory first; requests meanwhile are
-    /// forwarded to the new owner. If the handover fails (that node is gone, PostgreSQL
-    /// unreachable), this node still owns the session and loads it again when asked.
-    public func handOver(_ session: Session, to epoch: Int64) async {
-        guard let ownership = activeOwnership, session.ownerEpoch == ownership.epoch, !session.isGone else { return }
-        var url = sessions.withLock { $0.nodeURLs[epoch] }
-        if url == nil {
-            url = try? await ownership.url(ofNode: epoch)
-            if let url { sessions.withLock { $0.nodeURLs[epoch] = url } }
-        }
-        guard let url, session.retireIfIdle() else { return }
-        sessions.withLock { table in
-            if table.byID[session.id] === session { table.byID[session.id] = nil }
-            table.leaving[session.id] = url
-        }
-        session.abandon()
-        let moved = (try? await ownership.handOver(session: session.id, to: epoch)) ?? false
-        sessions.withLock { _ = $0.leaving.removeValue(forKey: session.id) }
-        notify(.handedOver(session: session.id, moved: moved))
-    }
-
-    /// Forgets a session this node no longer owns (see ``Session/abandon()``).
-    private func drop(_ session: Session) {
-        sessions.withLock { table in
-            if table.byID[session.id] === session { table.byID[session.id] = nil }
-        }
-        session.abandon()
-    }
-
-    /// Several nodes with one owner per session: follows this node's membership until the
-    /// storage closes or the task is cancelled. When it lapses, every session in memory is
-    /// dropped at once (another node may own any of them now); requests after that claim
-    /// again or reach the owner.
-    public func followMembership() async {
-        guard let ownership else { return }
-        for await change in ownership.changes() {
-            switch change {
-            case .lost:
-                for session in sessions.withLock({ Array($0.byID.values) }) { drop(session) }
-                notify(.membership(member: false))
-            case .joined:
-                notify(.membership(member: true))
-            }
-        }
-    }
-
     /// Deletes a session: its changes submitted before are applied first, then it is removed
     /// from storage and memory, and its event streams end.
     public func delete(_ session: Session) async throws(SessionFailure) {
@@ -372,142 +302,12 @@ public final class SessionManager: Sendable {
         sessions.withLock { $0.deletes &+= 1 }
     }
 
-    // MARK: Other nodes
-
-    /// Whether this node sees every change of a session as it happens: always with storage of
-    /// its own (or none); with shared storage only while ``followOtherNodes()`` hears the
-    /// storage's notices. Event streams are refused while it is `false` (they would miss other
-    /// nodes' changes).
-    public var isFollowing: Bool {
-        guard let storage, storage.isShared else { return true }
-        guard hearing.load(ordering: .sequentiallyConsistent) else { return false }
-        // With one owner per session: only while this node is a member.
-        guard let ownership = activeOwnership else { return true }
-        return ownership.isMember
-    }
-
-    /// Shared storage: listens to the storage's notices until they end (the storage closes) or
-    /// the task is cancelled. A commit of a loaded session is delivered to its streams (the
-    /// session catches up from the journal); a delete ends its streams and drops it from memory;
-    /// a lost channel ends every stream of this node, since changes may be missed until it is
-    /// back. Returns at once for storage of one process.
-    public func followOtherNodes() async {
-        guard let storage, storage.isShared else { return }
-        for await notice in storage.notices() {
-            switch notice {
-            case .listening:
-                hearing.store(true, ordering: .sequentiallyConsistent)
-                notify(.following(true))
-                wakeFollowWaiters()
-            case .lost:
-                hearing.store(false, ordering: .sequentiallyConsistent)
-                notify(.following(false))
-                for session in sessions.withLock({ Array($0.byID.values) }) { session.hub.endStreams() }
-            case .committed(let id, let seq):
-                sessions.withLock { $0.byID[id] }?.heard(seq: seq)
-            case .deleted(let id):
-                let session = sessions.withLock { table -> Session? in
-                    table.deletes &+= 1
-                    return table.byID.removeValue(forKey: id)
-                }
-                session?.deletedElsewhere()
-            }
-        }
-        hearing.store(false, ordering: .sequentiallyConsistent)
-        wakeFollowWaiters()
-    }
-
-    /// Returns once ``isFollowing`` is true, the following has ended, or `limit` has passed.
-    public func untilFollowing(atMost limit: Duration) async {
-        guard !isFollowing else { return }
-        let id = nextWaiter.add(1, ordering: .relaxed).newValue
-        let timer = Task { [self] in
-            try? await Task.sleep(for: limit)
-            followWaiters.withLock { w in
-                let waiter = w.waiting.removeValue(forKey: id)
-                if waiter == nil { w.expired.insert(id) }
-                return waiter
-            }?.resume()
-        }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = followWaiters.withLock { w -> Bool in
-                if isFollowing || w.expired.remove(id) != nil { return true }
-                w.waiting[id] = continuation
-                return false
-            }
-            if now { continuation.resume() }
-        }
-        timer.cancel()
-        followWaiters.withLock { _ = $0.expired.remove(id) }
-    }
-
-    private func wakeFollowWaiters() {
-        let waiters = followWaiters.withLock { w in
-            defer { w.waiting = [:] }
-            return Array(w.waiting.values)
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
     /// Sessions in memory.
     public var count: Int { sessions.withLock { $0.byID.count } }
 
     /// Stores in memory, over all sessions (walks the sessions: for metrics scrapes).
     public var storeCount: Int {
         sessions.withLock { Array($0.byID.values) }.reduce(0) { $0 + $1.storeCount }
-    }
-
-    // MARK: Sweeping
-
-    /// One pass of housekeeping: evicts idle durable sessions from memory and deletes sessions
-    /// inactive past the TTL. Returns (evicted, purged).
-    @discardableResult
-    public func sweep(now: Int64 = WallClock.now) async -> (evicted: Int, purged: Int) {
-        let idleLimit = now - Self.milliseconds(settings.idleTimeout)
-        let ttlLimit = now - Self.milliseconds(settings.ttl)
-        var evicted = 0
-        var purgedIDs: [String] = []
-        let snapshot = sessions.withLock { Array($0.byID.values) }
-        for session in snapshot {
-            session.storeActivityIfStale()
-            let idle = session.idleSince
-            if idle < ttlLimit, !session.isBusy {
-                purgedIDs.append(session.id)
-            } else if storage != nil, idle < idleLimit, session.retireIfIdle() {
-                // Retired atomically with its pipeline: a request that looked it up just before
-                // is refused (`.retired`) and loads it again, never working on a stale copy.
-                sessions.withLock { table in
-                    if table.byID[session.id] === session { table.byID[session.id] = nil }
-                }
-                evicted += 1
-            }
-        }
-        var purged = await purge(purgedIDs)
-        if let storage {
-            // The stored sessions past their TTL: one node at a time looks (shared storage).
-            // Stored activity is written at most once a minute; a session in memory is judged
-            // by its exact last use above, not by the stored time.
-            let fromStorage = try? await storage.exclusively("sweep") { [self] () async -> Int in
-                guard let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) else { return 0 }
-                return await purge(stale.filter { !isLoaded(id: $0) })
-            }
-            purged += (fromStorage ?? nil) ?? 0
-        }
-        return (evicted, purged)
-    }
-
-    /// Deletes each session; returns how many were deleted.
-    private func purge(_ ids: [String]) async -> Int {
-        var purged = 0
-        for id in Set(ids) {
-            do {
-                try await delete(id: id)
-                purged += 1
-            } catch {
-                continue
-            }
-        }
-        return purged
     }
 
     static func milliseconds(_ duration: Duration) -> Int64 {

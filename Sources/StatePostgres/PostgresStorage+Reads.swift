@@ -1,0 +1,148 @@
+// PostgresStorage's reads: sessions, tokens, snapshots, journals, sequences, remembered keys, listings.
+import Logging
+import NIOCore
+import PostgresNIO
+import StatePersistence
+import Synchronization
+
+extension PostgresStorage {
+    // MARK: - Reads
+
+    public func session(id: String) async throws(StorageError) -> StoredSession? {
+        try await perform("read a session") { db, logger in
+            let rows = try await db.query(
+                "SELECT token_hash, created_at, last_active FROM state_sessions WHERE id = \(id)", logger: logger)
+            for try await (hash, created, last) in rows.decode((ByteBuffer, Int64, Int64).self) {
+                return StoredSession(id: id, tokenHash: Array(buffer: hash), createdAt: created, lastActiveAt: last)
+            }
+            return nil
+        }
+    }
+
+    public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
+        try await perform("read a session's tokens") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT id, token_hash, grant_json, created_at, expires_at FROM state_tokens
+                WHERE session = \(session) ORDER BY created_at, id
+                """, logger: logger)
+            var grants: [StoredGrant] = []
+            for try await (id, hash, grant, created, expires) in rows.decode((String, ByteBuffer, ByteBuffer, Int64, Int64?).self) {
+                grants.append(
+                    StoredGrant(
+                        session: session, id: id, tokenHash: Array(buffer: hash), grant: Array(buffer: grant), createdAt: created,
+                        expiresAt: expires))
+            }
+            return grants
+        }
+    }
+
+    public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
+        try await perform("read a snapshot") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT version, state_version, state, time FROM state_bases
+                WHERE session = \(session) AND feature = \(feature) AND version <= \(version) ORDER BY version DESC LIMIT 1
+                """, logger: logger)
+            for try await (version, stateVersion, state, time) in rows.decode((Int, Int, ByteBuffer, Int64).self) {
+                return StoreSnapshot(
+                    session: session, feature: feature, version: version, stateVersion: stateVersion,
+                    state: Array(buffer: state), time: time)
+            }
+            return nil
+        }
+    }
+
+    private typealias ChangeRow = (Int, String, Int, String, ByteBuffer?, ByteBuffer?, Bool, ByteBuffer, Int64)
+
+    private static func entry(_ session: String, _ row: ChangeRow) -> JournalEntry {
+        let (seq, feature, version, cause, action, effect, isPatch, delta, time) = row
+        let bytes = Array(buffer: delta)
+        return JournalEntry(
+            session: session, seq: seq, feature: feature, version: version, cause: cause,
+            action: action.map { Array(buffer: $0) }, effect: effect.map { Array(buffer: $0) },
+            delta: isPatch ? .patch(bytes) : .state(bytes), time: time)
+    }
+
+    public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
+        try await perform("read a journal") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM state_changes
+                WHERE session = \(session) AND feature = \(feature) AND version > \(afterVersion) AND version <= \(through)
+                ORDER BY version
+                """, logger: logger)
+            var entries: [JournalEntry] = []
+            for try await row in rows.decode(ChangeRow.self) { entries.append(Self.entry(session, row)) }
+            return entries
+        }
+    }
+
+    public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
+        try await perform("read a journal") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM state_changes
+                WHERE session = \(session) AND seq > \(afterSeq) ORDER BY seq LIMIT \(max(0, limit))
+                """, logger: logger)
+            var entries: [JournalEntry] = []
+            for try await row in rows.decode(ChangeRow.self) { entries.append(Self.entry(session, row)) }
+            return entries
+        }
+    }
+
+    public func lastSeq(session: String) async throws(StorageError) -> Int {
+        try await perform("read a sequence") { db, logger in
+            let rows = try await db.query(
+                "SELECT head_seq FROM state_sessions WHERE id = \(session)", logger: logger)
+            for try await seq in rows.decode(Int.self) { return seq }
+            return 0
+        }
+    }
+
+    public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
+        try await perform("read a key") { db, logger in
+            let rows = try await db.query(
+                "SELECT feature, version, time FROM state_keys WHERE session = \(session) AND key = \(key)", logger: logger)
+            for try await (feature, version, time) in rows.decode((String, Int, Int64).self) {
+                return RememberedKey(feature: feature, version: version, time: time)
+            }
+            return nil
+        }
+    }
+
+    public func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {
+        try await perform("list inactive sessions") { db, logger in
+            let rows = try await db.query(
+                "SELECT id FROM state_sessions WHERE last_active < \(time) ORDER BY last_active, id LIMIT \(max(0, limit))",
+                logger: logger)
+            var ids: [String] = []
+            for try await id in rows.decode(String.self) { ids.append(id) }
+            return ids
+        }
+    }
+
+    public func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
+        try await perform("list sessions") { db, logger in
+            // `COLLATE "C"`: byte order, as SQLite and memory list them.
+            let rows = try await db.query(
+                """
+                SELECT id, token_hash, created_at, last_active FROM state_sessions
+                WHERE id COLLATE "C" > \(id) ORDER BY id COLLATE "C" LIMIT \(max(0, limit))
+                """, logger: logger)
+            var sessions: [StoredSession] = []
+            for try await (found, hash, created, last) in rows.decode((String, ByteBuffer, Int64, Int64).self) {
+                sessions.append(StoredSession(id: found, tokenHash: Array(buffer: hash), createdAt: created, lastActiveAt: last))
+            }
+            return sessions
+        }
+    }
+
+    public func sessionCount() async throws(StorageError) -> Int {
+        try await perform("count sessions") { db, logger in
+            let rows = try await db.query("SELECT count(*) FROM state_sessions", logger: logger)
+            for try await count in rows.decode(Int.self) { return count }
+            return 0
+        }
+    }
+}
