@@ -181,14 +181,14 @@ struct CrashTests {
             await server.stopCleanly()
             #expect(try SQLiteStorage.integrityCheck(path: database) == "ok")
             // The journal itself holds every version once, in order.
-            let storage = try SQLiteStorage(path: database)
-            for (index, session) in sessions.enumerated() {
-                let versions = try await storage.journal(session: session.id, feature: "counter", afterVersion: 0).map(\.version)
-                #expect(versions == Array(1...max(1, baseline[index])), "session \(index): \(versions.count) entries for \(baseline[index]) versions")
-                let seqs = try await storage.journal(session: session.id, afterSeq: 0, limit: 1_000_000).map(\.seq)
-                #expect(seqs == Array(1...max(1, baseline[index])))
+            try await withSQLiteStorage(at: database) { storage in
+                for (index, session) in sessions.enumerated() {
+                    let versions = try await storage.journal(session: session.id, feature: "counter", afterVersion: 0).map(\.version)
+                    #expect(versions == Array(1...max(1, baseline[index])), "session \(index): \(versions.count) entries for \(baseline[index]) versions")
+                    let seqs = try await storage.journal(session: session.id, afterSeq: 0, limit: 1_000_000).map(\.seq)
+                    #expect(seqs == Array(1...max(1, baseline[index])))
+                }
             }
-            await storage.close()
         }
     }
 }
