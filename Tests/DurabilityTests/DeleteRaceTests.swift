@@ -55,7 +55,7 @@ struct DeleteRaceTests {
                 await server.stopCleanly()
             }
             // Nothing of the deleted sessions is stored: no session, no journal row.
-            try await withSQLiteStorage(at: database) { storage in
+            try await withSQLiteStorage(at: database) { storage async throws in
                 for id in deleted {
                     #expect(try await storage.session(id: id) == nil)
                     #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10_000).isEmpty, "orphan journal rows of \(id)")

@@ -143,7 +143,7 @@ struct RestartTests {
                 expectError(response, 404, "session_not_found")
                 await second.stopCleanly()
             }
-            try await withSQLiteStorage(at: database) { storage in
+            try await withSQLiteStorage(at: database) { storage async throws in
                 #expect(try await storage.session(id: session.id) == nil)
                 #expect(try await storage.lastSeq(session: session.id) == 0)
             }

@@ -96,7 +96,7 @@ struct SweepTests {
                 await server.stopCleanly()
                 return session
             }
-            try await withSQLiteStorage(at: database) { storage in
+            try await withSQLiteStorage(at: database) { storage async throws in
                 #expect(try await storage.session(id: session.id) == nil)
                 #expect(try await storage.lastSeq(session: session.id) == 0)
                 #expect(try await storage.journal(session: session.id, afterSeq: 0, limit: 100).isEmpty)
