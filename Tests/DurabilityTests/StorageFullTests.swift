@@ -127,12 +127,11 @@ struct StorageFullTests {
                         }
                     }
                     // Until the cap has refused plenty, with increments answered all along.
-                    let deadline = ContinuousClock.now + .seconds(60)
                     var incrementsAtFull: Int?
-                    while ContinuousClock.now < deadline {
+                    _ = try await eventually(timeout: .seconds(60), every: .milliseconds(20)) {
                         if incrementsAtFull == nil, fillerRefusals.count > 0 { incrementsAtFull = answers.count }
-                        if let start = incrementsAtFull, fillerRefusals.count >= 40, answers.count >= start + 150 { break }
-                        try await Task.sleep(for: .milliseconds(20))
+                        guard let start = incrementsAtFull else { return false }
+                        return fillerRefusals.count >= 40 && answers.count >= start + 150
                     }
                     stop.set()
                     try await group.waitForAll()

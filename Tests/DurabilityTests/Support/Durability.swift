@@ -48,12 +48,10 @@ func runServerToExit(
     let start = ContinuousClock.now
     let (process, output) = try ServerProcess.launch(
         binary, arguments: ["--host", "127.0.0.1", "--port", "0"] + arguments, environment: environment)
-    while process.isRunning, ContinuousClock.now < start + timeout {
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    if process.isRunning {
+    let exited = try await eventually(until: start + timeout, every: .milliseconds(10)) { !process.isRunning }
+    if !exited {
         kill(process.processIdentifier, SIGKILL)
-        while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        process.waitUntilExit()
         Issue.record("state-server was still running after \(timeout); stdout: \(output.stdoutText)")
     }
     // Wait for the drain threads to take the last bytes of both pipes.
