@@ -241,6 +241,12 @@ let package = Package(
             dependencies: ["MicroHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
+        // The JSON parser, JSON Patch, OrderedJSON and TaggedJSON, and the fuzz findings.
+        .testTarget(
+            name: "StateJSONTests",
+            dependencies: ["StateJSON"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting",
