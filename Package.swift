@@ -267,6 +267,15 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Sessions over the in-memory storage: failures, memory bounds, several nodes on one
+        // shared storage. Support/ links PersistenceTests' session helpers.
+        .testTarget(
+            name: "StateSessionsTests",
+            dependencies: [
+                "StateSessions", "StatePersistence", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "TestSupport",
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "PostgresTests",
             dependencies: ["StatePostgres", "StatePersistence", "TestSupport", "state-server"],
