@@ -328,6 +328,13 @@ extension HTTPServer {
             mhdResponse = MHD_create_response_from_callback(
                 ss_size_unknown, HTTPServer.streamBlockSize, streamReader,
                 Unmanaged.passRetained(stream).toOpaque(), streamFree)
+            // A HEAD reply has no body, but libmicrohttpd 0.9.75 writes a chunked reply's
+            // terminator (`0` CRLF CRLF) after the head of a HEAD reply, which a keep-alive
+            // client would read as the start of its next reply. The connection ends after it,
+            // so those bytes are never taken for anything.
+            if let mhdResponse, context.method == "HEAD" {
+                _ = MHD_add_response_header(mhdResponse, "Connection", "close")
+            }
         }
         guard let mhdResponse else { return MHD_Result.NO }
         for header in response.headers {

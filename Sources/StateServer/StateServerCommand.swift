@@ -179,6 +179,10 @@ struct Server {
                 logger.warning("follow-up action rejected", metadata: ["session.id": "\(session)", "error": "\(error)"])
             case .followUpNotStored(let session, let error):
                 logger.error("follow-up action not stored", metadata: ["session.id": "\(session)", "error": "\(error)"])
+            case .sequenceRefused(let session, let feature, let seq, let last):
+                logger.error(
+                    "change not published: its sequence number is not after the last one",
+                    metadata: ["session.id": "\(session)", "feature": "\(feature)", "seq": "\(seq)", "last": "\(last)"])
             case .storeRecovered(let session, let feature, let how, let reason):
                 logger.warning(
                     "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])

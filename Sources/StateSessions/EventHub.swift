@@ -192,9 +192,14 @@ public final class EventHub: Sendable {
 
     /// Publishes a change another process journaled (its event data as stored), at its own
     /// sequence number: kept for replay and queued on the subscribers of its feature.
-    public func publishRecorded(seq: Int, feature: String, data: [UInt8]) {
+    ///
+    /// Returns `false` when `seq` is not after the last one published: the change is not
+    /// published (numbers only move forward), and the caller reports it.
+    @discardableResult
+    public func publishRecorded(seq: Int, feature: String, data: [UInt8]) -> Bool {
         state.withLock { state in
-            guard !state.closed, seq > state.seq else { return }
+            guard !state.closed else { return true }
+            guard seq > state.seq else { return false }
             state.seq = seq
             let frame = Frame(seq: seq, feature: feature, content: .data(data))
             keep(frame, in: &state)
@@ -207,6 +212,7 @@ public final class EventHub: Sendable {
                 }
             }
             for id in dropped { state.subscribers[id] = nil }
+            return true
         }
     }
 
@@ -290,14 +296,17 @@ public final class EventHub: Sendable {
     /// Frames a change under the sequence number its session gave it (the seq of its journal
     /// entry: the session's pipeline is the one owner of numbering), keeps it for replay and
     /// queues it on every subscriber observing its feature. Subscribers whose sink refuses the
-    /// bytes are dropped. A number not after the last one published is ignored.
+    /// bytes are dropped. A number not after the last one published is refused: the change is
+    /// not published and `false` is returned, for the caller to report (numbers only move
+    /// forward; the session numbers its changes in one place, ``Session/nextSeq(journaled:)``).
     ///
     /// `delta` is how the journal stored the change's state, when it did (a patch from the
     /// previous version, or the state itself when no patch was smaller): delta streams reuse it.
     /// Without one, the patch is computed here, once for all subscribers, only when a delta
     /// stream watches the feature. Either way the patch is sent only against the version just
     /// before the change's, which the hub holds (a client's state at that version is the same).
-    public func publish(_ change: EncodedChange, seq: Int, delta journaled: StateDelta? = nil) {
+    @discardableResult
+    public func publish(_ change: EncodedChange, seq: Int, delta journaled: StateDelta? = nil) -> Bool {
         // Computed before taking the lock: one change is published at a time per session (its
         // pipeline), so the feature's latest state cannot move meanwhile.
         var patch: [UInt8]?
@@ -311,8 +320,9 @@ public final class EventHub: Sendable {
         {
             patch = bytes
         }
-        state.withLock { state in
-            guard !state.closed, seq > state.seq else { return }
+        return state.withLock { state in
+            guard !state.closed else { return true }
+            guard seq > state.seq else { return false }
             state.seq = seq
             // The patch goes from the version before this change: only then is it sent.
             let base = state.latest.updateValue((change.version, change.state), forKey: change.feature)
@@ -341,6 +351,7 @@ public final class EventHub: Sendable {
             for id in dropped { state.subscribers[id] = nil }
             if sent > 0 { metrics.eventsSent.increment(by: Int64(sent)) }
             if !dropped.isEmpty { metrics.subscribersDropped.increment(by: Int64(dropped.count)) }
+            return true
         }
     }
 

@@ -142,9 +142,9 @@ extension Session {
             status: 200, body: ChangeReply.body(prepared.encoded, withEffect: request.replyHasEffect),
             version: prepared.encoded.version)
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
-        // The change's number, here and nowhere else: its journal entry's seq and its event's
-        // id (the pipeline runs one change at a time, so nothing is numbered in between).
-        let seq = hub.seq + 1
+        // The change's number: its journal entry's seq and its event's id (the pipeline runs
+        // one change at a time, so nothing is numbered in between).
+        let seq = nextSeq()
         // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
         // builds nothing.
         let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
@@ -159,7 +159,7 @@ extension Session {
                 return finish(.failed(.store(StoreError(
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }
-            hub.publish(prepared.encoded, seq: seq, delta: journaled)
+            publish(prepared.encoded, seq: seq, delta: journaled)
             if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
             recount()
             finish(.applied(prepared.encoded, reply: reply))
@@ -270,5 +270,29 @@ extension Session {
         // The append moves the session's stored activity too.
         lastStoredActivity.store(now, ordering: .relaxed)
         return batch
+    }
+}
+
+extension Session {
+    /// The number of the session's next change: after the last one published and after
+    /// `journaled` (the journal's last seq, when the caller read it). Every change this node
+    /// makes is numbered here; changes of other nodes keep the number they were journaled with.
+    func nextSeq(journaled: Int = 0) -> Int {
+        max(hub.seq, journaled) + 1
+    }
+
+    /// Publishes a change at `seq`; a number the hub refuses (not after its last one) is
+    /// reported, not dropped in silence.
+    func publish(_ change: EncodedChange, seq: Int, delta: StateDelta? = nil) {
+        if !hub.publish(change, seq: seq, delta: delta) {
+            notify(.sequenceRefused(session: id, feature: change.feature, seq: seq, last: hub.seq))
+        }
+    }
+
+    /// Publishes a change another node journaled, as stored; reported like ``publish(_:seq:delta:)``.
+    func publishRecorded(seq: Int, feature: String, data: [UInt8]) {
+        if !hub.publishRecorded(seq: seq, feature: feature, data: data) {
+            notify(.sequenceRefused(session: id, feature: feature, seq: seq, last: hub.seq))
+        }
     }
 }

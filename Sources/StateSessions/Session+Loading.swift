@@ -154,7 +154,7 @@ extension Session {
         }
         do {
             let reset = try store.prepareReset(ifVersion: nil)
-            let seq = max(hub.seq, try await storage.lastSeq(session: id)) + 1
+            let seq = nextSeq(journaled: try await storage.lastSeq(session: id))
             let entry = JournalEntry(
                 session: id, seq: seq, feature: feature, version: reset.encoded.version, cause: reset.encoded.cause,
                 action: nil, effect: nil, delta: .state(reset.encoded.state), time: WallClock.now)
@@ -167,7 +167,7 @@ extension Session {
                 ]
             }
             store.commit(reset, startWork: false)
-            hub.publish(reset.encoded, seq: seq)
+            publish(reset.encoded, seq: seq)
         } catch let error as StorageError {
             throw error
         } catch {

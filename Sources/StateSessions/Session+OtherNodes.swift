@@ -107,7 +107,7 @@ extension Session {
             }
             let state = try await stateOf(entry, chain: &chain, in: storage)
             guard let store else {
-                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
+                publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
                 continue
             }
             let version = (try? store.currentJSON().version) ?? 0
@@ -115,7 +115,7 @@ extension Session {
                 do throws(StoreError) {
                     let change = try store.applyRecorded(
                         version: entry.version, cause: entry.cause, action: entry.action, state: state, effect: entry.effect)
-                    hub.publish(change, seq: entry.seq, delta: entry.delta)
+                    publish(change, seq: entry.seq, delta: entry.delta)
                     continue
                 } catch {
                     // Falls through: the store is dropped and loads afresh on next use.
@@ -123,13 +123,13 @@ extension Session {
             } else if entry.version <= version {
                 // The store already has it (loaded from storage after this node's last look),
                 // but this node's subscribers and replay buffer do not: publish it as stored.
-                hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
+                publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
                 continue
             }
             // A gap (or a change this node cannot apply): forget the store; it loads again
             // from storage when next used.
             stores.withLock { _ = $0.removeValue(forKey: entry.feature) }
-            hub.publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
+            publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
         }
     }
 }

@@ -31,6 +31,10 @@ public enum SessionNotice: Sendable {
     /// patched and decoded copies of that state that are garbage now: a server may give such
     /// memory back to the system after large loads.
     case storeLoaded(session: String, feature: String, bytes: Int)
+    /// A change reached the event hub with a sequence number not after the last one it
+    /// published: it was not published (its subscribers did not get it). A bug, never a
+    /// client's doing: the server logs it as an error.
+    case sequenceRefused(session: String, feature: String, seq: Int, last: Int)
 }
 
 /// One client session: a store per registered feature (created or loaded on first use), an

@@ -53,7 +53,8 @@ struct StartupTests {
                 let ready = start.duration(to: .now)
                 #expect(healthy, "/healthz never answered")
                 print("start-up with \(sessions.count) sessions (\(bytes / 1024) KiB with the WAL): first line after \(seconds(listening)), /healthz after \(seconds(ready))")
-                #expect(ready < .seconds(10), "ready after \(ready)")
+                // Start-up read no session (how fast it is, is bench/'s to say, not a test's).
+                #expect(try await Self.sessionsInMemory(server) == 0)
 
                 // Sessions come back on first use, with their state, versions and replies.
                 for index in [0, 1_499, 2_999] {
@@ -69,11 +70,19 @@ struct StartupTests {
                     stream.close()
                     #expect(snapshot.seq == 2, "the event sequence continues from the journal")
                 }
+                #expect(try await Self.sessionsInMemory(server) == 3, "the three sessions used, and no other")
                 let wrong = try await Session(api: server.api, id: sessions[7].id, token: "token-8").request("GET", "/state")
                 expectError(wrong, 404, "session_not_found")
                 await server.stopCleanly()
             }
         }
+    }
+
+    /// The server's `stateserver_sessions_in_memory` gauge.
+    static func sessionsInMemory(_ server: ServerProcess) async throws -> Double? {
+        let metrics = try await server.api.request("GET", "/metrics")
+        let line = metrics.text.split(separator: "\n").first { $0.hasPrefix("stateserver_sessions_in_memory ") }
+        return line.flatMap { Double($0.split(separator: " ").last ?? "") }
     }
 
     /// Runs the server on `storage` and checks it refuses to start with one clear line.
@@ -91,7 +100,6 @@ struct StartupTests {
         #expect(lines.filter { $0.contains(storage) }.count == 1, "one message names the storage: \(run.stderr)", sourceLocation: sourceLocation)
         #expect(run.stderr.contains(storage), "the message names the storage \(storage): \(run.stderr)", sourceLocation: sourceLocation)
         #expect(reason.contains { run.stderr.lowercased().contains($0) }, "the message gives the reason (\(reason)): \(run.stderr)", sourceLocation: sourceLocation)
-        #expect(run.elapsed < Duration.seconds(10).scaledForSanitizers, "\(storage): took \(run.elapsed)", sourceLocation: sourceLocation)
     }
 
     @Test("a storage path that is a directory stops the server at start with one clear message")

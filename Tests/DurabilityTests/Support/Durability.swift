@@ -37,28 +37,29 @@ struct FinishedRun: Sendable {
     var bySignal: Bool
     var stdout: String
     var stderr: String
-    var elapsed: Duration
 }
 
-/// Runs `state-server` with `arguments` until it exits by itself (killing it after `timeout`).
+/// Runs `state-server` with `arguments` until it exits by itself; after `timeout` it is killed
+/// and the test fails (a server that should refuse to start ran on instead). The timeout is a
+/// safety net, not a speed check: at the start of `swift test` a start-up was seen taking 12 s.
 func runServerToExit(
-    arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(15)
+    arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(60)
 ) async throws -> FinishedRun {
     let binary = try #require(ServerBinary.locate(), "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
-    let start = ContinuousClock.now
     let (process, output) = try ServerProcess.launch(
         binary, arguments: ["--host", "127.0.0.1", "--port", "0"] + arguments, environment: environment)
-    let exited = try await eventually(until: start + timeout, every: .milliseconds(10)) { !process.isRunning }
+    // eventually scales the timeout for sanitizers.
+    let exited = try await eventually(timeout: timeout, every: .milliseconds(10)) { !process.isRunning }
     if !exited {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         Issue.record("state-server was still running after \(timeout); stdout: \(output.stdoutText)")
     }
     // Wait for the drain threads to take the last bytes of both pipes.
-    _ = try await eventually(timeout: .seconds(2)) { output.allClosed }
+    _ = try await eventually { output.allClosed }
     return FinishedRun(
         status: process.terminationStatus, bySignal: process.terminationReason == .uncaughtSignal,
-        stdout: output.stdoutText, stderr: output.stderrText, elapsed: start.duration(to: .now))
+        stdout: output.stdoutText, stderr: output.stderrText)
 }
 
 /// Thread-safe counters and lists for concurrent clients.
