@@ -267,7 +267,7 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Sessions over the in-memory storage: failures, memory bounds, several nodes on one
+        // Sessions over the in-memory storage: failures, memory bounds, event numbering, several nodes on one
         // shared storage. Support/ links PersistenceTests' session helpers.
         .testTarget(
             name: "StateSessionsTests",
