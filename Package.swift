@@ -241,6 +241,12 @@ let package = Package(
             dependencies: ["MicroHTTP", "TestSupport"],
             swiftSettings: strictSettings
         ),
+        // The JSON parser, JSON Patch, OrderedJSON and TaggedJSON, and the fuzz findings.
+        .testTarget(
+            name: "StateJSONTests",
+            dependencies: ["StateJSON"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "StateStoreTests",
             dependencies: ["StateStore", "StateStoreTesting",
@@ -258,6 +264,15 @@ let package = Package(
             name: "PersistenceTests",
             dependencies: [
                 "StatePersistence", "StateSessions", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "TestSupport",
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Sessions over the in-memory storage: failures, memory bounds, event numbering, several nodes on one
+        // shared storage. Support/ links PersistenceTests' session helpers.
+        .testTarget(
+            name: "StateSessionsTests",
+            dependencies: [
+                "StateSessions", "StatePersistence", "StateStore", "ExampleFeatures", "StateServerHTTP", "StateClient", "TestSupport",
             ],
             swiftSettings: strictSettings
         ),

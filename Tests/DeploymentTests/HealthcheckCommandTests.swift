@@ -17,14 +17,10 @@ struct HealthcheckCommandTests {
         let binary = try #require(ServerBinary.locate(), "state-server binary not found (swift build)")
         let (process, output) = try ServerProcess.launch(binary, arguments: ["healthcheck"] + arguments, environment: environment)
         // Its own time limit is 3 s a step; this one only keeps a broken test from hanging.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while process.isRunning || !output.allClosed {
-            guard ContinuousClock.now < deadline else {
-                kill(process.processIdentifier, SIGKILL)
-                Issue.record("state-server healthcheck did not exit; stderr: \(output.stderrText)")
-                break
-            }
-            try await Task.sleep(for: .milliseconds(10))
+        let ended = try await eventually(timeout: .seconds(30), every: .milliseconds(10)) { !process.isRunning && output.allClosed }
+        if !ended {
+            kill(process.processIdentifier, SIGKILL)
+            Issue.record("state-server healthcheck did not exit; stderr: \(output.stderrText)")
         }
         process.waitUntilExit()
         return (process.terminationStatus, output.stdoutText, output.stderrText)

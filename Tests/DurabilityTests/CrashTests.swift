@@ -14,11 +14,13 @@ struct CrashTests {
     static let clients = 8
     static let sessions = 3
     /// Small snapshots so crashes land around snapshot writes too; a replay buffer large enough
-    /// that `Last-Event-ID` can replay a whole round.
+    /// that `Last-Event-ID` can replay a whole round; no dispatch rate limit (8 clients on 3
+    /// sessions pass 100 dispatches a session a second on a fast machine: 429, not this claim).
     static let environment = [
         "STATE_SERVER_PERSISTENCE_SNAPSHOT_EVERY": "10",
         "STATE_SERVER_REPLAY_BUFFER": "100000",
         "STATE_SERVER_LOG_LEVEL": "warning",
+        "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0",
     ]
 
     /// What the clients of one round saw.
@@ -181,14 +183,14 @@ struct CrashTests {
             await server.stopCleanly()
             #expect(try SQLiteStorage.integrityCheck(path: database) == "ok")
             // The journal itself holds every version once, in order.
-            let storage = try SQLiteStorage(path: database)
-            for (index, session) in sessions.enumerated() {
-                let versions = try await storage.journal(session: session.id, feature: "counter", afterVersion: 0).map(\.version)
-                #expect(versions == Array(1...max(1, baseline[index])), "session \(index): \(versions.count) entries for \(baseline[index]) versions")
-                let seqs = try await storage.journal(session: session.id, afterSeq: 0, limit: 1_000_000).map(\.seq)
-                #expect(seqs == Array(1...max(1, baseline[index])))
+            try await withSQLiteStorage(at: database) { storage in
+                for (index, session) in sessions.enumerated() {
+                    let versions = try await storage.journal(session: session.id, feature: "counter", afterVersion: 0).map(\.version)
+                    #expect(versions == Array(1...max(1, baseline[index])), "session \(index): \(versions.count) entries for \(baseline[index]) versions")
+                    let seqs = try await storage.journal(session: session.id, afterSeq: 0, limit: 1_000_000).map(\.seq)
+                    #expect(seqs == Array(1...max(1, baseline[index])))
+                }
             }
-            await storage.close()
         }
     }
 }

@@ -55,16 +55,16 @@ struct DeleteRaceTests {
                 await server.stopCleanly()
             }
             // Nothing of the deleted sessions is stored: no session, no journal row.
-            let storage = try SQLiteStorage(path: database)
-            for id in deleted {
-                #expect(try await storage.session(id: id) == nil)
-                #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10_000).isEmpty, "orphan journal rows of \(id)")
-                #expect(try await storage.lastSeq(session: id) == 0)
-                for feature in ["counter", "todos"] {
-                    #expect(try await storage.latestSnapshot(session: id, feature: feature) == nil)
+            try await withSQLiteStorage(at: database) { storage async throws in
+                for id in deleted {
+                    #expect(try await storage.session(id: id) == nil)
+                    #expect(try await storage.journal(session: id, afterSeq: 0, limit: 10_000).isEmpty, "orphan journal rows of \(id)")
+                    #expect(try await storage.lastSeq(session: id) == 0)
+                    for feature in ["counter", "todos"] {
+                        #expect(try await storage.latestSnapshot(session: id, feature: feature) == nil)
+                    }
                 }
             }
-            await storage.close()
         }
     }
 }

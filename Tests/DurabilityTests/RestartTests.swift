@@ -143,10 +143,10 @@ struct RestartTests {
                 expectError(response, 404, "session_not_found")
                 await second.stopCleanly()
             }
-            let storage = try SQLiteStorage(path: database)
-            #expect(try await storage.session(id: session.id) == nil)
-            #expect(try await storage.lastSeq(session: session.id) == 0)
-            await storage.close()
+            try await withSQLiteStorage(at: database) { storage async throws in
+                #expect(try await storage.session(id: session.id) == nil)
+                #expect(try await storage.lastSeq(session: session.id) == 0)
+            }
         }
     }
 }

@@ -13,29 +13,29 @@ struct StartupTests {
     /// Stores `count` sessions with one counter change each, through `SQLiteStorage` (the schema
     /// the server writes). Tokens are `token-<n>`.
     static func seed(_ database: String, count: Int) async throws -> [(id: String, token: String)] {
-        let storage = try SQLiteStorage(path: database)
-        var sessions: [(id: String, token: String)] = []
-        var batch: [StorageWrite] = []
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        for index in 0..<count {
-            let id = "seeded-\(index)-\(UUID().uuidString.prefix(8))"
-            let token = "token-\(index)"
-            sessions.append((id, token))
-            batch.append(.createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now)))
-            batch.append(.append(
-                JournalEntry(
-                    session: id, seq: 1, feature: "counter", version: 1, cause: "dispatch",
-                    action: Array(#"{"type":"increment"}"#.utf8), effect: nil, delta: .state(Array(#"{"count":1}"#.utf8)), time: now),
-                idempotencyKey: "seed-\(index)"))
-            if batch.count >= 1_000 {
-                try await storage.commit(batch)
-                batch = []
+        try await withSQLiteStorage(at: database) { storage in
+            var sessions: [(id: String, token: String)] = []
+            var batch: [StorageWrite] = []
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            for index in 0..<count {
+                let id = "seeded-\(index)-\(UUID().uuidString.prefix(8))"
+                let token = "token-\(index)"
+                sessions.append((id, token))
+                batch.append(.createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now)))
+                batch.append(.append(
+                    JournalEntry(
+                        session: id, seq: 1, feature: "counter", version: 1, cause: "dispatch",
+                        action: Array(#"{"type":"increment"}"#.utf8), effect: nil, delta: .state(Array(#"{"count":1}"#.utf8)), time: now),
+                    idempotencyKey: "seed-\(index)"))
+                if batch.count >= 1_000 {
+                    try await storage.commit(batch)
+                    batch = []
+                }
             }
+            try await storage.commit(batch)
+            #expect(try await storage.sessionCount() == count)
+            return sessions
         }
-        try await storage.commit(batch)
-        #expect(try await storage.sessionCount() == count)
-        await storage.close()
-        return sessions
     }
 
     @Test("with 3,000 sessions on disk the server is ready quickly and loads sessions on first use")

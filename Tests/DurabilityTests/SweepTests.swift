@@ -96,14 +96,14 @@ struct SweepTests {
                 await server.stopCleanly()
                 return session
             }
-            let storage = try SQLiteStorage(path: database)
-            #expect(try await storage.session(id: session.id) == nil)
-            #expect(try await storage.lastSeq(session: session.id) == 0)
-            #expect(try await storage.journal(session: session.id, afterSeq: 0, limit: 100).isEmpty)
-            #expect(try await storage.rememberedKey(session: session.id, key: "once") == nil)
-            #expect(try await storage.latestSnapshot(session: session.id, feature: "counter") == nil)
-            #expect(try await storage.sessionCount() == 0)
-            await storage.close()
+            try await withSQLiteStorage(at: database) { storage async throws in
+                #expect(try await storage.session(id: session.id) == nil)
+                #expect(try await storage.lastSeq(session: session.id) == 0)
+                #expect(try await storage.journal(session: session.id, afterSeq: 0, limit: 100).isEmpty)
+                #expect(try await storage.rememberedKey(session: session.id, key: "once") == nil)
+                #expect(try await storage.latestSnapshot(session: session.id, feature: "counter") == nil)
+                #expect(try await storage.sessionCount() == 0)
+            }
         }
     }
 

@@ -41,18 +41,8 @@ struct ShutdownTests {
         let port = try server.start()
         let connection = try await HTTPConnection.open(port: port)
         try await connection.send(Array("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
-        try await waitUntil(ContinuousClock.now + .seconds(10), "the request was never suspended") { server.suspendedRequestCount > 0 }
+        try await waitUntil("the request to be suspended", timeout: .seconds(10), every: .milliseconds(5)) { server.suspendedRequestCount > 0 }
         return (server, responder, releaseNow, port, connection)
-    }
-
-    /// Polls `condition` until it holds; fails the test at `deadline`.
-    static func waitUntil(
-        _ deadline: ContinuousClock.Instant, _ failure: Comment, _ condition: () -> Bool
-    ) async throws {
-        while !condition() {
-            try #require(ContinuousClock.now < deadline, failure)
-            try await Task.sleep(for: .milliseconds(5))
-        }
     }
 
     @Test("stop with a slow pending answer: the client gets 503 and the late answer resumes nothing")
@@ -70,7 +60,7 @@ struct ShutdownTests {
         // The late answer arrives after the daemon is gone: it must not touch the connection.
         releaseNow.yield()
         releaseNow.finish()
-        try await Self.waitUntil(deadline, "the slow answer never finished") { responder.finished.withLock { $0 } }
+        try await waitUntil("the slow answer to finish", until: deadline, every: .milliseconds(5)) { responder.finished.withLock { $0 } }
         #expect(server.suspendedRequestCount == 0)
     }
 
@@ -85,7 +75,7 @@ struct ShutdownTests {
         let deadline = ContinuousClock.now + .seconds(10)
 
         let stopped = Task { await server.stop(grace: .seconds(10)) }
-        try await Self.waitUntil(deadline, "the stop never began") { !server.accepting.load(ordering: .sequentiallyConsistent) }
+        try await waitUntil("the stop to begin", until: deadline, every: .milliseconds(5)) { !server.accepting.load(ordering: .sequentiallyConsistent) }
         // (Nothing sent on it: bytes the server never read would turn its close into a reset.)
         let late = try await HTTPConnection.open(port: port)
         defer { late.close() }

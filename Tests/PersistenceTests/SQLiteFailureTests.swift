@@ -49,91 +49,86 @@ struct SQLiteFailureTests {
 
     @Test("a group where one batch hits SQLITE_FULL: every batch answered failed is absent, every batch answered OK is present")
     func fullInsideAGroup() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let path = directory.path("state.sqlite")
-        let storage = try SQLiteStorage(path: path, maxBytes: 256 * 1024)
-        try await storage.commit([.createSession(Rows.session("a")), .createSession(Rows.session("b")), .createSession(Rows.session("big"))])
+        try await withSQLiteStorage(maxBytes: 256 * 1024) { storage, database in
+            try await storage.commit([.createSession(Rows.session("a")), .createSession(Rows.session("b")), .createSession(Rows.session("big"))])
 
-        // The huge batch first, in the middle, last; and twice.
-        var seqA = 0, seqB = 0, seqBig = 0
-        func a() -> [StorageWrite] { seqA += 1; return Self.small("a", seqA) }
-        func b() -> [StorageWrite] { seqB += 1; return Self.small("b", seqB) }
-        // Never stored (too big): always the next seq after what is stored.
-        func big() -> [StorageWrite] { Self.huge("big", seqBig + 1) }
-        let shapes: [[[StorageWrite]]] = [
-            [a(), big(), b()],
-            [big(), a(), b()],
-            [a(), b(), big()],
-            [a(), big(), b(), big(), a()],
-        ]
-        for (index, group) in shapes.enumerated() {
-            let results = await storage.commit(group: group)
-            #expect(results.count == group.count)
-            for (batch, result) in zip(group, results) {
-                let present = try await Self.stored(storage, batch)
-                switch result {
-                case .success:
-                    #expect(present == true, "group \(index): a batch answered OK is not (wholly) stored")
-                case .failure(let error):
-                    #expect(present == false, "group \(index): a batch answered failed (\(error)) is (partly) stored")
-                    #expect(error.kind == .unavailable, "\(error)")
+            // The huge batch first, in the middle, last; and twice.
+            var seqA = 0, seqB = 0, seqBig = 0
+            func a() -> [StorageWrite] { seqA += 1; return Self.small("a", seqA) }
+            func b() -> [StorageWrite] { seqB += 1; return Self.small("b", seqB) }
+            // Never stored (too big): always the next seq after what is stored.
+            func big() -> [StorageWrite] { Self.huge("big", seqBig + 1) }
+            let shapes: [[[StorageWrite]]] = [
+                [a(), big(), b()],
+                [big(), a(), b()],
+                [a(), b(), big()],
+                [a(), big(), b(), big(), a()],
+            ]
+            for (index, group) in shapes.enumerated() {
+                let results = await storage.commit(group: group)
+                #expect(results.count == group.count)
+                for (batch, result) in zip(group, results) {
+                    let present = try await Self.stored(storage, batch)
+                    switch result {
+                    case .success:
+                        #expect(present == true, "group \(index): a batch answered OK is not (wholly) stored")
+                    case .failure(let error):
+                        #expect(present == false, "group \(index): a batch answered failed (\(error)) is (partly) stored")
+                        #expect(error.kind == .unavailable, "\(error)")
+                    }
                 }
+                // The small batches fit: none of them fails for the huge one's sake.
+                for (batch, result) in zip(group, results) where batch.count == 1 {
+                    if case .failure(let error) = result { Issue.record("group \(index): a small batch failed: \(error)") }
+                }
+                // Seqs go on from what is stored: a failed batch leaves no key behind to collide with.
+                seqBig = try await storage.lastSeq(session: "big")
             }
-            // The small batches fit: none of them fails for the huge one's sake.
-            for (batch, result) in zip(group, results) where batch.count == 1 {
-                if case .failure(let error) = result { Issue.record("group \(index): a small batch failed: \(error)") }
-            }
-            // Seqs go on from what is stored: a failed batch leaves no key behind to collide with.
-            seqBig = try await storage.lastSeq(session: "big")
+            // And after the full ones, the storage takes ordinary commits again.
+            try await storage.commit(a())
+            #expect(try await storage.lastSeq(session: "a") == seqA)
+            await database.close()
+            #expect(try SQLiteStorage.integrityCheck(path: database.path) == "ok")
         }
-        // And after the full ones, the storage takes ordinary commits again.
-        try await storage.commit(a())
-        #expect(try await storage.lastSeq(session: "a") == seqA)
-        await storage.close()
-        #expect(try SQLiteStorage.integrityCheck(path: path) == "ok")
     }
 
     @Test("many concurrent commits while the database is full: each answer matches what is stored")
     func concurrentWhileFull() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let path = directory.path("state.sqlite")
-        let storage = try SQLiteStorage(path: path, maxBytes: 256 * 1024)
-        let sessions = (0..<8).map { "s\($0)" }
-        try await storage.commit(sessions.map { .createSession(Rows.session($0)) } + [.createSession(Rows.session("big"))])
-        let outcomes = await withTaskGroup(of: ([StorageWrite], Result<Void, StorageError>).self) { group in
-            for session in sessions {
-                group.addTask {
-                    var results: [([StorageWrite], Result<Void, StorageError>)] = []
-                    for seq in 1...30 {
-                        let batch = Self.small(session, seq)
-                        let error = await storageError { () async throws(StorageError) in try await storage.commit(batch) }
-                        results.append((batch, error.map { .failure($0) } ?? .success(())))
-                        if error != nil { break }  // the next seq would be a gap
+        try await withSQLiteStorage(maxBytes: 256 * 1024) { storage, _ in
+            let sessions = (0..<8).map { "s\($0)" }
+            try await storage.commit(sessions.map { .createSession(Rows.session($0)) } + [.createSession(Rows.session("big"))])
+            let outcomes = await withTaskGroup(of: ([StorageWrite], Result<Void, StorageError>).self) { group in
+                for session in sessions {
+                    group.addTask {
+                        var results: [([StorageWrite], Result<Void, StorageError>)] = []
+                        for seq in 1...30 {
+                            let batch = Self.small(session, seq)
+                            let error = await storageError { () async throws(StorageError) in try await storage.commit(batch) }
+                            results.append((batch, error.map { .failure($0) } ?? .success(())))
+                            if error != nil { break }  // the next seq would be a gap
+                        }
+                        return results.last ?? (Self.small(session, 1), .success(()))
                     }
-                    return results.last ?? (Self.small(session, 1), .success(()))
+                }
+                for seq in 1...6 {
+                    group.addTask {
+                        let batch = Self.huge("big", seq)
+                        let error = await storageError { () async throws(StorageError) in try await storage.commit(batch) }
+                        return (batch, error.map { .failure($0) } ?? .success(()))
+                    }
+                }
+                var all: [([StorageWrite], Result<Void, StorageError>)] = []
+                for await outcome in group { all.append(outcome) }
+                return all
+            }
+            for (batch, result) in outcomes {
+                let present = try await Self.stored(storage, batch)
+                switch result {
+                case .success: #expect(present == true, "answered OK, not stored: \(batch.count) writes")
+                case .failure(let error): #expect(present == false, "answered failed (\(error)), stored")
                 }
             }
-            for seq in 1...6 {
-                group.addTask {
-                    let batch = Self.huge("big", seq)
-                    let error = await storageError { () async throws(StorageError) in try await storage.commit(batch) }
-                    return (batch, error.map { .failure($0) } ?? .success(()))
-                }
-            }
-            var all: [([StorageWrite], Result<Void, StorageError>)] = []
-            for await outcome in group { all.append(outcome) }
-            return all
         }
-        for (batch, result) in outcomes {
-            let present = try await Self.stored(storage, batch)
-            switch result {
-            case .success: #expect(present == true, "answered OK, not stored: \(batch.count) writes")
-            case .failure(let error): #expect(present == false, "answered failed (\(error)), stored")
-            }
-        }
-        await storage.close()
     }
 
     /// The tables a4e1b46 wrote (schema versions 0 and 1): a whole state in every journal
@@ -175,33 +170,33 @@ struct SQLiteFailureTests {
                 PRAGMA user_version = 0;
                 """)
         }
-        let storage = try SQLiteStorage(path: path)
-        // Orphans purged.
-        #expect(try await storage.journal(session: "orphan", afterSeq: 0, limit: 10).isEmpty)
-        #expect(try await storage.latestSnapshot(session: "orphan", feature: "counter") == nil)
-        #expect(try await storage.rememberedKey(session: "orphan", key: "k") == nil)
-        // Every change kept, with its action and effect; later ones as patches.
-        let entries = try await storage.journal(session: "kept", feature: "todos", afterVersion: 0)
-        #expect(entries.map(\.version) == [1, 2, 3, 4])
-        #expect(entries.map(\.delta.isPatch) == [false, true, true, true])
-        #expect(entries.last?.effect == Array(#"{"type":"added"}"#.utf8))
-        #expect(entries.first?.action == Array(#"{"title":"t0","type":"add"}"#.utf8) || entries.first?.action == Array(#"{"type":"add","title":"t0"}"#.utf8))
-        for version in 0...4 {
-            let state = try await storage.state(session: "kept", feature: "todos", at: version, initial: Array(states[0].utf8))
-            #expect(state.map { String(decoding: $0, as: UTF8.self) } == states[version], "version \(version)")
+        try await withSQLiteStorage(at: path) { storage in
+            // Orphans purged.
+            #expect(try await storage.journal(session: "orphan", afterSeq: 0, limit: 10).isEmpty)
+            #expect(try await storage.latestSnapshot(session: "orphan", feature: "counter") == nil)
+            #expect(try await storage.rememberedKey(session: "orphan", key: "k") == nil)
+            // Every change kept, with its action and effect; later ones as patches.
+            let entries = try await storage.journal(session: "kept", feature: "todos", afterVersion: 0)
+            #expect(entries.map(\.version) == [1, 2, 3, 4])
+            #expect(entries.map(\.delta.isPatch) == [false, true, true, true])
+            #expect(entries.last?.effect == Array(#"{"type":"added"}"#.utf8))
+            #expect(entries.first?.action == Array(#"{"title":"t0","type":"add"}"#.utf8) || entries.first?.action == Array(#"{"type":"add","title":"t0"}"#.utf8))
+            for version in 0...4 {
+                let state = try await storage.state(session: "kept", feature: "todos", at: version, initial: Array(states[0].utf8))
+                #expect(state.map { String(decoding: $0, as: UTF8.self) } == states[version], "version \(version)")
+            }
+            #expect(try await storage.latestSnapshot(session: "kept", feature: "todos")?.version == 2)
+            #expect(try await storage.rememberedKey(session: "kept", key: "key-3") == RememberedKey(feature: "todos", version: 3, time: 50))
+            #expect(try await storage.lastSeq(session: "kept") == 4)
+            #expect(try await storage.journal(session: "other", afterSeq: 0, limit: 10).first?.delta == .state(Array(#"{"count":0}"#.utf8)))
+            // The heads were carried over: the next change follows them, a stale one is refused.
+            let stale = await storageError { () async throws(StorageError) in
+                try await storage.commit([.append(Rows.entry("kept", seq: 4, feature: "todos", version: 4), idempotencyKey: nil)])
+            }
+            #expect(stale?.kind == .conflict, "\(String(describing: stale))")
+            try await storage.commit([.append(Rows.entry("kept", seq: 5, feature: "todos", version: 5, state: states[4]), idempotencyKey: nil)])
+            try await storage.commit([.append(Rows.entry("other", seq: 2, version: 2), idempotencyKey: nil)])
         }
-        #expect(try await storage.latestSnapshot(session: "kept", feature: "todos")?.version == 2)
-        #expect(try await storage.rememberedKey(session: "kept", key: "key-3") == RememberedKey(feature: "todos", version: 3, time: 50))
-        #expect(try await storage.lastSeq(session: "kept") == 4)
-        #expect(try await storage.journal(session: "other", afterSeq: 0, limit: 10).first?.delta == .state(Array(#"{"count":0}"#.utf8)))
-        // The heads were carried over: the next change follows them, a stale one is refused.
-        let stale = await storageError { () async throws(StorageError) in
-            try await storage.commit([.append(Rows.entry("kept", seq: 4, feature: "todos", version: 4), idempotencyKey: nil)])
-        }
-        #expect(stale?.kind == .conflict, "\(String(describing: stale))")
-        try await storage.commit([.append(Rows.entry("kept", seq: 5, feature: "todos", version: 5, state: states[4]), idempotencyKey: nil)])
-        try await storage.commit([.append(Rows.entry("other", seq: 2, version: 2), idempotencyKey: nil)])
-        await storage.close()
         let db = try SQLiteConnection(path: path, readOnly: true)
         #expect(try db.query("PRAGMA user_version", []) { $0.int(0) } == [Int64(SQLiteStorage.schemaVersion)])
         #expect(try db.query("SELECT count(*) FROM sqlite_master WHERE name IN ('journal', 'snapshots', 'idempotency')", []) { $0.int(0) } == [0])
@@ -209,36 +204,32 @@ struct SQLiteFailureTests {
 
     @Test("a database from a newer schema version is unusable, and left as it was")
     func newerSchemaRefused() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let path = directory.path("state.sqlite")
-        let storage = try SQLiteStorage(path: path)
-        await storage.close()
-        do {
-            let db = try SQLiteConnection(path: path, readOnly: false)
-            try db.exec("PRAGMA user_version = 99;")
+        try await withSQLiteStorage { _, database in
+            await database.close()
+            let path = database.path
+            do {
+                let db = try SQLiteConnection(path: path, readOnly: false)
+                try db.exec("PRAGMA user_version = 99;")
+            }
+            let error = storageErrorSync { () throws(StorageError) in _ = try SQLiteStorage(path: path) }
+            #expect(error?.kind == .unusable, "\(String(describing: error))")
+            #expect(error?.message.contains("99") == true && error?.message.contains(path) == true, "\(String(describing: error))")
+            let db = try SQLiteConnection(path: path, readOnly: true)
+            #expect(try db.query("PRAGMA user_version", []) { $0.int(0) } == [99])
         }
-        let error = storageErrorSync { () throws(StorageError) in _ = try SQLiteStorage(path: path) }
-        #expect(error?.kind == .unusable, "\(String(describing: error))")
-        #expect(error?.message.contains("99") == true && error?.message.contains(path) == true, "\(String(describing: error))")
-        let db = try SQLiteConnection(path: path, readOnly: true)
-        #expect(try db.query("PRAGMA user_version", []) { $0.int(0) } == [99])
     }
 
     @Test("a second open of an open database is unusable and names the holder; after close it opens")
     func oneOwner() async throws {
-        let directory = try TemporaryDirectory()
-        defer { directory.remove() }
-        let path = directory.path("state.sqlite")
-        let first = try SQLiteStorage(path: path)
-        try await first.commit([.createSession(Rows.session("s"))])
-        let error = storageErrorSync { () throws(StorageError) in _ = try SQLiteStorage(path: path) }
-        #expect(error?.kind == .unusable, "\(String(describing: error))")
-        #expect(error?.message.contains("\(path) is in use by") == true, "\(String(describing: error))")
-        #expect(error?.message.contains("(pid \(getpid()))") == true, "\(String(describing: error))")
-        await first.close()
-        let second = try SQLiteStorage(path: path)
-        #expect(try await second.session(id: "s") != nil)
-        await second.close()
+        try await withSQLiteStorage { first, database in
+            let path = database.path
+            try await first.commit([.createSession(Rows.session("s"))])
+            let error = storageErrorSync { () throws(StorageError) in _ = try SQLiteStorage(path: path) }
+            #expect(error?.kind == .unusable, "\(String(describing: error))")
+            #expect(error?.message.contains("\(path) is in use by") == true, "\(String(describing: error))")
+            #expect(error?.message.contains("(pid \(getpid()))") == true, "\(String(describing: error))")
+            let second = try await database.reopen()
+            #expect(try await second.session(id: "s") != nil)
+        }
     }
 }

@@ -87,23 +87,31 @@ struct SweepTests {
     func activeSessionSurvivesTTL(_ backend: Backend) async throws {
         try await withStorage(backend) { fixture in
             let manager = try exampleManager(fixture.storage, settings: testSettings(ttl: .seconds(1)))
-            let (session, token) = try await manager.create()
-            // Used every 100 ms for 2.5 s while the sweeper runs: never inactive near the 1 s TTL.
-            // Each sweep is told it runs 900 ms after the use began, however long the use took
-            // (a loaded machine once took more than the TTL for one SQLite dispatch).
-            let end = ContinuousClock.now + .milliseconds(2_500)
-            var version = 0
-            while ContinuousClock.now < end {
+            // Stored with its last activity 30 s ago, far past the 1 s TTL; the changes below do
+            // not move it (SQLite writes stored activity at most once a minute; memory keeps the
+            // newest, so there it is fresh again). Each sweep is told it runs 900 ms after a use
+            // began, however long the use took: no time passes on the real clock for the TTL.
+            let id = "in-use"
+            try await fixture.storage.commit([.createSession(Rows.session(id, token: "token", createdAt: WallClock.now - 30_000))])
+            var lastUse: Int64 = 0
+            for expected in 1...5 {
                 let used = WallClock.now
-                guard let current = try await manager.load(id: session.id, token: token) else {
-                    Issue.record("a session used every 100 ms was purged after \(version) changes")
-                    return
-                }
-                version = try await current.dispatch("counter", #"{"type":"increment"}"#).version
-                await manager.sweep(now: used + 900)
-                try await Task.sleep(for: .milliseconds(100))
+                let current = try #require(try await manager.load(id: id, token: "token"), "purged after \(expected - 1) changes")
+                #expect(try await current.dispatch("counter", #"{"type":"increment"}"#).version == expected)
+                lastUse = WallClock.now
+                let swept = await manager.sweep(now: used + 900)
+                #expect(swept.purged == 0, "a session used 900 ms before the sweep was purged after \(expected) changes")
             }
-            #expect(try await fixture.storage.session(id: session.id) != nil)
+            #expect(try await fixture.storage.session(id: id) != nil)
+            if backend == .sqlite {
+                let stale = try await fixture.storage.sessions(inactiveBefore: lastUse - 1_000, limit: 10)
+                #expect(stale == [id], "its stored activity is past the TTL all along")
+            }
+
+            // Unused for longer than the TTL after its last use: the same sweep purges it.
+            let late = await manager.sweep(now: lastUse + 1_001)
+            #expect(late.purged == 1)
+            #expect(try await fixture.storage.session(id: id) == nil)
         }
     }
 

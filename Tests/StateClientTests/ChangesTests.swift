@@ -178,27 +178,21 @@ func waitForStreams(atLeast count: Int, at baseURL: URL, timeout: Duration = .se
 private func waitForStreams(
     where condition: (Double) -> Bool, _ what: String, at baseURL: URL, timeout: Duration
 ) async throws {
-    let deadline = ContinuousClock.now + timeout
     var last: Double?
-    while ContinuousClock.now < deadline {
+    try await waitUntil("\(what) open event streams", timeout: timeout, detail: { "the server has \(last.map { "\($0)" } ?? "none")" }) {
         last = try await metric("stateserver_event_streams_open", at: baseURL)
-        if let last, condition(last) { return }
-        try await Task.sleep(for: .milliseconds(50))
+        return last.map(condition) ?? false
     }
-    throw Timeout(description: "the server has \(last.map { "\($0)" } ?? "no") open streams, not \(what), after \(timeout)")
 }
 
 /// Waits until the server has answered at least `count` event-stream requests with 200.
 func waitForEventStreamRequests(atLeast count: Int, at baseURL: URL, timeout: Duration = .seconds(15)) async throws {
     let name = #"stateserver_http_requests_total{route="/v1/sessions/{id}/events",status="200"}"#
-    let deadline = ContinuousClock.now + timeout
     var last: Double?
-    while ContinuousClock.now < deadline {
+    try await waitUntil("at least \(count) event-stream requests answered", timeout: timeout, detail: { "the server answered \(last.map { "\($0)" } ?? "none")" }) {
         last = try await metric(name, at: baseURL)
-        if let last, last >= Double(count) { return }
-        try await Task.sleep(for: .milliseconds(50))
+        return (last ?? 0) >= Double(count)
     }
-    throw Timeout(description: "the server answered \(last.map { "\($0)" } ?? "no") event-stream requests, not at least \(count), after \(timeout)")
 }
 
 /// `body`'s result, or a `Timeout` after `timeout` (the body is cancelled then).

@@ -151,14 +151,15 @@ struct ReconnectTests {
     /// Starts the server again on `port`, retrying while the port is not free yet.
     static func restart(port: Int, arguments: [String], environment: [String: String] = [:]) async throws -> ServerProcess {
         var lastError: (any Error)?
-        for _ in 0..<40 {
+        let restarted = try await poll(timeout: .seconds(10), every: .milliseconds(250)) { () async -> ServerProcess? in
             do {
                 return try await ServerProcess.start(port: port, arguments: arguments, environment: environment)
             } catch {
                 lastError = error
-                try await Task.sleep(for: .milliseconds(250))
+                return nil
             }
         }
-        throw lastError ?? ServerStartError(description: "could not restart on port \(port)")
+        guard let restarted else { throw lastError ?? ServerStartError(description: "could not restart on port \(port)") }
+        return restarted
     }
 }

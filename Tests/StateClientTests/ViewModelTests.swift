@@ -59,16 +59,16 @@ struct ViewModelTests {
             let model = LoginModel(store: client.store(LoginFeature(), credentials: try await client.createSession()))
             let running = Task { await model.run() }
             defer { running.cancel() }
-            try await waitUntil("the snapshot", { model.version != nil })
+            try await waitUntil("the snapshot", timeout: .seconds(60), every: .milliseconds(10)) { model.version != nil }
 
             await model.logIn(username: "ada", password: "short")
-            try await waitUntil("the toast", { model.toast != nil })
+            try await waitUntil("the toast", timeout: .seconds(60), every: .milliseconds(10)) { model.toast != nil }
             #expect(model.toast == "The password must have at least 8 characters.")
             #expect(model.state.error == model.toast && !model.state.isLoading)
 
             model.toast = nil
             await model.logIn(username: "ada", password: "long enough")
-            try await waitUntil("the login", { model.state.isLoggedIn })
+            try await waitUntil("the login", timeout: .seconds(60), every: .milliseconds(10)) { model.state.isLoggedIn }
             #expect(model.toast == nil && model.problem == nil)
 
             running.cancel()
@@ -78,15 +78,5 @@ struct ViewModelTests {
             throw error
         }
         await server.stop()
-    }
-}
-
-/// Waits on the main actor until `condition` holds, for at most `timeout`.
-@MainActor
-func waitUntil(_ what: String, timeout: Duration = .seconds(60), _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout.scaledForSanitizers
-    while !condition() {
-        if ContinuousClock.now >= deadline { throw Timeout(description: "no \(what) within \(timeout)") }
-        try await Task.sleep(for: .milliseconds(10))
     }
 }

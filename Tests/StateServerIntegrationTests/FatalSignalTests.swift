@@ -52,10 +52,7 @@ struct FatalSignalTests {
     /// The server's stderr once its pipes reached their end (they are drained on other threads,
     /// after the exit), or as it is after 10 s.
     static func stderr(of server: ServerProcess) async -> String {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !server.output.allClosed, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        _ = try? await eventually(timeout: .seconds(10), every: .milliseconds(20)) { server.output.allClosed }
         return server.output.stderrText
     }
 }

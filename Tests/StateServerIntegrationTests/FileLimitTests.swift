@@ -36,13 +36,13 @@ struct FileLimitTests {
         defer {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while !output.stderrText.contains("listening on http://127.0.0.1:") {
-            guard process.isRunning, ContinuousClock.now < deadline else {
-                Issue.record("no 'listening on' log line; stderr: \(output.stderrText)")
-                return (output.stderrText, -1, -1)
-            }
-            try await Task.sleep(for: .milliseconds(10))
+        let listening = try await poll(timeout: .seconds(30), every: .milliseconds(10)) { () -> Bool? in
+            if output.stderrText.contains("listening on http://127.0.0.1:") { return true }
+            return process.isRunning ? nil : false
+        }
+        guard listening == true else {
+            Issue.record("no 'listening on' log line; stderr: \(output.stderrText)")
+            return (output.stderrText, -1, -1)
         }
         // prlimit and setpriv exec the server: the pid is the server's.
         let limits = try String(contentsOfFile: "/proc/\(process.processIdentifier)/limits", encoding: .utf8)

@@ -163,8 +163,7 @@ struct PortInUseTests {
             let binary = try #require(ServerBinary.locate())
             let (process, output) = try ServerProcess.launch(
                 binary, arguments: ["--host", "127.0.0.1", "--port", String(first.port), "--storage", "memory"], environment: [:])
-            let deadline = ContinuousClock.now + .seconds(20)
-            while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            _ = try await eventually(timeout: .seconds(20), every: .milliseconds(10)) { !process.isRunning }
             if process.isRunning { process.terminate() }
             #expect(!process.isRunning, "the second server keeps running")
             process.waitUntilExit()

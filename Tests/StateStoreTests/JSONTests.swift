@@ -99,22 +99,6 @@ struct JSONTests {
         #expect(error == StoreError(.invalidAction, message, currentVersion: 0))
     }
 
-    /// Issue 10 item 2: a parse failure says where: byte offset, line and column.
-    @Test func aParseFailureGivesItsOffsetLineAndColumn() {
-        guard case .failure(let failure) = JSONCoding.parseOrFailure(Array("{\n  \"a\": 1,\n  \"b\" 2\n}".utf8)) else {
-            Issue.record("parsed")
-            return
-        }
-        #expect(failure.offset == 18)
-        #expect(failure.line == 3)
-        #expect(failure.column == 7)
-        #expect(failure.reason == "expected ':'")
-        #expect(failure.description == "expected ':' at byte 18 (line 3, column 7)")
-        guard case .failure(let first) = JSONCoding.parseOrFailure(Array("x".utf8)) else { return }
-        #expect(first.description == "unexpected character at byte 0 (line 1, column 1)")
-        if case .success(let value) = JSONCoding.parseOrFailure(Array("[1]".utf8)) { #expect(value == .array([.int(1)])) }
-    }
-
     @Test func aRejectionThroughJSONKeepsTheReducersMessage() {
         let error = rejection(#"{"type":"refuse","reason":"closed on Sundays"}"#)
         #expect(error == StoreError(.actionRejected, "closed on Sundays", currentVersion: 0))
@@ -210,38 +194,5 @@ struct JSONTests {
         #expect(store.version == 0)
         #expect(store.state == Ledger().initialState)
         #expect(observed.values.isEmpty)
-    }
-}
-
-@Suite("TaggedJSON")
-struct TaggedJSONTests {
-    @Test func untagMovesTheTypeOutside() throws {
-        let result = try #require(TaggedJSON.untag(json(#"{"type":"increment","by":2}"#)))
-        #expect(result.type == "increment")
-        #expect(result.untagged == json(#"{"increment":{"by":2}}"#))
-
-        let bare = try #require(TaggedJSON.untag(json(#"{"type":"clear"}"#)))
-        #expect(bare.untagged == json(#"{"clear":{}}"#))
-    }
-
-    @Test(arguments: [#"{"by":2}"#, #"{"type":2}"#, #"{"type":null}"#, #"["type"]"#, #""increment""#, "null"])
-    func untagNeedsAnObjectWithAStringType(value: String) {
-        #expect(TaggedJSON.untag(json(value)) == nil)
-    }
-
-    @Test func tagMovesTheTypeInside() {
-        #expect(TaggedJSON.tag(json(#"{"increment":{"by":2}}"#)) == json(#"{"type":"increment","by":2}"#))
-        #expect(TaggedJSON.tag(json(#"{"clear":{}}"#)) == json(#"{"type":"clear"}"#))
-    }
-
-    @Test(arguments: [#"{"a":{},"b":{}}"#, #"{"a":1}"#, #"{}"#, #"[1]"#, #"3"#])
-    func tagLeavesOtherValuesUnchanged(value: String) {
-        #expect(TaggedJSON.tag(json(value)) == json(value))
-    }
-
-    @Test func tagAndUntagAreInverses() throws {
-        let tagged = json(#"{"type":"move","to":{"x":1,"y":[2,3]},"fast":true}"#)
-        let untagged = try #require(TaggedJSON.untag(tagged)).untagged
-        #expect(TaggedJSON.tag(untagged) == tagged)
     }
 }

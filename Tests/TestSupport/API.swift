@@ -228,21 +228,6 @@ extension Duration {
     package var scaledForSanitizers: Duration { self * sanitizedWaitScale }
 }
 
-/// Polls until `condition` holds or `timeout` passes. The default is long because it is only a
-/// safety net: at the start of `swift test` every test of the process shares Swift's
-/// cooperative pool (two threads on two cores), and a test can wait 15 s for its turns.
-package func eventually(
-    timeout: Duration = .seconds(30), every interval: Duration = .milliseconds(50),
-    _ condition: () async throws -> Bool
-) async throws -> Bool {
-    let deadline = ContinuousClock.now + timeout.scaledForSanitizers
-    while true {
-        if try await condition() { return true }
-        if ContinuousClock.now >= deadline { return false }
-        try await Task.sleep(for: interval)
-    }
-}
-
 /// The `Allow` header as a set of upper-cased methods.
 package func allowedMethods(_ response: HTTPResponse) -> Set<String> {
     Set((response.header("Allow") ?? "").split(separator: ",").map {

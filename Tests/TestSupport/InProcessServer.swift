@@ -194,16 +194,18 @@ struct InProcessEventStreamBody: EventStreamBody {
 
     func nextBytes(deadline: ContinuousClock.Instant) async throws -> [UInt8]? {
         var buffer = [CChar](repeating: 0, count: HTTPServer.streamBlockSize)
-        while true {
+        // Some bytes, or .some(nil) at the end of the stream; nil (keep polling) while it is empty.
+        let read = try await poll(until: deadline, every: .milliseconds(2)) { () -> [UInt8]?? in
             let count = buffer.withUnsafeMutableBufferPointer { raw -> Int in
                 guard let base = raw.baseAddress else { return -1 }
                 return stream.read(into: base, max: raw.count)
             }
-            if count < 0 { return nil }  // end of stream
+            if count < 0 { return .some(nil) }
             if count > 0 { return buffer.prefix(count).map { UInt8(bitPattern: $0) } }
-            guard ContinuousClock.now < deadline else { throw ClientError.timedOut("stream bytes") }
-            try await Task.sleep(for: .milliseconds(2))
+            return nil
         }
+        guard let read else { throw ClientError.timedOut("stream bytes") }
+        return read
     }
 
     func readAll(deadline: ContinuousClock.Instant) async throws -> [UInt8] {

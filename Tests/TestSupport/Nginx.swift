@@ -187,12 +187,12 @@ package final class NginxProcess: @unchecked Sendable {
             // Ready once nginx wrote its pid file (it does so after binding its sockets): while
             // it retries a bind, the port answers for whoever took it — another test's server.
             let pidFile = prefix.appendingPathComponent("nginx.pid").path
-            let deadline = ContinuousClock.now + Duration.seconds(15).scaledForSanitizers
-            while process.isRunning, ContinuousClock.now < deadline {
-                if output.stderrText.contains("Address already in use") { break }
-                if FileManager.default.fileExists(atPath: pidFile), (try? BlockingSocket(port: port)) != nil { return nginx }
-                try await Task.sleep(for: .milliseconds(20))
+            let ready = try await poll(timeout: .seconds(15), every: .milliseconds(20)) { () -> Bool? in
+                if !process.isRunning || output.stderrText.contains("Address already in use") { return false }
+                if FileManager.default.fileExists(atPath: pidFile), (try? BlockingSocket(port: port)) != nil { return true }
+                return nil
             }
+            if ready == true { return nginx }
             await nginx.stop()
             lastError = output.stderrText
             if !lastError.contains("Address already in use") { break }
@@ -203,10 +203,7 @@ package final class NginxProcess: @unchecked Sendable {
     /// SIGTERM (nginx's fast shutdown: the master stops its workers), then SIGKILL after 5 s.
     package func stop() async {
         if process.isRunning { kill(process.processIdentifier, SIGTERM) }
-        let deadline = ContinuousClock.now + .seconds(5)
-        while process.isRunning, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try? await eventually(timeout: .seconds(5), every: .milliseconds(10)) { !process.isRunning }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? FileManager.default.removeItem(at: prefix)
     }

@@ -189,8 +189,7 @@ package final class ServerProcess: @unchecked Sendable {
         let (process, output) = try launch(
             binary, arguments: ["--host", "127.0.0.1", "--port", String(port)] + arguments, environment: environment)
 
-        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
-        while true {
+        let started = try await poll(timeout: timeout, every: .milliseconds(10)) { () throws -> ServerProcess? in
             if let line = output.firstStdoutLine {
                 // https:// when the server serves TLS itself (`--tls-cert`, `--tls-key`).
                 let prefix = ["listening on http://127.0.0.1:", "listening on https://127.0.0.1:"].first { line.hasPrefix($0) } ?? ""
@@ -205,13 +204,14 @@ package final class ServerProcess: @unchecked Sendable {
                 throw ServerStartError(
                     description: "state-server ended before printing its port; stderr: \(output.stderrText)")
             }
-            if ContinuousClock.now >= deadline {
-                kill(process.processIdentifier, SIGKILL)
-                throw ServerStartError(
-                    description: "state-server printed no port within \(timeout); stderr: \(output.stderrText)")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
+        guard let started else {
+            kill(process.processIdentifier, SIGKILL)
+            throw ServerStartError(
+                description: "state-server printed no port within \(timeout); stderr: \(output.stderrText)")
+        }
+        return started
     }
 
     /// Runs `binary` with exactly `arguments`, in the test's environment minus any
@@ -281,11 +281,8 @@ package final class ServerProcess: @unchecked Sendable {
     }
 
     private func waitForExit(until deadline: ContinuousClock.Instant) async -> Bool {
-        while process.isRunning {
-            if ContinuousClock.now >= deadline { return false }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return true
+        _ = try? await eventually(until: deadline, every: .milliseconds(10)) { !process.isRunning }
+        return !process.isRunning
     }
 }
 

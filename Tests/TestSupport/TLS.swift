@@ -124,16 +124,17 @@ package final class StreamingProcess: @unchecked Sendable {
     /// Takes the bytes read so far, waiting (polling, up to `deadline`) until there are some;
     /// `nil` once stdout has ended and everything was taken.
     package func take(deadline: ContinuousClock.Instant) async throws -> [UInt8]? {
-        while true {
+        // Some bytes, or .some(nil) once stdout has ended; nil (keep polling) while there are none.
+        let taken = try await poll(until: deadline, every: .milliseconds(5)) { () -> [UInt8]?? in
             let (bytes, ended) = output.withLock { output -> ([UInt8], Bool) in
                 defer { output.bytes.removeAll() }
                 return (output.bytes, output.ended)
             }
             if !bytes.isEmpty { return bytes }
-            if ended { return nil }
-            guard ContinuousClock.now < deadline else { throw ClientError.timedOut("output of \(process.arguments?.first ?? "a process")") }
-            try await Task.sleep(for: .milliseconds(5))
+            return ended ? .some(nil) : nil
         }
+        guard let taken else { throw ClientError.timedOut("output of \(process.arguments?.first ?? "a process")") }
+        return taken
     }
 
     /// Every byte until stdout ends (the process closed it, usually by exiting).

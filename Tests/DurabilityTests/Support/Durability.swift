@@ -46,15 +46,13 @@ func runServerToExit(
     arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(60)
 ) async throws -> FinishedRun {
     let binary = try #require(ServerBinary.locate(), "state-server binary not found (set STATE_SERVER_BIN or run `swift build`)")
-    let start = ContinuousClock.now
     let (process, output) = try ServerProcess.launch(
         binary, arguments: ["--host", "127.0.0.1", "--port", "0"] + arguments, environment: environment)
-    while process.isRunning, ContinuousClock.now < start + timeout.scaledForSanitizers {
-        try await Task.sleep(for: .milliseconds(10))
-    }
-    if process.isRunning {
+    // eventually scales the timeout for sanitizers.
+    let exited = try await eventually(timeout: timeout, every: .milliseconds(10)) { !process.isRunning }
+    if !exited {
         kill(process.processIdentifier, SIGKILL)
-        while process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        process.waitUntilExit()
         Issue.record("state-server was still running after \(timeout); stdout: \(output.stdoutText)")
     }
     // Wait for the drain threads to take the last bytes of both pipes.

@@ -17,43 +17,61 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
 /// One storage under test, which can be "reopened" the way a restarted server would see it:
 /// the same instance for memory (nothing else survives), a new `SQLiteStorage` on the same
-/// file for SQLite.
+/// file for SQLite (TestSupport's `SQLiteDatabase`).
 final class StorageFixture: Sendable {
     let backend: Backend
-    let directory: TemporaryDirectory?
-    let maxBytes: Int?
-    private let current: Mutex<any SessionStorage>
+    private let opened: Opened
 
-    var storage: any SessionStorage { current.withLock { $0 } }
-    var path: String? { directory?.path("state.sqlite") }
+    private enum Opened: Sendable {
+        case memory(InMemoryStorage)
+        case sqlite(SQLiteDatabase, TemporaryDirectory)
+    }
+
+    var storage: any SessionStorage {
+        switch opened {
+        case .memory(let storage): storage
+        case .sqlite(let database, _): database.storage
+        }
+    }
+
+    var path: String? {
+        guard case .sqlite(let database, _) = opened else { return nil }
+        return database.path
+    }
 
     init(_ backend: Backend, maxBytes: Int? = nil) throws {
         self.backend = backend
-        self.maxBytes = maxBytes
         switch backend {
         case .memory:
-            directory = nil
-            current = Mutex(InMemoryStorage())
+            opened = .memory(InMemoryStorage())
         case .sqlite:
             let directory = try TemporaryDirectory()
-            self.directory = directory
-            current = Mutex(try SQLiteStorage(path: directory.path("state.sqlite"), maxBytes: maxBytes))
+            do {
+                opened = .sqlite(try SQLiteDatabase(path: directory.path("state.sqlite"), maxBytes: maxBytes), directory)
+            } catch {
+                directory.remove()
+                throw error
+            }
         }
     }
 
     /// Closes the storage and opens it again (SQLite), or hands back the same one (memory).
     @discardableResult
     func reopen() async throws -> any SessionStorage {
-        guard backend == .sqlite, let path else { return storage }
-        await storage.close()
-        let fresh = try SQLiteStorage(path: path, maxBytes: maxBytes)
-        current.withLock { $0 = fresh }
-        return fresh
+        switch opened {
+        case .memory(let storage): storage
+        case .sqlite(let database, _): try await database.reopen()
+        }
     }
 
     func tearDown() async {
-        await storage.close()
-        directory?.remove()
+        switch opened {
+        case .memory(let storage):
+            await storage.close()
+        case .sqlite(let database, let directory):
+            await database.close()
+            directory.remove()
+        }
     }
 }
 
@@ -71,25 +89,3 @@ func withStorage<T>(
         throw error
     }
 }
-
-// MARK: - JSON
-
-/// Parses JSON text (test literals); fails the test on bad JSON.
-func json(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) -> JSONValue {
-    guard let value = JSONCoding.parse(Array(text.utf8)) else {
-        Issue.record("not JSON: \(text)", sourceLocation: sourceLocation)
-        return .null
-    }
-    return value
-}
-
-func json(_ bytes: [UInt8]?) -> JSONValue? {
-    bytes.flatMap { JSONCoding.parse($0) }
-}
-
-func text(_ bytes: [UInt8]?) -> String {
-    bytes.map { String(decoding: $0, as: UTF8.self) } ?? "nil"
-}
-
-// MARK: - Catching typed errors
-

@@ -1,3 +1,4 @@
+// Session helpers of PersistenceTests, linked into StateSessionsTests (Support/Sessions.swift).
 import ExampleFeatures
 import Foundation
 import StateClient

@@ -58,27 +58,24 @@ final class EventRecorder<F: Feature>: Sendable {
         for what: String, timeout: Duration = .seconds(60), detail: () -> String = { "" },
         _ condition: ([Event]) -> Bool
     ) async throws -> [Event] {
-        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
-        while true {
+        let found = try await poll(timeout: timeout, every: .milliseconds(10)) { () throws -> [Event]? in
             let (events, finished, error) = box.state.withLock { ($0.events, $0.finished, $0.error) }
             if condition(events) { return events }
             if finished {
                 throw Timeout(description: "the stream ended (\(error.map { "\($0)" } ?? "no error")) before \(what); got \(events.count) events")
             }
-            if ContinuousClock.now >= deadline {
-                throw Timeout(description: "no \(what) within \(timeout); got \(events.count) events: \(events.map(Self.summary)) \(detail())")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
+        guard let found else {
+            let events = box.state.withLock { $0.events }
+            throw Timeout(description: "no \(what) within \(timeout); got \(events.count) events: \(events.map(Self.summary)) \(detail())")
+        }
+        return found
     }
 
     /// Waits until the stream has ended (with or without an error).
     func waitUntilFinished(timeout: Duration = .seconds(60)) async throws {
-        let deadline = ContinuousClock.now + timeout.scaledForSanitizers
-        while !finished {
-            if ContinuousClock.now >= deadline { throw Timeout(description: "the stream did not end within \(timeout)") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        try await waitUntil("the stream to end", timeout: timeout, every: .milliseconds(10)) { finished }
     }
 
     /// Stops consuming (cancels the consuming task) and waits until the stream has ended.

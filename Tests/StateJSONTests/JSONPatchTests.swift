@@ -1,4 +1,4 @@
-import StateStore
+import StateJSON
 import Testing
 
 @Suite("JSON Patch: the difference between two states, and applying it")

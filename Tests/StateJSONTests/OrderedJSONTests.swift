@@ -1,4 +1,4 @@
-import StateStore
+import StateJSON
 import Testing
 
 @Suite("OrderedJSON: a JSON value that keeps its key order")

@@ -1,0 +1,1 @@
+../../Sources/StateStore/Mutex+ThreadSanitizer.swift

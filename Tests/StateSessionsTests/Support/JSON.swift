@@ -1,0 +1,1 @@
+../../PersistenceTests/Support/JSON.swift

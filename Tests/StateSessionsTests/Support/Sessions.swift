@@ -1,0 +1,1 @@
+../../PersistenceTests/Support/Sessions.swift
