@@ -5,6 +5,14 @@ import MicroHTTP
 enum Answer: Sendable {
     case now(HTTPResponse)
     case later(@Sendable () async throws(APIError) -> HTTPResponse)
+
+    /// The response: at once, or once the later work gave it (for an answer inside a `.later`).
+    func response() async throws(APIError) -> HTTPResponse {
+        switch self {
+        case .now(let response): response
+        case .later(let work): try await work()
+        }
+    }
 }
 
 /// A request matched to a route: the request and the path's `{parameter}` values, read by

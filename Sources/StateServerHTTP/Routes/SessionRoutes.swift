@@ -85,10 +85,7 @@ extension StateServerResponder {
                 }
                 try Self.require(scope, of: grant)
                 if tooLarge { throw .tooLarge(limit) }
-                switch try handingOver(session, request, body(session, grant)) {
-                case .now(let response): return response
-                case .later(let work): return try await work()
-                }
+                return try await handingOver(session, request, body(session, grant)).response()
             }
         }
         let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
@@ -110,10 +107,7 @@ extension StateServerResponder {
             guard let grant = admin ? Self.serverAdmin : session.grant(for: token) else { throw .sessionNotFound }
             try Self.require(scope, of: grant)
             if tooLarge { throw .tooLarge(limit) }
-            switch try handingOver(session, request, body(session, grant)) {
-            case .now(let response): return response
-            case .later(let work): return try await work()
-            }
+            return try await handingOver(session, request, body(session, grant)).response()
         }
     }
 
@@ -165,10 +159,7 @@ extension StateServerResponder {
                 throw .session(error)
             }
             guard let store = loaded else { throw .unknownFeature(feature) }
-            switch try body(store) {
-            case .now(let response): return response
-            case .later(let work): return try await work()
-            }
+            return try await body(store).response()
         }
     }
 

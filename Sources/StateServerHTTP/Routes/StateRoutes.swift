@@ -97,10 +97,7 @@ extension StateServerResponder {
                             throw .versionUnreachable(feature: feature, version: version, oldest: oldest, current: current)
                         case .state(let state):
                             let change = ChangeRequest(feature: feature, kind: .travel(state), precondition: precondition)
-                            switch responder.change(session, change, request: request) {
-                            case .now(let response): return response
-                            case .later(let work): return try await work()
-                            }
+                            return try await responder.change(session, change, request: request).response()
                         }
                     }
                 }
