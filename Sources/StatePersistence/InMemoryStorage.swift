@@ -1,15 +1,46 @@
+import DequeModule
 import Synchronization
 
 /// The in-memory twin of ``SQLiteStorage``: the same tables in dictionaries, with the same
 /// rules (an append that does not follow the session's last seq and the store's last version,
 /// or a key remembered already, is a `.conflict` and fails its batch alone; a write for a
-/// session that does not exist is `.sessionGone`). Nothing
-/// survives the process; useful for tests and for embedding the store core without a disk.
-/// `failNextCommits` lets tests simulate a failing disk.
+/// session that does not exist is `.sessionGone`). Nothing survives the process.
+///
+/// Two uses:
+/// - `InMemoryStorage()` keeps everything: tests of durable behaviour run on it
+///   (`failNextCommits` simulates a failing disk; `shared` plays several nodes).
+/// - ``process(_:)`` is memory mode's journal: a bounded ring of each session's last changes
+///   with whole states, committed synchronously (``commitNow(_:)``), whose oldest change leaves
+///   as its feature's base snapshot — so history, recordings, travel and resumed streams read
+///   it through the same protocol as SQLite's.
 public final class InMemoryStorage: SessionStorage {
+    /// What a ``process(_:)`` journal keeps.
+    public struct Bounds: Sendable {
+        /// Changes kept per session (the newest).
+        public var changes: Int
+        /// Bytes of changes kept per session (``JournalEntry/size``).
+        public var bytes: Int
+        /// Bytes of changes kept by all sessions together: past it, the oldest changes of the
+        /// server leave first.
+        public var serverBytes: Int
+        /// Idempotency keys remembered per session (the newest).
+        public var keys: Int
+        /// Each feature's state schema version, for the base snapshots made from changes that
+        /// leave the ring.
+        public var stateVersions: [String: Int]
+
+        public init(changes: Int, bytes: Int, serverBytes: Int, keys: Int, stateVersions: [String: Int]) {
+            self.changes = changes
+            self.bytes = bytes
+            self.serverBytes = serverBytes
+            self.keys = keys
+            self.stateVersions = stateVersions
+        }
+    }
+
     struct Tables {
         var sessions: [String: StoredSession] = [:]
-        var journal: [String: [JournalEntry]] = [:]  // by session, in seq order
+        var journal: [String: Deque<JournalEntry>] = [:]  // by session, in seq order
         /// By session and feature, in version order.
         var snapshots: [String: [String: [StoreSnapshot]]] = [:]
         var keys: [String: [String: RememberedKey]] = [:]
@@ -20,9 +51,19 @@ public final class InMemoryStorage: SessionStorage {
         var headSeq: [String: Int] = [:]
         var headVersion: [String: [String: Int]] = [:]
         var failures = 0
+        /// Bounded (``process(_:)``): bytes of changes kept per session and in all, every
+        /// change kept in the order appended (records of changes gone are skipped, and dropped
+        /// when they outnumber the kept ones), and each session's keys in the order remembered.
+        var journalBytes: [String: Int] = [:]
+        var totalBytes = 0
+        var kept = 0
+        var order = Deque<(session: String, seq: Int)>()
+        var keyOrder: [String: Deque<String>] = [:]
     }
 
     public let name = "memory"
+    public let lifetime: StorageLifetime
+    let bounds: Bounds?
     private let tables = Mutex(Tables())
     /// Several session managers in one process may share this storage, as nodes share a
     /// database (tests of several nodes).
@@ -34,6 +75,19 @@ public final class InMemoryStorage: SessionStorage {
     ///   each other's commits through ``notices()``).
     public init(shared: Bool = false) {
         isShared = shared
+        lifetime = .durable
+        bounds = nil
+    }
+
+    private init(bounds: Bounds) {
+        isShared = false
+        lifetime = .process
+        self.bounds = bounds
+    }
+
+    /// Memory mode's journal: keeps what `bounds` allows, lives as long as the process.
+    public static func process(_ bounds: Bounds) -> InMemoryStorage {
+        InMemoryStorage(bounds: bounds)
     }
 
     public func notices() -> AsyncStream<StorageNotice> {
@@ -81,14 +135,24 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
+        try commitNow(batch)
+    }
+
+    /// ``commit(_:)`` without waiting: the batch is stored (or refused) when this returns.
+    public func commitNow(_ batch: [StorageWrite]) throws(StorageError) {
         try tables.withLock { (t: inout Tables) throws(StorageError) in
             if t.failures > 0 {
                 t.failures -= 1
                 throw StorageError(.unavailable, "simulated disk failure")
             }
-            var copy = t
-            for write in batch { try Self.apply(write, to: &copy) }
-            t = copy
+            if batch.count == 1 {
+                // One write checks everything before it changes anything: applied in place.
+                try apply(batch[0], to: &t)
+            } else {
+                var copy = t
+                for write in batch { try apply(write, to: &copy) }
+                t = copy
+            }
         }
         announce(batch)
     }
@@ -97,21 +161,24 @@ public final class InMemoryStorage: SessionStorage {
         guard t.sessions[id] != nil else { throw StorageError(.sessionGone, "session \(id) does not exist (deleted or expired)") }
     }
 
-    private static func apply(_ write: StorageWrite, to t: inout Tables) throws(StorageError) {
+    private func apply(_ write: StorageWrite, to t: inout Tables) throws(StorageError) {
         switch write {
         case .createSession(let s):
             guard t.sessions[s.id] == nil else { throw StorageError(.conflict, "session \(s.id) exists") }
             t.sessions[s.id] = s
         case .deleteSession(let id):
             t.sessions[id] = nil
-            t.journal[id] = nil
+            let removed = t.journal.removeValue(forKey: id)
+            if bounds != nil { t.kept -= removed?.count ?? 0 }
             t.snapshots[id] = nil
             t.keys[id] = nil
             t.grants[id] = nil
             t.headSeq[id] = nil
             t.headVersion[id] = nil
+            t.keyOrder[id] = nil
+            if let bytes = t.journalBytes.removeValue(forKey: id) { t.totalBytes -= bytes }
         case .append(let e, let key):
-            try requireSession(e.session, in: t)
+            try Self.requireSession(e.session, in: t)
             let seq = t.headSeq[e.session] ?? 0
             let version = t.headVersion[e.session]?[e.feature] ?? 0
             guard e.seq == seq + 1, e.version == version + 1 else {
@@ -130,8 +197,9 @@ public final class InMemoryStorage: SessionStorage {
                 s.lastActiveAt = e.time
                 t.sessions[e.session] = s
             }
+            if let bounds { Self.bound(after: e, key: key, bounds, &t) }
         case .snapshot(let s):
-            try requireSession(s.session, in: t)
+            try Self.requireSession(s.session, in: t)
             guard s.version <= t.headVersion[s.session]?[s.feature] ?? 0 else {
                 throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal")
             }
@@ -145,7 +213,7 @@ public final class InMemoryStorage: SessionStorage {
             s.lastActiveAt = max(s.lastActiveAt, at)
             t.sessions[session] = s
         case .compact(let session, let feature, let upToVersion, let keepLast, let keysSince, let maxKeys):
-            try requireSession(session, in: t)
+            try Self.requireSession(session, in: t)
             var keys = (t.keys[session] ?? [:]).filter { $0.value.time >= keysSince }
             if keys.count > maxKeys {
                 let newest = keys.sorted { ($0.value.time, $0.key) > ($1.value.time, $1.key) }.prefix(max(0, maxKeys))
@@ -160,18 +228,75 @@ public final class InMemoryStorage: SessionStorage {
             let snapshots = t.snapshots[session]?[feature] ?? []
             guard let base = snapshots.last(where: { $0.version <= needFrom - 1 })?.version else { return }
             t.snapshots[session]?[feature] = snapshots.filter { $0.version >= base }
-            t.journal[session] = entries.filter { !($0.feature == feature && $0.version <= base) }
+            let kept = Deque(entries.filter { !($0.feature == feature && $0.version <= base) })
+            if bounds != nil {
+                let bytes = kept.reduce(0) { $0 + $1.size }
+                t.totalBytes += bytes - (t.journalBytes[session] ?? 0)
+                t.journalBytes[session] = bytes
+                t.kept -= entries.count - kept.count
+            }
+            t.journal[session] = kept
         case .createGrant(let grant):
-            try requireSession(grant.session, in: t)
+            try Self.requireSession(grant.session, in: t)
             guard !(t.grants[grant.session] ?? []).contains(where: { $0.id == grant.id }) else {
                 throw StorageError(.conflict, "token \(grant.id) exists")
             }
             t.grants[grant.session, default: []].append(grant)
         case .deleteGrants(let session, let ids):
-            try requireSession(session, in: t)
+            try Self.requireSession(session, in: t)
             let revoked = Set(ids)
             t.grants[session]?.removeAll { revoked.contains($0.id) }
         }
+    }
+
+    /// A bounded journal after an append: the session's oldest changes leave past its bounds
+    /// (the newest stays), then the server's oldest past the server's; its oldest keys past
+    /// `keys`.
+    private static func bound(after e: JournalEntry, key: String?, _ bounds: Bounds, _ t: inout Tables) {
+        let size = e.size
+        t.journalBytes[e.session, default: 0] += size
+        t.totalBytes += size
+        t.kept += 1
+        t.order.append((e.session, e.seq))
+        if let key {
+            t.keyOrder[e.session, default: []].append(key)
+            while (t.keyOrder[e.session]?.count ?? 0) > bounds.keys, let oldest = t.keyOrder[e.session]?.popFirst() {
+                t.keys[e.session]?[oldest] = nil
+            }
+        }
+        while let count = t.journal[e.session]?.count, count > 1,
+            count > bounds.changes || (t.journalBytes[e.session] ?? 0) > bounds.bytes
+        {
+            dropOldest(of: e.session, bounds, &t)
+        }
+        while t.totalBytes > bounds.serverBytes, let (session, seq) = t.order.popFirst() {
+            // Records of changes already gone (their session's own bound, a delete) are skipped.
+            if let first = t.journal[session]?.first, first.seq == seq { dropOldest(of: session, bounds, &t) }
+        }
+        if t.order.count > 2 * t.kept + 1024 {
+            t.order = Deque(t.order.filter { record in
+                t.journal[record.session]?.first.map { record.seq >= $0.seq } ?? false
+            })
+        }
+    }
+
+    /// The session's oldest change leaves the ring as its feature's base snapshot (the state
+    /// before the oldest change kept), so every kept change still has a state before it.
+    private static func dropOldest(of session: String, _ bounds: Bounds, _ t: inout Tables) {
+        guard let entry = t.journal[session]?.popFirst() else { return }
+        t.journalBytes[session, default: 0] -= entry.size
+        t.totalBytes -= entry.size
+        t.kept -= 1
+        var snapshots = t.snapshots[session]?[entry.feature] ?? []
+        let before = snapshots.last { $0.version == entry.version - 1 }
+        guard let state = try? entry.delta.state(after: before?.state) else { return }
+        snapshots.removeAll { $0.version <= entry.version }
+        snapshots.insert(
+            StoreSnapshot(
+                session: session, feature: entry.feature, version: entry.version,
+                stateVersion: bounds.stateVersions[entry.feature] ?? before?.stateVersion ?? 1, state: state, time: entry.time),
+            at: 0)
+        t.snapshots[session, default: [:]][entry.feature] = snapshots
     }
 
     public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
@@ -188,14 +313,19 @@ public final class InMemoryStorage: SessionStorage {
 
     public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
         tables.withLock { t in
+            // A store's versions grow with the session's seq: in seq order is in version order.
             (t.journal[session] ?? []).filter { $0.feature == feature && $0.version > afterVersion && $0.version <= through }
-                .sorted { $0.version < $1.version }
         }
     }
 
     public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
         tables.withLock { t in
-            Array((t.journal[session] ?? []).filter { $0.seq > afterSeq }.sorted { $0.seq < $1.seq }.prefix(limit))
+            var found: [JournalEntry] = []
+            for entry in t.journal[session] ?? [] where entry.seq > afterSeq {
+                guard found.count < limit else { break }
+                found.append(entry)
+            }
+            return found
         }
     }
 

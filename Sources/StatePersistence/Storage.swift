@@ -247,6 +247,18 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
     public var description: String { message }
 }
 
+/// How long what a storage keeps lives — the one thing the session layer asks of a storage.
+public enum StorageLifetime: Sendable, Equatable {
+    /// The process's memory (memory mode): sessions live in memory until their TTL, at most
+    /// `sessions.maxSessions` of them; stores start empty on first use; the journal keeps whole
+    /// states (no diff), answered at once, and remembers what history, recordings, travel and
+    /// resumed streams read.
+    case process
+    /// Kept across restarts (SQLite, PostgreSQL, and the in-memory twin tests use for them): idle
+    /// sessions leave memory and load again; the journal keeps patches and snapshots.
+    case durable
+}
+
 /// Where sessions, journals, snapshots and idempotency replies live.
 ///
 /// Writes are submitted in order and committed in that order; `commit` returns once the batch
@@ -260,6 +272,10 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
 public protocol SessionStorage: Sendable {
     /// `memory` or `sqlite:PATH`, for logs and errors.
     var name: String { get }
+
+    /// How long what it keeps lives: the one policy the session layer reads from storage
+    /// (``StorageLifetime``).
+    var lifetime: StorageLifetime { get }
 
     /// Commits a batch atomically: all of it or none of it.
     func commit(_ batch: [StorageWrite]) async throws(StorageError)
@@ -371,6 +387,7 @@ public enum StorageNotice: Sendable, Equatable {
 }
 
 extension SessionStorage {
+    public var lifetime: StorageLifetime { .durable }
     public var isShared: Bool { false }
     public var ownership: (any SessionOwnership)? { nil }
 

@@ -17,6 +17,7 @@ struct TimedStorage: SessionStorage {
     }
 
     var name: String { base.name }
+    var lifetime: StorageLifetime { base.lifetime }
     var isShared: Bool { base.isShared }
     var ownership: (any SessionOwnership)? { base.ownership }
 

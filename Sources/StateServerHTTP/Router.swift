@@ -206,7 +206,7 @@ struct Router: Sendable {
 
     /// What can be refused before the body of a request with `Expect: 100-continue` is read,
     /// in the order of checks: the path (404), the method (405), then, on session routes,
-    /// missing credentials (401) and, when the answer is known without waiting (memory storage,
+    /// missing credentials (401) and, when the answer is known without waiting (memory mode,
     /// or the session already in memory), an unknown session or wrong token (404).
     func refusalBeforeBody(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResponse? {
         let logger = responder.log
@@ -222,7 +222,7 @@ struct Router: Sendable {
         guard let token = Credentials.token(request, allowQueryToken: allowQueryToken) else {
             return APIError.unauthorized.response(route: route.template, logger)
         }
-        if responder.sessions.session(id: id, token: token) == nil, !responder.sessions.isDurable {
+        if responder.sessions.session(id: id, token: token) == nil, responder.sessions.holdsEverySession {
             return APIError.sessionNotFound.response(route: route.template, logger)
         }
         return nil

@@ -2,17 +2,16 @@ import StatePersistence
 
 /// Where a session records a change before applying it — the one seam between the change path
 /// and storage. Every change (dispatch, rehydrate, reset, follow-up, recovery) goes through
-/// ``Session/submit(_:done:)`` and is recorded here first; memory mode is a journal that keeps
-/// nothing, not a separate branch of the change path.
+/// ``Session/submit(_:done:)`` and is recorded here first, in every mode: memory mode's storage
+/// is a bounded in-memory journal (``InMemoryStorage/process(_:)``) that answers at once.
 public protocol ChangeJournal: Sendable {
-    /// The storage behind the journal, for loading sessions and stores; `nil` when nothing is
-    /// kept (memory mode: stores start empty and die with the process).
-    var storage: (any SessionStorage)? { get }
+    /// The storage behind the journal: where sessions load from and what history, recordings,
+    /// travel and resumed streams read.
+    var storage: any SessionStorage { get }
 
-    /// Records `writes` atomically, then calls `done`: with success once they are durable, or
-    /// with the error (nothing recorded). `writes` is called at most once, before `record`
-    /// returns, so a journal that keeps nothing builds nothing. `done` may run before `record`
-    /// returns (a journal that keeps nothing answers at once).
+    /// Records `writes` atomically, then calls `done`: with success once they are stored, or
+    /// with the error (nothing recorded). `done` may run before `record` returns (memory mode's
+    /// journal answers at once).
     func record(
         _ writes: () -> [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
 }
@@ -25,17 +24,33 @@ extension ChangeJournal {
         }
         try result.get()
     }
+
+    /// How long what the storage keeps lives (``StorageLifetime``): the one thing about the
+    /// storage that the session layer lets change what it does.
+    var lifetime: StorageLifetime { storage.lifetime }
 }
 
-/// Memory mode: nothing is written; every change is acknowledged at once.
-public struct VolatileJournal: ChangeJournal {
-    public init() {}
-    public var storage: (any SessionStorage)? { nil }
+/// The journal for `storage`: committed at once in memory mode, as a task otherwise.
+func journal(over storage: any SessionStorage) -> any ChangeJournal {
+    if let memory = storage as? InMemoryStorage, memory.lifetime == .process { return ImmediateJournal(memory: memory) }
+    return StorageJournal(storage)
+}
 
-    public func record(
+/// Memory mode: each change is committed to the process's bounded journal on the caller's
+/// thread (no task, no wait), so the whole change path runs synchronously.
+struct ImmediateJournal: ChangeJournal {
+    let memory: InMemoryStorage
+    var storage: any SessionStorage { memory }
+
+    func record(
         _ writes: () -> [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void
     ) {
-        done(.success(()))
+        do throws(StorageError) {
+            try memory.commitNow(writes())
+            done(.success(()))
+        } catch {
+            done(.failure(error))
+        }
     }
 }
 
@@ -43,7 +58,7 @@ public struct VolatileJournal: ChangeJournal {
 /// snapshot) before it is applied; the commit runs as a task, so no caller's thread waits.
 public struct StorageJournal: ChangeJournal {
     let store: any SessionStorage
-    public var storage: (any SessionStorage)? { store }
+    public var storage: any SessionStorage { store }
 
     public init(_ storage: any SessionStorage) {
         self.store = storage

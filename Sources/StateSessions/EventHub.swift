@@ -254,40 +254,6 @@ public final class EventHub: Sendable {
         }
     }
 
-    /// A change the replay buffer holds, as its event data: memory mode's history (durable
-    /// modes read their journal).
-    public struct HeldChange: Sendable {
-        public let seq: Int
-        public let feature: String
-        /// The event's data object (feature, version, cause, action, state, effect).
-        public let data: [UInt8]
-        /// Milliseconds since 1970 (0 when not known).
-        public let time: Int64
-    }
-
-    /// The changes after `seq` still held for replay, oldest first, at most `limit`; and the
-    /// oldest seq held (nil when none is).
-    public func held(after seq: Int, limit: Int) -> (changes: [HeldChange], oldest: Int?) {
-        let (frames, oldest) = state.withLock { state -> ([Frame], Int?) in
-            var found: [Frame] = []
-            for frame in state.replay where frame.seq > seq {
-                guard found.count < limit else { break }
-                found.append(frame)
-            }
-            return (found, state.replay.first?.seq)
-        }
-        let changes = frames.compactMap { frame -> HeldChange? in
-            let data: [UInt8]?
-            switch frame.content {
-            case .framed(let bytes): data = encoder.data(ofFrame: bytes)
-            case .change(let change): data = Self.eventData(change)
-            case .data(let bytes): data = bytes
-            }
-            return data.map { HeldChange(seq: frame.seq, feature: frame.feature, data: $0, time: frame.time) }
-        }
-        return (changes, oldest)
-    }
-
     /// Records a store's state loaded from storage, for snapshots.
     public func seed(feature: String, version: Int, state stateJSON: [UInt8]) {
         state.withLock { $0.latest[feature] = (version, stateJSON) }

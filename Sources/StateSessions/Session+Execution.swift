@@ -12,7 +12,7 @@ extension Session {
     /// `idempotencyTTL` is forgotten.
     public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
-        guard let storage else { return nil }
+        let storage = self.storage
         do throws(StorageError) {
             guard let remembered = try await storage.rememberedKey(session: id, key: key),
                 remembered.time >= WallClock.now - SessionManager.milliseconds(settings.idempotencyTTL)
@@ -80,7 +80,9 @@ extension Session {
             return apply(request, store, attempt: attempt, finish: finish)
         }
         if let reply = idempotency.withLock({ $0.reply(for: key) }) { return finish(.replayed(reply)) }
-        guard storage != nil else { return apply(request, store, attempt: attempt, finish: finish) }
+        // Memory mode: the table is what the process remembers (its journal keeps no key
+        // longer), so a key it forgot is a new request — answered now, not after a read.
+        guard journal.lifetime == .durable else { return apply(request, store, attempt: attempt, finish: finish) }
         Task { [self] in
             do throws(SessionFailure) {
                 if let reply = try await rememberedReply(key: key) { return finish(.replayed(reply)) }
@@ -145,11 +147,12 @@ extension Session {
         // The change's number: its journal entry's seq and its event's id (the pipeline runs
         // one change at a time, so nothing is numbered in between).
         let seq = nextSeq()
-        // Built here, not by the journal, so an uncertain commit can be looked for; memory mode
-        // builds nothing.
-        let batch = storage == nil ? [] : writes(prepared, store: store, seq: seq, key: remembered?.0)
-        // How the journal stores the state: delta event streams reuse its patch.
-        let journaled: StateDelta? = if case .append(let entry, _)? = batch.first { entry.delta } else { nil }
+        // Built here, not by the journal, so an uncertain commit can be looked for.
+        let batch = writes(prepared, store: store, seq: seq, key: remembered?.0)
+        // How the journal stores the state: delta event streams reuse its patch (memory mode's
+        // journal keeps whole states: the hub diffs for delta streams, when there are any).
+        let journaled: StateDelta? =
+            if journal.lifetime == .durable, case .append(let entry, _)? = batch.first { entry.delta } else { nil }
         // A recorded change replayed as recorded starts no work: its follow-ups are recorded too.
         let startsWork: Bool = if case .replay = request.kind { false } else { true }
         let committed: @Sendable () -> Void = { [self] in
@@ -224,7 +227,7 @@ extension Session {
     /// Whether `entry` is in the journal (true), another change took its place so it can never
     /// be (false), or that cannot be known now (nil: not there yet, or storage unreachable).
     func landed(_ entry: JournalEntry) async -> Bool? {
-        guard let storage, let found = try? await storage.journal(session: id, afterSeq: entry.seq - 1, limit: 1) else {
+        guard let found = try? await storage.journal(session: id, afterSeq: entry.seq - 1, limit: 1) else {
             return nil
         }
         guard let first = found.first, first.seq == entry.seq else { return nil }
@@ -243,6 +246,18 @@ extension Session {
     func writes(_ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?) -> [StorageWrite] {
         let now = WallClock.now
         let encoded = prepared.encoded
+        // The append moves the session's stored activity too.
+        lastStoredActivity.store(now, ordering: .relaxed)
+        guard journal.lifetime == .durable else {
+            // Memory mode: the whole state (no diff), no snapshot (the ring's oldest change
+            // becomes the base when it leaves), no key (the session's table is what remembers
+            // keys: a key it forgot is a new request, which the journal must not refuse).
+            return [.append(
+                JournalEntry(
+                    session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
+                    action: encoded.action, effect: encoded.effect, delta: .state(encoded.state), time: now),
+                idempotencyKey: nil)]
+        }
         let previous = prepared.baseVersion == 0 ? nil : (try? store.currentJSON()).flatMap { $0.version == prepared.baseVersion ? $0.state : nil }
         let entry = JournalEntry(
             session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
@@ -267,8 +282,6 @@ extension Session {
                     keysSince: now - SessionManager.milliseconds(settings.idempotencyTTL), maxKeys: settings.idempotencyKeys))
             }
         }
-        // The append moves the session's stored activity too.
-        lastStoredActivity.store(now, ordering: .relaxed)
         return batch
     }
 }

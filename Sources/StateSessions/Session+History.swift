@@ -22,7 +22,7 @@ public struct HistoryPage: Sendable {
     /// The cursor of the next page (`after`), or nil when this page reached the newest change.
     public let next: Int?
     /// Whether changes after the page's `after` are no longer kept (compacted away, or past
-    /// memory mode's replay buffer): the history the server has begins later.
+    /// memory mode's bounds): the history the server has begins later.
     public let truncated: Bool
     /// The oldest change still kept (its seq), when `truncated`.
     public let keptFrom: Int?
@@ -30,28 +30,20 @@ public struct HistoryPage: Sendable {
 
 extension Session {
     /// The session's changes after `after` (a seq), oldest first: at most `limit` looked at,
-    /// those of `feature` returned (all when nil). Durable modes read the journal (kept for
-    /// `history.keep` changes); memory mode has what its replay buffer holds.
+    /// those of `feature` returned (all when nil), as the journal keeps them (the last
+    /// `max(events.replayBuffer, history.keep)` changes; memory mode's journal is also bounded in
+    /// bytes).
     public func history(after: Int, limit: Int, feature: String?) async throws(SessionFailure) -> HistoryPage {
-        let scanned: [HistoryPage.Change]
-        let oldestKept: Int?
-        if let storage {
-            let entries: [JournalEntry]
-            do {
-                entries = try await storage.journal(session: id, afterSeq: after, limit: limit)
-            } catch {
-                throw error.kind == .sessionGone ? .sessionGone : .storage(error)
-            }
-            scanned = entries.map {
-                HistoryPage.Change(
-                    seq: $0.seq, feature: $0.feature, version: $0.version, cause: $0.cause, action: $0.action,
-                    effect: $0.effect, time: $0.time)
-            }
-            oldestKept = scanned.first?.seq
-        } else {
-            let held = hub.held(after: after, limit: limit)
-            scanned = held.changes.compactMap(Self.change)
-            oldestKept = held.oldest
+        let entries: [JournalEntry]
+        do {
+            entries = try await storage.journal(session: id, afterSeq: after, limit: limit)
+        } catch {
+            throw error.kind == .sessionGone ? .sessionGone : .storage(error)
+        }
+        let scanned = entries.map {
+            HistoryPage.Change(
+                seq: $0.seq, feature: $0.feature, version: $0.version, cause: $0.cause, action: $0.action,
+                effect: $0.effect, time: $0.time)
         }
         let head = hub.seq
         let firstAfter = scanned.first?.seq ?? head + 1
@@ -60,20 +52,6 @@ extension Session {
             changes: feature.map { name in scanned.filter { $0.feature == name } } ?? scanned,
             next: scanned.count >= limit ? scanned.last?.seq : nil,
             truncated: truncated,
-            keptFrom: truncated ? (scanned.first?.seq ?? oldestKept) : nil)
-    }
-
-    /// A change from its event data (memory mode).
-    static func change(_ held: EventHub.HeldChange) -> HistoryPage.Change? {
-        guard case .object(let fields)? = JSONCoding.parse(held.data),
-            case .int(let version)? = fields["version"], case .string(let cause)? = fields["cause"]
-        else { return nil }
-        func raw(_ name: String) -> [UInt8]? {
-            guard let value = fields[name], value != .null else { return nil }
-            return value.bytes
-        }
-        return HistoryPage.Change(
-            seq: held.seq, feature: held.feature, version: Int(version), cause: cause, action: raw("action"),
-            effect: raw("effect"), time: held.time)
+            keptFrom: truncated ? scanned.first?.seq : nil)
     }
 }

@@ -11,7 +11,7 @@ extension Session {
     /// pipeline with shared storage.
     func loadStore(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
-        guard let storage, let definition = registry[feature] else { return nil }
+        guard let definition = registry[feature] else { return nil }
         await loadLock.lock()
         defer { loadLock.unlock() }
         if let store = stores.withLock({ $0[feature] }) { return store }

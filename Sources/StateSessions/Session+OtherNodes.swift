@@ -49,12 +49,13 @@ extension Session {
         markGone()
     }
 
-    /// Durable mode: before a stream resumes from `lastEventID`, rebuilds from the journal the
-    /// events after it that the hub no longer holds (after a restart, an eviction, or on
-    /// another node), so the resume is exact; bounded by the session's replay limits (past
+    /// Before a stream resumes from `lastEventID`, rebuilds from the journal the events after it
+    /// that the hub no longer holds (after a restart, an eviction, on another node, or past the
+    /// hub's byte bounds), so the resume is exact; bounded by the session's replay limits (past
     /// them the stream starts with a snapshot, as the contract says). Loads never pay for it.
     public func backfill(after lastEventID: Int) async {
-        guard let storage, let missing = hub.missing(after: lastEventID), missing.count <= settings.replayBuffer else { return }
+        let storage = self.storage
+        guard let missing = hub.missing(after: lastEventID), missing.count <= settings.replayBuffer else { return }
         guard let entries = try? await storage.journal(session: id, afterSeq: lastEventID, limit: missing.count),
             entries.map(\.seq) == Array(missing)
         else { return }
@@ -93,7 +94,7 @@ extension Session {
     /// apply each change as recorded (side effects off: the node that made it runs its work),
     /// and every change is published at its own sequence number. Runs inside the pipeline.
     func catchUp(checkingExistence: Bool = true) async throws(StorageError) {
-        guard let storage else { return }
+        let storage = self.storage
         if checkingExistence, try await storage.session(id: id) == nil {
             markGone()
             throw StorageError(.sessionGone, "the session was deleted")

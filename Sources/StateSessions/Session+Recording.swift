@@ -15,11 +15,12 @@ public struct RecordingExport: Sendable {
     let source: Source
 
     enum Source: Sendable {
-        /// Durable storage: the journal of `session` after seq `after`, through `through`; each
-        /// feature's changes follow on from its starting version in `versions`.
-        case journal(any SessionStorage, session: String, after: Int, through: Int, versions: [String: Int])
-        /// Memory storage: the changes the replay buffer holds, already as JSON.
-        case held([[UInt8]])
+        /// The journal of `session` after seq `after`, through `through`; each feature's changes
+        /// follow on from its starting version in `versions`. `states`: each feature's starting
+        /// state, when the journal keeps whole states (memory mode), so each change is written
+        /// as a patch from the one before where that is smaller.
+        case journal(
+            any SessionStorage, session: String, after: Int, through: Int, versions: [String: Int], states: [String: [UInt8]]?)
     }
 
     /// Journal entries read at a time.
@@ -54,12 +55,7 @@ public struct RecordingExport: Sendable {
             return await write(pending)
         }
         switch source {
-        case .held(let steps):
-            for step in steps {
-                guard add(step) else { complete = false; break }
-                if pending.count >= Self.chunk, !(await flush()) { return }
-            }
-        case .journal(let storage, let session, let after, let through, var versions):
+        case .journal(let storage, let session, let after, let through, var versions, var states):
             var cursor = after
             reading: while cursor < through {
                 guard let entries = try? await storage.journal(session: session, afterSeq: cursor, limit: Self.page), !entries.isEmpty
@@ -70,7 +66,12 @@ public struct RecordingExport: Sendable {
                     guard let version = versions[entry.feature], entry.version == version + 1 else { complete = false; break reading }
                     versions[entry.feature] = entry.version
                     cursor = entry.seq
-                    let (key, content) = entry.delta.isPatch ? ("patch", entry.delta.bytes) : ("state", entry.delta.bytes)
+                    var delta = entry.delta
+                    if states != nil, case .state(let state) = delta {
+                        delta = StateDelta.between(states?[entry.feature], state)
+                        states?[entry.feature] = state
+                    }
+                    let (key, content) = delta.isPatch ? ("patch", delta.bytes) : ("state", delta.bytes)
                     let step = Recording.step(
                         seq: entry.seq, feature: entry.feature, version: entry.version, cause: entry.cause,
                         action: entry.action, key: key, content: content, effect: entry.effect)
@@ -89,11 +90,11 @@ extension Session {
     /// The session's recording, ready to stream: each feature's starting state (its initial
     /// state, or the state before its oldest change still kept) is read now, so a failure is
     /// an error reply; the changes follow in ``RecordingExport/writeChanges(maxBytes:write:)``.
-    /// Durable modes read the journal as it is now (changes made meanwhile are not in it);
-    /// memory mode has what its replay buffer holds.
+    /// The journal is read as it is now (changes made meanwhile are not in it).
     public func recordingExport(server: String) async throws(SessionFailure) -> RecordingExport {
-        guard let storage else { return heldRecording(server: server) }
+        let storage = self.storage
         var starts: [Recording.Start] = []
+        var states: [String: [UInt8]] = [:]
         let through: Int
         // Each feature's oldest kept change, found a page at a time.
         var first: [String: JournalEntry] = [:]
@@ -121,6 +122,7 @@ extension Session {
                     throw StorageError(.unusable, "the state of \(name) at version \(version) cannot be rebuilt")
                 }
                 starts.append(Recording.Start(name: name, stateVersion: definition.stateVersion, version: version, state: json))
+                states[name] = state
             }
         } catch {
             throw error.kind == .sessionGone ? .sessionGone : .storage(error)
@@ -129,58 +131,9 @@ extension Session {
         let versions = Dictionary(uniqueKeysWithValues: starts.map { ($0.name, $0.version) })
         return RecordingExport(
             head: Recording.head(server: server, features: starts),
-            source: .journal(storage, session: id, after: from, through: through, versions: versions))
-    }
-
-    /// Memory mode: the changes the replay buffer holds (whole states there), each written as a
-    /// patch from the feature's previous state where that is smaller.
-    private func heldRecording(server: String) -> RecordingExport {
-        struct Held {
-            let seq: Int, feature: String, version: Int, cause: String, action: JSONValue?, state: [UInt8], effect: JSONValue?
-        }
-        let held = hub.held(after: 0, limit: .max).changes.compactMap { held -> Held? in
-            guard case .object(let fields)? = JSONCoding.parse(held.data), case .int(let version)? = fields["version"],
-                case .string(let cause)? = fields["cause"], let state = fields["state"]
-            else { return nil }
-            return Held(
-                seq: held.seq, feature: held.feature, version: Int(version), cause: cause,
-                action: fields["action"].flatMap { $0 == .null ? nil : $0 }, state: state.bytes,
-                effect: fields["effect"].flatMap { $0 == .null ? nil : $0 })
-        }
-        var starts: [Recording.Start] = []
-        var skipped: Set<Int> = []
-        var previous: [String: [UInt8]] = [:]
-        for definition in registry.features {
-            let name = definition.name
-            if let first = held.first(where: { $0.feature == name }), first.version > 1 {
-                // Older changes are gone: start at the oldest state held.
-                starts.append(Recording.Start(
-                    name: name, stateVersion: definition.stateVersion, version: first.version,
-                    state: JSONCoding.parse(first.state) ?? .null))
-                previous[name] = first.state
-                skipped.insert(first.seq)
-            } else if held.contains(where: { $0.feature == name }) {
-                starts.append(Recording.Start(
-                    name: name, stateVersion: definition.stateVersion, version: 0,
-                    state: JSONCoding.parse(definition.initialStateJSON) ?? .null))
-                previous[name] = definition.initialStateJSON
-            } else {
-                let now = try? loadedStore(name)?.currentJSON()
-                starts.append(Recording.Start(
-                    name: name, stateVersion: definition.stateVersion, version: now?.version ?? 0,
-                    state: JSONCoding.parse(now?.state ?? definition.initialStateJSON) ?? .null))
-            }
-        }
-        var steps: [[UInt8]] = []
-        for change in held where !skipped.contains(change.seq) {
-            let delta = StateDelta.between(previous[change.feature], change.state)
-            previous[change.feature] = change.state
-            steps.append(Recording.step(
-                seq: change.seq, feature: change.feature, version: change.version, cause: change.cause,
-                action: change.action?.bytes, key: delta.isPatch ? "patch" : "state", content: delta.bytes,
-                effect: change.effect?.bytes))
-        }
-        return RecordingExport(head: Recording.head(server: server, features: starts), source: .held(steps))
+            source: .journal(
+                storage, session: id, after: from, through: through, versions: versions,
+                states: journal.lifetime == .process ? states : nil))
     }
 }
 

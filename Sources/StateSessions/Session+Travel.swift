@@ -11,7 +11,7 @@ public enum TravelSource: Sendable {
 
 extension Session {
     /// The state `store` had at `version`, from the journal (its base at or before it, then the
-    /// patches after; memory storage: what the replay buffer holds). History is never changed,
+    /// patches after). History is never changed,
     /// so this is read outside the session's pipeline; the travel itself is a change like any
     /// other (``ChangeRequest/Kind/travel(_:)``).
     public func stateForTravel(_ store: any AnyStateStore, to version: Int) async throws(SessionFailure) -> TravelSource {
@@ -30,25 +30,19 @@ extension Session {
             found = definition.initialStateJSON
         } else if version > current {
             found = nil
-        } else if let storage {
+        } else {
             do throws(StorageError) {
                 found = try await storage.state(session: id, feature: feature, at: version, initial: definition.initialStateJSON)
             } catch {
                 throw error.kind == .sessionGone ? .sessionGone : .storage(error)
             }
-        } else {
-            found = heldStates(feature).first { $0.version == version }?.state
         }
         if let found, let json = JSONCoding.parse(found) { return .state(json) }
         return .unreachable(oldest: try await oldestReachable(feature, current: current), current: current)
     }
 
-    /// The oldest version after 0 whose state the journal (or the replay buffer) still gives.
+    /// The oldest version after 0 whose state the journal still gives.
     func oldestReachable(_ feature: String, current: Int) async throws(SessionFailure) -> Int {
-        guard let storage else {
-            let held = heldStates(feature).map(\.version)
-            return held.min().map { $0 == 1 ? 0 : $0 } ?? current
-        }
         do throws(StorageError) {
             guard let first = try await storage.journal(session: id, feature: feature, afterVersion: 0, through: current).first else {
                 return current
@@ -59,16 +53,6 @@ extension Session {
             return try await storage.state(session: id, feature: feature, at: before, initial: initial) == nil ? first.version : before
         } catch {
             throw error.kind == .sessionGone ? .sessionGone : .storage(error)
-        }
-    }
-
-    /// Memory storage: the states of `feature` the replay buffer holds, by version.
-    func heldStates(_ feature: String) -> [(version: Int, state: [UInt8])] {
-        hub.held(after: 0, limit: .max).changes.compactMap { held in
-            guard held.feature == feature, case .object(let fields)? = JSONCoding.parse(held.data),
-                case .int(let version)? = fields["version"], let state = fields["state"]
-            else { return nil }
-            return (Int(version), state.bytes)
         }
     }
 }

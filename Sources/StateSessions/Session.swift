@@ -44,11 +44,10 @@ public enum SessionNotice: Sendable {
 /// asynchronous work, a recovery after a restart — is a ``ChangeRequest`` given to
 /// ``submit(_:done:)``. The session takes requests one at a time, in arrival order (its
 /// pipeline): the idempotency key is looked up, the store computes the change without applying
-/// it, the ``ChangeJournal`` records it (a no-op in memory mode, a storage commit in durable
-/// mode), and only then is it applied in memory and published. Memory never runs ahead of the
+/// it, the ``ChangeJournal`` records it (at once in memory mode's bounded journal, as a storage
+/// commit in durable mode), and only then is it applied in memory and published. Memory never runs ahead of the
 /// disk, and one session's changes never interleave; different sessions run concurrently and
-/// share fsyncs. With a journal that keeps nothing, the whole path runs synchronously on the
-/// caller's thread.
+/// share fsyncs. In memory mode the whole path runs synchronously on the caller's thread.
 ///
 /// Deleting the session is a request in the same pipeline, so a change that arrived before the
 /// delete is applied before it and one that arrived after is refused (`.sessionGone`).
@@ -159,7 +158,7 @@ public final class Session: Sendable {
         self.lastStoredActivity = Atomic(lastStoredActivity)
     }
 
-    var storage: (any SessionStorage)? { journal.storage }
+    var storage: any SessionStorage { journal.storage }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count, !a.isEmpty else { return false }
@@ -174,12 +173,12 @@ public final class Session: Sendable {
         lastUsed.store(WallClock.now, ordering: .relaxed)
     }
 
-    /// Durable mode: records the last use in storage when it is more than a minute newer than
-    /// what storage has (a session only read; a change records it with its append). Called by
-    /// the sweep, off the request path.
+    /// Records the last use in storage when it is more than a minute newer than what storage
+    /// has (a session only read; a change records it with its append). Called by the sweep,
+    /// off the request path.
     func storeActivityIfStale() {
         let used = lastUsed.load(ordering: .relaxed)
-        guard storage != nil, used - lastStoredActivity.load(ordering: .relaxed) > 60_000 else { return }
+        guard used - lastStoredActivity.load(ordering: .relaxed) > 60_000 else { return }
         lastStoredActivity.store(used, ordering: .relaxed)
         let id = self.id
         journal.record({ [.touch(session: id, at: used)] }, done: { _ in })
@@ -234,12 +233,13 @@ public final class Session: Sendable {
 
     // MARK: Stores
 
-    /// The store of a feature if it is in memory; without storage it is created on first use.
-    /// `nil` for an unknown feature, or (durable mode) a store not loaded yet.
+    /// The store of a feature if it is in memory; in memory mode (storage that lives as long as
+    /// the process, where a session never leaves memory) it is created on first use. `nil` for
+    /// an unknown feature, or (durable mode) a store not loaded yet.
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
         stores.withLock { stores in
             if let store = stores[feature] { return store }
-            guard storage == nil, let definition = registry[feature] else { return nil }
+            guard journal.lifetime == .process, let definition = registry[feature] else { return nil }
             let store = definition.makeStore(onFollowUpRejected: followUpRejected)
             attach(store, feature: feature)
             stores[feature] = store
@@ -252,7 +252,7 @@ public final class Session: Sendable {
     /// unknown feature.
     public func store(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
-        guard storage != nil, registry[feature] != nil else { return nil }
+        guard registry[feature] != nil else { return nil }
         guard readsCatchUp else { return try await loadStore(feature) }
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SessionFailure>, Never>) in
             enqueue(.load(feature) { continuation.resume(returning: $0) })
@@ -273,9 +273,9 @@ public final class Session: Sendable {
     }
 
     /// Whether a stream resuming after `lastEventID` needs events rebuilt from storage first
-    /// (see ``backfill(after:)``); never without storage.
+    /// (see ``backfill(after:)``).
     public func needsBackfill(after lastEventID: Int?) -> Bool {
-        guard storage != nil, let lastEventID else { return false }
+        guard let lastEventID else { return false }
         return hub.missing(after: lastEventID) != nil
     }
 
@@ -353,7 +353,7 @@ public final class Session: Sendable {
     }
 
     /// Whether reads must first catch up with other nodes (shared storage).
-    public var readsCatchUp: Bool { ownerEpoch == 0 && storage?.isShared == true }
+    public var readsCatchUp: Bool { ownerEpoch == 0 && storage.isShared }
 
     /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``);
     /// with shared storage, a commit heard between the caller's catch-up and this subscription

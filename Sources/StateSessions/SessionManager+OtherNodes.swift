@@ -19,7 +19,7 @@ extension SessionManager {
     /// storage's notices. Event streams are refused while it is `false` (they would miss other
     /// nodes' changes).
     public var isFollowing: Bool {
-        guard let storage, storage.isShared else { return true }
+        guard storage.isShared else { return true }
         guard hearing.load(ordering: .sequentiallyConsistent) else { return false }
         // With one owner per session: only while this node is a member.
         guard let ownership = activeOwnership else { return true }
@@ -32,7 +32,7 @@ extension SessionManager {
     /// a lost channel ends every stream of this node, since changes may be missed until it is
     /// back. Returns at once for storage of one process.
     public func followOtherNodes() async {
-        guard let storage, storage.isShared else { return }
+        guard storage.isShared else { return }
         for await notice in storage.notices() {
             switch notice {
             case .listening:

@@ -21,7 +21,7 @@ extension SessionManager {
             let idle = session.idleSince
             if idle < ttlLimit, !session.isBusy {
                 purgedIDs.append(session.id)
-            } else if storage != nil, idle < idleLimit, session.retireIfIdle() {
+            } else if journal.lifetime == .durable, idle < idleLimit, session.retireIfIdle() {
                 // Retired atomically with its pipeline: a request that looked it up just before
                 // is refused (`.retired`) and loads it again, never working on a stale copy.
                 sessions.withLock { table in
@@ -31,16 +31,15 @@ extension SessionManager {
             }
         }
         var purged = await purge(purgedIDs)
-        if let storage {
-            // The stored sessions past their TTL: one node at a time looks (shared storage).
-            // Stored activity is written at most once a minute; a session in memory is judged
-            // by its exact last use above, not by the stored time.
-            let fromStorage = try? await storage.exclusively("sweep") { [self] () async -> Int in
-                guard let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) else { return 0 }
-                return await purge(stale.filter { !isLoaded(id: $0) })
-            }
-            purged += (fromStorage ?? nil) ?? 0
+        // The stored sessions past their TTL: one node at a time looks (shared storage).
+        // Stored activity is written at most once a minute; a session in memory is judged by
+        // its exact last use above, not by the stored time.
+        let storage = self.storage
+        let fromStorage = try? await storage.exclusively("sweep") { [self] () async -> Int in
+            guard let stale = try? await storage.sessions(inactiveBefore: ttlLimit, limit: 1000) else { return 0 }
+            return await purge(stale.filter { !isLoaded(id: $0) })
         }
+        purged += (fromStorage ?? nil) ?? 0
         return (evicted, purged)
     }
 

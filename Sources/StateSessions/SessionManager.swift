@@ -94,17 +94,29 @@ public final class SessionManager: Sendable {
         self.encoder = events
         self.registry = registry
         self.settings = settings
-        self.journal = storage.map { StorageJournal($0) } ?? VolatileJournal()
+        self.journal = StateSessions.journal(over: storage ?? Self.memoryJournal(registry, settings))
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
-        self.memory = storage == nil ? nil : MemoryBudget(limit: settings.memoryBytes)
+        // Sessions of durable storage leave memory when idle, and past the memory budget.
+        self.memory = journal.lifetime == .durable ? MemoryBudget(limit: settings.memoryBytes) : nil
         memory?.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
     }
 
-    public var storage: (any SessionStorage)? { journal.storage }
-    public var isDurable: Bool { storage != nil }
+    /// Memory mode's storage: a bounded journal of each session's last changes (as many as
+    /// events replay or history keeps, the larger), whole states, in the process's memory.
+    static func memoryJournal(_ registry: FeatureRegistry, _ settings: SessionSettings) -> InMemoryStorage {
+        InMemoryStorage.process(InMemoryStorage.Bounds(
+            changes: max(settings.replayBuffer, settings.historyKeep, 1), bytes: settings.replayBytes,
+            serverBytes: settings.serverReplayBytes, keys: settings.idempotencyKeys,
+            stateVersions: Dictionary(registry.features.map { ($0.name, $0.stateVersion) }) { first, _ in first }))
+    }
+
+    public var storage: any SessionStorage { journal.storage }
+    /// Whether every session there is is in memory here (memory mode: sessions never leave
+    /// it), so a session not found in memory does not exist — known without waiting.
+    public var holdsEverySession: Bool { journal.lifetime == .process }
     /// Several nodes with one owner per session (see ``SessionOwnership``).
-    public var ownership: (any SessionOwnership)? { storage?.ownership }
+    public var ownership: (any SessionOwnership)? { storage.ownership }
 
     /// Why a session could not be created.
     public enum CreateFailure: Error, Sendable {
@@ -119,7 +131,8 @@ public final class SessionManager: Sendable {
         let token = Self.randomString(bytes: 32)
         let id = Self.randomString(bytes: 16)
         let now = WallClock.now
-        if storage == nil, count >= settings.maxSessions { throw .limitReached }
+        let bounded = journal.lifetime == .process
+        if bounded, count >= settings.maxSessions { throw .limitReached }
         // Several nodes: the creating node owns the session (storage records it as the owner).
         var ownerEpoch: Int64 = 0
         if let ownership = activeOwnership {
@@ -137,11 +150,14 @@ public final class SessionManager: Sendable {
         }
         let session = makeSession(id: id, tokenHash: SHA256.hash(token), ownerEpoch: ownerEpoch)
         let added = sessions.withLock { table -> Bool in
-            if storage == nil, table.byID.count >= settings.maxSessions { return false }
+            if bounded, table.byID.count >= settings.maxSessions { return false }
             table.byID[id] = session
             return true
         }
-        guard added else { throw .limitReached }
+        guard added else {
+            try? await journal.record { [.deleteSession(id: id)] }
+            throw .limitReached
+        }
         return (session, token)
     }
 
@@ -190,16 +206,12 @@ public final class SessionManager: Sendable {
     }
 
     /// Sessions with an id after `id` (byte order), at most `limit`, with their last activity
-    /// (milliseconds since 1970): from storage when there is one (every node's), else from
-    /// memory. The admin's list.
+    /// (milliseconds since 1970): from storage (every node's), with the exact last use of those
+    /// in memory here (storage learns of reads at most once a minute). The admin's list.
     public func list(after id: String, limit: Int) async throws(StorageError) -> [(id: String, lastActive: Int64)] {
-        if let storage {
-            return try await storage.sessions(after: id, limit: limit).map { ($0.id, $0.lastActiveAt) }
-        }
-        let all = sessions.withLock { Array($0.byID.values) }
-        return all.filter { id.utf8.lexicographicallyPrecedes($0.id.utf8) }
-            .sorted { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }
-            .prefix(max(0, limit)).map { ($0.id, $0.idleSince) }
+        let stored = try await storage.sessions(after: id, limit: limit)
+        let loaded = sessions.withLock { table in stored.map { table.byID[$0.id]?.idleSince ?? 0 } }
+        return zip(stored, loaded).map { ($0.id, max($0.lastActiveAt, $1)) }
     }
 
     /// Whether a session with this id is in memory (whatever the token).
@@ -233,7 +245,7 @@ public final class SessionManager: Sendable {
     public func locate(id: String, token: String, admin: Bool = false) async throws(StorageError) -> Located? {
         if let session = session(id: id, token: token, admin: admin) { return .here(session) }
         if let url = sessions.withLock({ $0.leaving[id] }) { return .elsewhere(url: url) }
-        guard let storage, !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
+        guard !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
             guard let stored = try await storage.session(id: id) else { return nil }
@@ -293,7 +305,6 @@ public final class SessionManager: Sendable {
         if let session = sessions.withLock({ $0.byID[id] }) {
             return try await delete(session)
         }
-        guard let storage else { return }
         do {
             try await storage.commit([.deleteSession(id: id)])
         } catch {

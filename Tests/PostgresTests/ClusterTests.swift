@@ -185,7 +185,7 @@ struct ClusterTests {
             // whether or not changes made on other nodes reach it live.
             try await cluster.session(watched, on: a.api).dispatchOK("counter", ["type": "increment"])
             let finalSeq = try #require(try cluster.sequence(watched.id).last)
-            let caughtUp = try await eventually(timeout: .seconds(20)) { afterKill.seqs.last == finalSeq }
+            let caughtUp = try await eventually(timeout: .seconds(60)) { afterKill.seqs.last == finalSeq }
             #expect(caughtUp, "resumed stream reached \(afterKill.seqs.last ?? 0) of \(finalSeq)")
             #expect(beforeKill.seqs == Array(1...lastRead), "the killed node's stream: \(Self.gaps(beforeKill.seqs))")
             #expect(afterKill.seqs == Array((lastRead + 1)..<(finalSeq + 1)), "the resumed stream: \(Self.gaps(afterKill.seqs))")

@@ -37,7 +37,7 @@ struct HistoryTests {
         try await session.dispatchOK("counter", ["type": "increment", "by": 5])
         // A password is masked as in events; a check that fails sends a toast effect.
         try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "short"])
-        let settled = try await eventually(timeout: .seconds(20)) { try await session.store("login").version == 2 }
+        let settled = try await eventually(timeout: .seconds(60)) { try await session.store("login").version == 2 }
         #expect(settled)
         let after = Int(Date().timeIntervalSince1970 * 1000)
 

@@ -11,7 +11,7 @@ struct InProcessServerTests {
     func storage() async throws {
         let server = try InProcessServer()
         let sqlite = ProcessInfo.processInfo.environment["STATE_SERVER_TEST_STORAGE"] == "sqlite"
-        #expect(server.sessions.isDurable == sqlite)
+        #expect(server.sessions.holdsEverySession == !sqlite)
         await server.stop()
     }
 

@@ -235,7 +235,7 @@ struct JWTSettingsTests {
         let binary = try #require(ServerBinary.locate())
         for (environment, message) in cases {
             let (process, output) = try ServerProcess.launch(binary, arguments: ["--port", "0"], environment: environment)
-            let ended = try await eventually(timeout: .seconds(20)) { !process.isRunning && output.allClosed }
+            let ended = try await eventually(timeout: .seconds(60)) { !process.isRunning && output.allClosed }
             if !ended { process.terminate() }
             #expect(ended, "the server started with \(environment)")
             #expect(process.terminationStatus != 0, "\(environment)")
@@ -249,7 +249,7 @@ struct JWTSettingsTests {
         let binary = try #require(ServerBinary.locate())
         let (process, output) = try ServerProcess.launch(
             binary, arguments: ["--print-config"], environment: ["STATE_SERVER_AUTH_JWT_SECRET": jwtSecret])
-        #expect(try await eventually(timeout: .seconds(20)) { !process.isRunning && output.allClosed })
+        #expect(try await eventually(timeout: .seconds(60)) { !process.isRunning && output.allClosed })
         #expect(output.stdoutText.contains("\"auth.jwtSecret\" : \"***\"") || output.stdoutText.contains("\"auth.jwtSecret\":\"***\""), "\(output.stdoutText)")
         #expect(!output.stdoutText.contains(jwtSecret))
     }

@@ -107,7 +107,7 @@ struct MiddlewareTests {
         let strictServer = try Self.server(strict)
         let other = try await strictServer.api.createSession()
         try await other.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
-        let settled = try await eventually(timeout: .seconds(20)) { try await other.store("login").version == 2 }
+        let settled = try await eventually(timeout: .seconds(60)) { try await other.store("login").version == 2 }
         #expect(settled, "the check's follow-up went through")
         #expect(try await other.store("login").state["isLoggedIn"] == true)
         await strictServer.stop()

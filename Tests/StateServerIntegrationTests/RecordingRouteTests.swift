@@ -24,7 +24,7 @@ struct RecordingRouteTests {
         try await session.dispatchOK("todos", ["type": "add", "title": "milk"])
         try await session.dispatchOK("todos", ["type": "toggle", "id": "1"])
         try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
-        let settled = try await eventually(timeout: .seconds(20)) { try await session.store("login").version == 2 }
+        let settled = try await eventually(timeout: .seconds(60)) { try await session.store("login").version == 2 }
         #expect(settled)
         _ = try await session.request("PUT", "/state/settings", body: JSON.object(["state": ["backgroundColor": "#000000", "textColor": "#ffffff"]]).bytes)
         _ = try await session.request("POST", "/state/counter/travel", body: JSON.object(["version": 0]).bytes)
@@ -99,7 +99,7 @@ struct RecordingRouteTests {
         try await original.dispatchOK("todos", ["type": "add", "title": "milk"])
         try await original.dispatchOK("todos", ["type": "toggle", "id": "1"])
         try await original.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
-        let settled = try await eventually(timeout: .seconds(20)) { try await original.store("login").version == 2 }
+        let settled = try await eventually(timeout: .seconds(60)) { try await original.store("login").version == 2 }
         #expect(settled)
         _ = try await original.request("POST", "/state/todos/travel", body: JSON.object(["version": 1]).bytes)
         let (recording, bytes) = try await Self.recording(original)

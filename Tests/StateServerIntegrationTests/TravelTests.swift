@@ -63,7 +63,7 @@ struct TravelTests {
         let api = try SharedServer.api()
         let session = try await api.createSession()
         try await session.dispatchOK("login", ["type": "submit", "username": "ada", "password": "long enough"])
-        let settled = try await eventually(timeout: .seconds(20)) { try await session.store("login").version == 2 }
+        let settled = try await eventually(timeout: .seconds(60)) { try await session.store("login").version == 2 }
         #expect(settled)
         expectError(try await Self.travel(session, "login", 1), 422, "invalid_state")
         let out = try await Self.travel(session, "login", 0)

@@ -97,7 +97,7 @@ extension StateServerResponder {
             if tooLarge { throw .tooLarge(limit) }
             return try handingOver(session, request, body(session, grant))
         }
-        guard sessions.isDurable else { throw .sessionNotFound }
+        if sessions.holdsEverySession { throw .sessionNotFound }
         return .later { [self] () throws(APIError) in
             let session: Session
             switch try await find(request, id: id, token: token, admin: admin) {

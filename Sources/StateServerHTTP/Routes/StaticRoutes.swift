@@ -13,9 +13,7 @@ extension StateServerResponder {
         // Readiness for load balancers and Kubernetes: can this node reach its storage (and,
         // with several nodes, does it hear the others' changes)?
         Route(["GET"], "/readyz") { responder, _ throws(APIError) in
-            guard let storage = responder.sessions.storage else {
-                return .now(Reply.json(200, Reply.statusOK, route: "/readyz", headers: [Reply.noStore]))
-            }
+            let storage = responder.sessions.storage
             // Not hearing the other nodes is known at once (and then PostgreSQL may not answer
             // a ping for a while): answer it without waiting.
             guard responder.sessions.isFollowing else { throw .notFollowing }
