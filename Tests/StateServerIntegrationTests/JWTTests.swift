@@ -2,6 +2,7 @@ import Crypto
 import CryptoExtras
 import Foundation
 import JWTKit
+import StateServerHTTP
 import TestSupport
 import Testing
 
@@ -56,14 +57,16 @@ func base64URL(_ bytes: some Sequence<UInt8>) -> String {
         .replacingOccurrences(of: "=", with: "")
 }
 
-/// Bearer JWTs over a real socket, HS256 with an audience; the audit log names the JWT's subject.
-@Suite(
-    "JWTs from the app's backend",
-    .localServer(environment: [
-        "STATE_SERVER_AUTH_JWT_SECRET": jwtSecret, "STATE_SERVER_AUTH_JWT_AUDIENCE": audience, "STATE_SERVER_LOG_AUDIT": "true",
-    ]))
+/// The routes' verifier of the backend's HS256 JWTs with an audience, as `auth.jwtSecret` and
+/// `auth.jwtAudience` configure the binary's.
+func hs256Verifier() -> JWTVerifier { JWTVerifier(key: .secret(jwtSecret), audience: audience) }
+
+/// Bearer JWTs, HS256 with an audience, in process: the claims, scopes, refusals and the stream's
+/// end at `exp` are the routes' (`RouteSettings.jwt`), not the socket's. The binary's reading of
+/// the same settings is JWTSettingsTests.
+@Suite("JWTs from the app's backend", .inProcessServer { $0.routes.jwt = hs256Verifier() })
 struct JWTTests {
-    @Test("a dispatch JWT for the session dispatches, streams and is written to the audit log with its sub")
+    @Test("a dispatch JWT for the session dispatches within its features and actions, and streams with access_token")
     func dispatchJWT() async throws {
         let owner = try await SharedServer.api().createSession()
         let backend = await Backend.hmac()
@@ -75,16 +78,14 @@ struct JWTTests {
         expectError(try await user.dispatch("todos", ["type": "clearCompleted"]), 403, "forbidden")
         expectError(try await user.dispatch("counter", ["type": "increment"]), 403, "forbidden")
         expectError(try await user.request("DELETE", ""), 403, "forbidden")
+        #expect(try await owner.store("todos").version == 1)
+        #expect(try await owner.store("counter").version == 0)
         // EventSource passes it as access_token.
         let stream = try await owner.api.openEvents(
             "\(owner.path)/events?access_token=\(try await backend.sign(claims))", headers: [], receiveBufferSize: nil)
         defer { stream.close() }
         #expect(stream.status == 200, "\(stream.head)")
         #expect(try await stream.nextEvent().json?["features"]?.object?.keys.sorted() == ["todos"])
-        let logged = try await eventually {
-            SharedServer.current?.output.stderrText.contains("subject=user-42") == true
-        }
-        #expect(logged, "the audit line names the JWT's sub")
     }
 
     @Test("an admin JWT mints scoped tokens that expire with it, and what it mints carries its sub")
@@ -148,21 +149,37 @@ struct JWTTests {
     func streamEndsAtExp() async throws {
         let owner = try await SharedServer.api().createSession()
         let backend = await Backend.hmac()
-        let viewer = owner.with(token: try await backend.sign(.session(owner.id, scope: "observe", expiresIn: 2)))
-        let (stream, _) = try await viewer.subscribe()
+        // The JWT lives 2 s on the real clock. Should this test wait longer than that for a turn
+        // before its stream is open (the pool can starve it), the stream is refused as expired
+        // (401); then a fresh JWT is tried.
+        let opened = try await poll(timeout: .seconds(60)) { () -> EventStream? in
+            let viewer = owner.with(token: try await backend.sign(.session(owner.id, scope: "observe", expiresIn: 2)))
+            let stream = try await viewer.events()
+            if stream.status == 200 { return stream }
+            #expect(stream.status == 401, "\(stream.head)")
+            stream.close()
+            return nil
+        }
+        let stream = try #require(opened, "no stream opened with a fresh JWT")
         defer { stream.close() }
-        let last = try await stream.nextEvent(timeout: .seconds(10))
+        #expect(try await stream.nextEvent().event == "snapshot")
+        let last = try await stream.nextEvent(timeout: .seconds(30))
         #expect(last.event == "revoked" && last.json?["reason"] == "expired", "\(last)")
-        #expect(try await stream.waitForEnd())
+        #expect(try await stream.waitForEnd(timeout: .seconds(30)))
     }
 }
 
-/// `auth.createSessions: jwt`, ES256 and RS256 keys, and settings refused at start.
-@Suite("JWT settings")
-struct JWTSettingsTests {
+/// The keys and the session creation the routes take, in process: `auth.createSessions: jwt`
+/// (`RouteSettings.sessionsNeedJWT`), and ES256 and RS256 public keys read by the parser the
+/// binary reads `auth.jwtPublicKey` with (`JWTVerifier.Key(pem:)`).
+@Suite("JWT keys and session creation")
+struct JWTKeyTests {
     @Test("createSessions jwt: POST /v1/sessions needs a JWT of scope create")
     func createNeedsJWT() async throws {
-        try await withServer(environment: ["STATE_SERVER_AUTH_JWT_SECRET": jwtSecret, "STATE_SERVER_AUTH_CREATE_SESSIONS": "jwt"]) { server in
+        try await withInProcessServer({ settings in
+            settings.routes.jwt = JWTVerifier(key: .secret(jwtSecret), audience: nil)
+            settings.routes.sessionsNeedJWT = true
+        }) { server in
             let api = server.api
             let backend = await Backend.hmac()
             expectError(try await api.request("POST", "/v1/sessions"), 401, "unauthorized")
@@ -171,10 +188,11 @@ struct JWTSettingsTests {
             let dispatchScope = try await backend.sign(.session("x", scope: "dispatch", audience: nil))
             expectError(
                 try await api.request("POST", "/v1/sessions", headers: [("Authorization", "Bearer \(dispatchScope)")]), 401, "unauthorized")
-            var create = BackendClaims.session("", scope: "create", audience: nil)
-            create.session = nil
+            let forged = try await Backend.hmac("not-the-secret-but-just-as-long-0123456789").sign(Self.create)
+            expectError(
+                try await api.request("POST", "/v1/sessions", headers: [("Authorization", "Bearer \(forged)")]), 401, "unauthorized")
             let created = try await api.request(
-                "POST", "/v1/sessions", headers: [("Authorization", "Bearer \(try await backend.sign(create))")])
+                "POST", "/v1/sessions", headers: [("Authorization", "Bearer \(try await backend.sign(Self.create))")])
             #expect(created.status == 201, "\(created)")
             let session = Session(
                 api: api, id: try #require(created.json?["id"]?.string), token: try #require(created.json?["token"]?.string))
@@ -182,10 +200,15 @@ struct JWTSettingsTests {
         }
     }
 
+    /// Claims of scope `create`: no session.
+    static var create: BackendClaims {
+        var claims = BackendClaims.session("", scope: "create", audience: nil)
+        claims.session = nil
+        return claims
+    }
+
     @Test("ES256 and RS256 public keys verify their tokens and refuse HS256 ones made with the public key as secret")
     func publicKeys() async throws {
-        let directory = try TemporaryDirectory("jwt-keys")
-        defer { directory.remove() }
         let p256 = P256.Signing.PrivateKey()
         let rsa = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         let cases: [(String, String, Backend)] = [
@@ -201,9 +224,9 @@ struct JWTSettingsTests {
             }()),
         ]
         for (algorithm, pem, backend) in cases {
-            let path = directory.path("\(algorithm).pem")
-            try Data(pem.utf8).write(to: URL(fileURLWithPath: path))
-            try await withServer(environment: ["STATE_SERVER_AUTH_JWT_PUBLIC_KEY": path]) { server in
+            let key = try #require(JWTVerifier.Key(pem: pem), "\(algorithm)")
+            #expect(key.algorithm.rawValue == algorithm)
+            try await withInProcessServer({ $0.routes.jwt = JWTVerifier(key: key, audience: nil) }) { server in
                 let owner = try await server.api.createSession()
                 let token = try await backend.sign(.session(owner.id, scope: "dispatch", audience: nil))
                 var encoded = String(token.prefix { $0 != "." })
@@ -216,6 +239,63 @@ struct JWTSettingsTests {
                 expectError(try await owner.with(token: confused).dispatch("counter", ["type": "increment"]), 401, "unauthorized", "\(algorithm)")
                 #expect(try await owner.store("counter").version == 1)
             }
+        }
+    }
+}
+
+/// The binary's JWT settings, over a socket: what `auth.*` and `log.audit` configure reaches the
+/// routes (one JWT of each kind of key accepted end to end), and settings refused at start.
+@Suite("JWT settings")
+struct JWTSettingsTests {
+    @Test("over a socket: auth.jwtSecret, auth.jwtAudience, auth.createSessions jwt and log.audit reach the routes")
+    func secretOverSocket() async throws {
+        let environment = [
+            "STATE_SERVER_AUTH_JWT_SECRET": jwtSecret, "STATE_SERVER_AUTH_JWT_AUDIENCE": audience,
+            "STATE_SERVER_AUTH_CREATE_SESSIONS": "jwt", "STATE_SERVER_LOG_AUDIT": "true",
+        ]
+        try await withServer(environment: environment) { server in
+            let api = server.api
+            let backend = await Backend.hmac()
+            // auth.createSessions: jwt.
+            expectError(try await api.request("POST", "/v1/sessions"), 401, "unauthorized")
+            var create = JWTKeyTests.create
+            create.aud = AudienceClaim(value: [audience])
+            let created = try await api.request(
+                "POST", "/v1/sessions", headers: [("Authorization", "Bearer \(try await backend.sign(create))")])
+            #expect(created.status == 201, "\(created)")
+            let owner = Session(
+                api: api, id: try #require(created.json?["id"]?.string), token: try #require(created.json?["token"]?.string))
+            // auth.jwtSecret: a dispatch JWT is accepted; log.audit: its line names the JWT's sub.
+            let user = owner.with(token: try await backend.sign(.session(owner.id, scope: "dispatch", sub: "user-42")))
+            try await user.dispatchOK("counter", ["type": "increment"])
+            let logged = try await eventually { server.output.stderrText.contains("subject=user-42") }
+            #expect(logged, "the audit line names the JWT's sub")
+            // auth.jwtAudience: a JWT for another audience is refused.
+            let elsewhere = owner.with(token: try await backend.sign(.session(owner.id, scope: "dispatch", audience: "another-app")))
+            expectError(try await elsewhere.dispatch("counter", ["type": "increment"]), 401, "unauthorized", messageContains: "JWT")
+            #expect(try await owner.store("counter").version == 1)
+        }
+    }
+
+    @Test("over a socket: auth.jwtPublicKey is read from its file; a token signed with its private key is accepted")
+    func publicKeyOverSocket() async throws {
+        let directory = try TemporaryDirectory("jwt-keys")
+        defer { directory.remove() }
+        let p256 = P256.Signing.PrivateKey()
+        let path = directory.path("ES256.pem")
+        try Data(p256.publicKey.pemRepresentation.utf8).write(to: URL(fileURLWithPath: path))
+        let backend = Backend()
+        await backend.keys.add(ecdsa: try ES256PrivateKey(backing: p256))
+        try await withServer(environment: ["STATE_SERVER_AUTH_JWT_PUBLIC_KEY": path]) { server in
+            let owner = try await server.api.createSession()
+            let token = try await backend.sign(.session(owner.id, scope: "dispatch", audience: nil))
+            try await owner.with(token: token).dispatchOK("counter", ["type": "increment"])
+            // Only the configured key verifies: a token signed with another P-256 key is refused.
+            let stranger = Backend()
+            await stranger.keys.add(ecdsa: try ES256PrivateKey(backing: P256.Signing.PrivateKey()))
+            let forged = try await stranger.sign(.session(owner.id, scope: "dispatch", audience: nil))
+            expectError(try await owner.with(token: forged).dispatch("counter", ["type": "increment"]), 401, "unauthorized")
+            #expect(try await owner.store("counter").version == 1)
         }
     }
 

@@ -5,8 +5,8 @@ import Testing
 @testable import StateServerHTTP
 
 /// The token buckets (``PaceTable``) and who a request's client is (``ClientLimits``), on an
-/// injected clock. What the limits do over real connections is
-/// StateServerIntegrationTests/AbuseLimitTests.
+/// injected clock. What the routes do with them is AbuseLimitTests (in process, requests given
+/// peer addresses); over real connections, SocketAbuseLimitTests.
 @Suite("Rate limits: token buckets and client addresses")
 struct RateLimitTests {
     static let second: Int64 = 1_000_000_000

@@ -4,7 +4,7 @@ import Testing
 /// Malformed traffic must never crash, hang or change the server: after each test `/healthz`
 /// still answers 200 and a bystander session is unchanged.
 // Its clients all come from 127.0.0.1: one more than `limits.connectionsPerAddress` (100) is
-// open at once in "many connections"; the limit itself is AbuseLimitTests'.
+// open at once in "many connections"; the limit itself is SocketAbuseLimitTests'.
 @Suite("Robustness", .localServer(environment: ["STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS": "1000"]))
 struct RobustnessTests {
     /// Sends raw bytes on a fresh connection and returns the status of the answer, or nil when the

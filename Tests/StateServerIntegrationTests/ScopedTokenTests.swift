@@ -2,10 +2,11 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Scoped tokens (`POST /v1/sessions/{id}/tokens`) over a real socket: what each scope, feature
-/// list and action list lets through, that a token never mints a wider one, and that revoking
-/// or expiry refuses the token at once and ends its open streams.
-@Suite("Scoped tokens", .localServer())
+/// Scoped tokens (`POST /v1/sessions/{id}/tokens`), in process: what each scope, feature list
+/// and action list lets through, that a token never mints a wider one, and that revoking or
+/// expiry refuses the token at once and ends its open streams. That tokens survive a restart
+/// is the real binary's (DurableTokenTests).
+@Suite("Scoped tokens", .inProcessServer())
 struct ScopedTokenTests {
     /// Mints a token on `session` with `body`; requires 201 and returns it as a session handle
     /// and its id.

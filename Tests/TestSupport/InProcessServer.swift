@@ -8,7 +8,8 @@
 // fresh SQLite database in a temporary directory — and a `StateServerResponder`. Requests are
 // `HTTPRequest` values given to `respond(to:)`, built as MicroHTTP builds them from the wire
 // (Connection.swift): path percent-decoded, query arguments split and decoded, header names
-// lower-cased, a body over the limit dropped and flagged `bodyTooLarge`.
+// lower-cased, a body over the limit dropped and flagged `bodyTooLarge`; no peer address (a
+// request made in process), or the one `api(from:)` names, as a connection's peer would be.
 
 import ExampleFeatures
 import Foundation
@@ -30,6 +31,16 @@ package final class InProcessServer: Sendable {
         package var loginCheckDelay: Duration = .milliseconds(200)
 
         package init() {}
+
+        /// `http.trustedProxies`: the peers whose `X-Forwarded-For` the limits believe, each an
+        /// address or a CIDR range (an entry that is neither is recorded as an issue).
+        package mutating func trustProxies(_ entries: String..., sourceLocation: SourceLocation = #_sourceLocation) {
+            routes.limits.trustedProxies = entries.compactMap { entry in
+                let range = AddressRange(entry)
+                if range == nil { Issue.record("not an address or CIDR range: \(entry)", sourceLocation: sourceLocation) }
+                return range
+            }
+        }
     }
 
     package let responder: StateServerResponder
@@ -65,7 +76,17 @@ package final class InProcessServer: Sendable {
         responder = application.responder
     }
 
-    package var api: API { API(transport: InProcessTransport(server: self)) }
+    /// Requests with no peer address, as requests made in process have: the per-address
+    /// limits (`limits.requestsPerSecond`, `limits.sessionsPerMinute`) never count them.
+    package var api: API { API(transport: InProcessTransport(server: self, peer: nil)) }
+
+    /// Requests from a client at `address`: each carries it as its peer, as MicroHTTP gives a
+    /// request its connection's peer (`HTTPRequest.peer`), so the per-address limits and
+    /// `X-Forwarded-For` behind trusted proxies see that client.
+    package func api(from address: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> API {
+        let peer = try #require(IPAddress(address), "not an IP address: \(address)", sourceLocation: sourceLocation)
+        return API(transport: InProcessTransport(server: self, peer: peer))
+    }
 
     /// A server that keeps little history (3 changes, a snapshot every 2, so compaction runs),
     /// and a session with 12 counter increments: the journal no longer reaches version 1.
@@ -86,8 +107,23 @@ package final class InProcessServer: Sendable {
         if let directory { try? FileManager.default.removeItem(at: directory) }
     }
 
+    /// Runs `body`, then stops the server, whether `body` threw or not.
+    package func stopping<T>(after body: (InProcessServer) async throws -> T) async throws -> T {
+        do {
+            let result = try await body(self)
+            await stop()
+            return result
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
     /// The request MicroHTTP would give the responder for these bytes on the wire.
-    package func request(_ method: String, _ target: String, headers: [Header], body: [UInt8]?) -> HTTPRequest {
+    /// - Parameter peer: the connection's peer address (nil: none, as in process).
+    package func request(
+        _ method: String, _ target: String, headers: [Header], body: [UInt8]?, peer: IPAddress? = nil
+    ) -> HTTPRequest {
         let (rawPath, rawQuery) = Self.split(target)
         var fields = [("host", "127.0.0.1")] + headers.map { ($0.name.lowercased(), $0.value) }
         if let body { fields.append(("content-length", String(body.count))) }
@@ -96,7 +132,7 @@ package final class InProcessServer: Sendable {
         return HTTPRequest(
             method: method, path: String(rawPath),
             headers: fields, query: Self.arguments(rawQuery),
-            body: tooLarge ? [] : bytes, bodyTooLarge: tooLarge)
+            body: tooLarge ? [] : bytes, bodyTooLarge: tooLarge, peer: peer)
     }
 
     static func split(_ target: Substring) -> (path: Substring, query: Substring?) {
@@ -124,6 +160,8 @@ package final class InProcessServer: Sendable {
 /// Requests straight to an in-process server's responder.
 struct InProcessTransport: HTTPTransport {
     let server: InProcessServer
+    /// The peer address every request carries (nil: none).
+    let peer: IPAddress?
 
     var port: Int? { nil }
 
@@ -133,7 +171,7 @@ struct InProcessTransport: HTTPTransport {
         if let body, body.count > InProcessServer.drainLimit {
             Issue.record("a body over the transport's drain limit needs a real server (.localServer)")
         }
-        let response = await server.answer(server.request(method, target, headers: headers, body: body))
+        let response = await server.answer(server.request(method, target, headers: headers, body: body, peer: peer))
         switch response.body {
         case .bytes(let bytes):
             return TestSupport.HTTPResponse(
@@ -150,7 +188,7 @@ struct InProcessTransport: HTTPTransport {
     }
 
     func openEvents(_ target: String, headers: [Header], receiveBufferSize: Int?) async throws -> TestSupport.EventStream {
-        let response = await server.answer(server.request("GET", target, headers: headers, body: nil))
+        let response = await server.answer(server.request("GET", target, headers: headers, body: nil, peer: peer))
         switch response.body {
         case .bytes(let bytes):
             return TestSupport.EventStream(head: Self.head(response, length: bytes.count), body: InProcessBytesBody(bytes: bytes))
@@ -215,6 +253,16 @@ struct InProcessEventStreamBody: EventStreamBody {
     }
 
     func close() { stream.finish() }
+}
+
+/// Runs `body` against an in-process server of its own, with the settings `configure` gives,
+/// and stops it afterwards (`withServer` for a real one).
+package func withInProcessServer<T>(
+    _ configure: (inout InProcessServer.Settings) -> Void = { _ in }, _ body: (InProcessServer) async throws -> T
+) async throws -> T {
+    var settings = InProcessServer.Settings()
+    configure(&settings)
+    return try await InProcessServer(settings: settings).stopping(after: body)
 }
 
 /// Runs a suite against one in-process server, stopped after the suite.
