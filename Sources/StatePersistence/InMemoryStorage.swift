@@ -38,27 +38,81 @@ public final class InMemoryStorage: SessionStorage {
         }
     }
 
+    /// A session's journal: its changes in seq order, the heads a fenced append must follow,
+    /// and (bounded) the bytes of its changes, its keys in the order remembered and each
+    /// feature's base — the last change of it that left the ring, whole.
+    struct Ring {
+        struct Base {
+            let version: Int
+            let state: [UInt8]
+            let time: Int64
+        }
+
+        var entries = Deque<JournalEntry>()
+        var headSeq = 0
+        var headVersion: [String: Int] = [:]
+        var bytes = 0
+        var keyOrder = Deque<String>()
+        var bases: [String: Base] = [:]
+
+        /// Appends `e` if it follows the heads (else `.conflict`, nothing changed).
+        mutating func append(_ e: JournalEntry) throws(StorageError) {
+            let version = headVersion[e.feature] ?? 0
+            guard e.seq == headSeq + 1, e.version == version + 1 else {
+                throw StorageError(
+                    .conflict,
+                    "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow seq \(headSeq), version \(version)")
+            }
+            entries.append(e)
+            headSeq = e.seq
+            headVersion[e.feature] = e.version
+        }
+
+        /// Bounded: the oldest change leaves as its feature's base; returns its size.
+        mutating func dropOldest() -> Int {
+            guard let entry = entries.popFirst() else { return 0 }
+            bytes -= entry.size
+            let before = bases[entry.feature].flatMap { $0.version == entry.version - 1 ? $0.state : nil }
+            if let state = try? entry.delta.state(after: before) {
+                bases[entry.feature] = Base(version: entry.version, state: state, time: entry.time)
+            }
+            return entry.size
+        }
+
+        /// Bounded, after an append of `size` bytes: the oldest changes leave past `bounds`
+        /// (the newest stays), the oldest keys past `bounds.keys` (returned, to forget).
+        mutating func trim(size: Int, key: String?, _ bounds: Bounds) -> (freed: Int, dropped: Int, forgotten: [String]) {
+            bytes += size
+            var forgotten: [String] = []
+            if let key {
+                keyOrder.append(key)
+                while keyOrder.count > bounds.keys, let oldest = keyOrder.popFirst() { forgotten.append(oldest) }
+            }
+            var freed = 0
+            var dropped = 0
+            while entries.count > 1, entries.count > bounds.changes || bytes > bounds.bytes {
+                freed += dropOldest()
+                dropped += 1
+            }
+            return (freed, dropped, forgotten)
+        }
+    }
+
     struct Tables {
         var sessions: [String: StoredSession] = [:]
-        var journal: [String: Deque<JournalEntry>] = [:]  // by session, in seq order
+        var rings: [String: Ring] = [:]
         /// By session and feature, in version order.
         var snapshots: [String: [String: [StoreSnapshot]]] = [:]
         var keys: [String: [String: RememberedKey]] = [:]
         /// By session, in the order minted.
         var grants: [String: [StoredGrant]] = [:]
-        /// The last seq of each session, and the last version of each store: what a fenced
-        /// append must follow.
-        var headSeq: [String: Int] = [:]
-        var headVersion: [String: [String: Int]] = [:]
         var failures = 0
-        /// Bounded (``process(_:)``): bytes of changes kept per session and in all, every
-        /// change kept in the order appended (records of changes gone are skipped, and dropped
-        /// when they outnumber the kept ones), and each session's keys in the order remembered.
-        var journalBytes: [String: Int] = [:]
+        /// Bounded (``process(_:)``): bytes of changes kept in all, how many, and every change
+        /// kept in the order appended (records of changes gone are skipped, and dropped when
+        /// they outnumber the kept ones).
         var totalBytes = 0
         var kept = 0
         var order = Deque<(session: String, seq: Int)>()
-        var keyOrder: [String: Deque<String>] = [:]
     }
 
     public let name = "memory"
@@ -168,39 +222,25 @@ public final class InMemoryStorage: SessionStorage {
             t.sessions[s.id] = s
         case .deleteSession(let id):
             t.sessions[id] = nil
-            let removed = t.journal.removeValue(forKey: id)
-            if bounds != nil { t.kept -= removed?.count ?? 0 }
+            if let ring = t.rings.removeValue(forKey: id), bounds != nil {
+                t.kept -= ring.entries.count
+                t.totalBytes -= ring.bytes
+            }
             t.snapshots[id] = nil
             t.keys[id] = nil
             t.grants[id] = nil
-            t.headSeq[id] = nil
-            t.headVersion[id] = nil
-            t.keyOrder[id] = nil
-            if let bytes = t.journalBytes.removeValue(forKey: id) { t.totalBytes -= bytes }
         case .append(let e, let key):
-            try Self.requireSession(e.session, in: t)
-            let seq = t.headSeq[e.session] ?? 0
-            let version = t.headVersion[e.session]?[e.feature] ?? 0
-            guard e.seq == seq + 1, e.version == version + 1 else {
-                throw StorageError(
-                    .conflict,
-                    "journal entry \(e.session)/\(e.feature)@\(e.version) (seq \(e.seq)) does not follow seq \(seq), version \(version)")
+            guard let active = t.sessions[e.session]?.lastActiveAt else {
+                throw StorageError(.sessionGone, "session \(e.session) does not exist (deleted or expired)")
             }
-            if let key {
-                guard t.keys[e.session]?[key] == nil else { throw StorageError(.conflict, "idempotency key exists") }
-                t.keys[e.session, default: [:]][key] = RememberedKey(feature: e.feature, version: e.version, time: e.time)
-            }
-            t.journal[e.session, default: []].append(e)
-            t.headSeq[e.session] = e.seq
-            t.headVersion[e.session, default: [:]][e.feature] = e.version
-            if var s = t.sessions[e.session], s.lastActiveAt < e.time {
-                s.lastActiveAt = e.time
-                t.sessions[e.session] = s
-            }
+            if let key, t.keys[e.session]?[key] != nil { throw StorageError(.conflict, "idempotency key exists") }
+            try t.rings[e.session, default: Ring()].append(e)
+            if let key { t.keys[e.session, default: [:]][key] = RememberedKey(feature: e.feature, version: e.version, time: e.time) }
+            if active < e.time { t.sessions[e.session]?.lastActiveAt = e.time }
             if let bounds { Self.bound(after: e, key: key, bounds, &t) }
         case .snapshot(let s):
             try Self.requireSession(s.session, in: t)
-            guard s.version <= t.headVersion[s.session]?[s.feature] ?? 0 else {
+            guard s.version <= t.rings[s.session]?.headVersion[s.feature] ?? 0 else {
                 throw StorageError(.conflict, "snapshot \(s.session)/\(s.feature)@\(s.version) is ahead of the journal")
             }
             var list = t.snapshots[s.session]?[s.feature] ?? []
@@ -220,22 +260,22 @@ public final class InMemoryStorage: SessionStorage {
                 keys = Dictionary(uniqueKeysWithValues: newest.map { ($0.key, $0.value) })
             }
             t.keys[session] = keys
-            let entries = t.journal[session] ?? []
-            let window = (t.headSeq[session] ?? 0) - keepLast
+            let entries = t.rings[session]?.entries ?? []
+            let window = (t.rings[session]?.headSeq ?? 0) - keepLast
             var needFrom = upToVersion + 1
             for entry in entries where entry.feature == feature && entry.seq > window { needFrom = min(needFrom, entry.version) }
             for key in keys.values where key.feature == feature { needFrom = min(needFrom, key.version) }
-            let snapshots = t.snapshots[session]?[feature] ?? []
+            let snapshots = snapshotList(t, session, feature)
             guard let base = snapshots.last(where: { $0.version <= needFrom - 1 })?.version else { return }
             t.snapshots[session]?[feature] = snapshots.filter { $0.version >= base }
             let kept = Deque(entries.filter { !($0.feature == feature && $0.version <= base) })
             if bounds != nil {
                 let bytes = kept.reduce(0) { $0 + $1.size }
-                t.totalBytes += bytes - (t.journalBytes[session] ?? 0)
-                t.journalBytes[session] = bytes
+                t.totalBytes += bytes - (t.rings[session]?.bytes ?? 0)
+                t.rings[session]?.bytes = bytes
                 t.kept -= entries.count - kept.count
             }
-            t.journal[session] = kept
+            t.rings[session]?.entries = kept
         case .createGrant(let grant):
             try Self.requireSession(grant.session, in: t)
             guard !(t.grants[grant.session] ?? []).contains(where: { $0.id == grant.id }) else {
@@ -254,49 +294,38 @@ public final class InMemoryStorage: SessionStorage {
     /// `keys`.
     private static func bound(after e: JournalEntry, key: String?, _ bounds: Bounds, _ t: inout Tables) {
         let size = e.size
-        t.journalBytes[e.session, default: 0] += size
-        t.totalBytes += size
-        t.kept += 1
+        // One access to the session's ring for all of its part.
+        let (freed, dropped, forgotten) = t.rings[e.session, default: Ring()].trim(size: size, key: key, bounds)
+        for key in forgotten { t.keys[e.session]?[key] = nil }
+        t.totalBytes += size - freed
+        t.kept += 1 - dropped
         t.order.append((e.session, e.seq))
-        if let key {
-            t.keyOrder[e.session, default: []].append(key)
-            while (t.keyOrder[e.session]?.count ?? 0) > bounds.keys, let oldest = t.keyOrder[e.session]?.popFirst() {
-                t.keys[e.session]?[oldest] = nil
-            }
-        }
-        while let count = t.journal[e.session]?.count, count > 1,
-            count > bounds.changes || (t.journalBytes[e.session] ?? 0) > bounds.bytes
-        {
-            dropOldest(of: e.session, bounds, &t)
-        }
         while t.totalBytes > bounds.serverBytes, let (session, seq) = t.order.popFirst() {
             // Records of changes already gone (their session's own bound, a delete) are skipped.
-            if let first = t.journal[session]?.first, first.seq == seq { dropOldest(of: session, bounds, &t) }
+            guard t.rings[session]?.entries.first?.seq == seq else { continue }
+            t.totalBytes -= t.rings[session]?.dropOldest() ?? 0
+            t.kept -= 1
         }
         if t.order.count > 2 * t.kept + 1024 {
             t.order = Deque(t.order.filter { record in
-                t.journal[record.session]?.first.map { record.seq >= $0.seq } ?? false
+                t.rings[record.session]?.entries.first.map { record.seq >= $0.seq } ?? false
             })
         }
     }
 
-    /// The session's oldest change leaves the ring as its feature's base snapshot (the state
-    /// before the oldest change kept), so every kept change still has a state before it.
-    private static func dropOldest(of session: String, _ bounds: Bounds, _ t: inout Tables) {
-        guard let entry = t.journal[session]?.popFirst() else { return }
-        t.journalBytes[session, default: 0] -= entry.size
-        t.totalBytes -= entry.size
-        t.kept -= 1
-        var snapshots = t.snapshots[session]?[entry.feature] ?? []
-        let before = snapshots.last { $0.version == entry.version - 1 }
-        guard let state = try? entry.delta.state(after: before?.state) else { return }
-        snapshots.removeAll { $0.version <= entry.version }
-        snapshots.insert(
-            StoreSnapshot(
-                session: session, feature: entry.feature, version: entry.version,
-                stateVersion: bounds.stateVersions[entry.feature] ?? before?.stateVersion ?? 1, state: state, time: entry.time),
-            at: 0)
-        t.snapshots[session, default: [:]][entry.feature] = snapshots
+    /// The store's snapshots in version order: those written, and (bounded) the base its ring
+    /// keeps in place of the older ones.
+    private func snapshotList(_ t: Tables, _ session: String, _ feature: String) -> [StoreSnapshot] {
+        var list = t.snapshots[session]?[feature] ?? []
+        if let base = t.rings[session]?.bases[feature] {
+            list.removeAll { $0.version <= base.version }
+            list.insert(
+                StoreSnapshot(
+                    session: session, feature: feature, version: base.version,
+                    stateVersion: bounds?.stateVersions[feature] ?? 1, state: base.state, time: base.time),
+                at: 0)
+        }
+        return list
     }
 
     public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
@@ -308,20 +337,20 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
-        tables.withLock { $0.snapshots[session]?[feature]?.last { $0.version <= version } }
+        tables.withLock { snapshotList($0, session, feature).last { $0.version <= version } }
     }
 
     public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
         tables.withLock { t in
             // A store's versions grow with the session's seq: in seq order is in version order.
-            (t.journal[session] ?? []).filter { $0.feature == feature && $0.version > afterVersion && $0.version <= through }
+            (t.rings[session]?.entries ?? []).filter { $0.feature == feature && $0.version > afterVersion && $0.version <= through }
         }
     }
 
     public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
         tables.withLock { t in
             var found: [JournalEntry] = []
-            for entry in t.journal[session] ?? [] where entry.seq > afterSeq {
+            for entry in t.rings[session]?.entries ?? [] where entry.seq > afterSeq {
                 guard found.count < limit else { break }
                 found.append(entry)
             }
@@ -330,7 +359,7 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
-        tables.withLock { $0.headSeq[session] ?? 0 }
+        tables.withLock { $0.rings[session]?.headSeq ?? 0 }
     }
 
     public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
