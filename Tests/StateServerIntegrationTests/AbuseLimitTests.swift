@@ -28,21 +28,26 @@ func createSession(_ api: API, forwardedFor forwarded: [String] = []) async thro
 /// real connections show is SocketAbuseLimitTests.
 @Suite("Abuse limits: per address, per session, trusted proxies")
 struct AbuseLimitTests {
+    /// Sends `request` up to 60 times, as fast as it goes, until one is not `200`: the statuses
+    /// seen, and that reply (nil if all 60 passed).
+    static func untilRefused(
+        _ request: () async throws -> HTTPResponse
+    ) async throws -> (statuses: [Int], refused: HTTPResponse?) {
+        var statuses: [Int] = []
+        for _ in 0..<60 {
+            let response = try await request()
+            statuses.append(response.status)
+            if response.status != 200 { return (statuses, response) }
+        }
+        return (statuses, nil)
+    }
+
     @Test("limits.requestsPerSecond: one address past its bucket gets 429 with Retry-After; another address is served; the bucket refills")
     func requestsPerAddress() async throws {
         try await withInProcessServer({ $0.routes.limits.requestsPerSecond = 2 }) { server in
             let first = try server.api(from: "198.51.100.2")
-            var statuses: [Int] = []
-            var refused: HTTPResponse?
             let started = ContinuousClock.now
-            for _ in 0..<60 {
-                let response = try await first.request("GET", "/healthz")
-                statuses.append(response.status)
-                if response.status != 200 {
-                    refused = response
-                    break
-                }
-            }
+            let (statuses, refused) = try await Self.untilRefused { try await first.request("GET", "/healthz") }
             let elapsed = ContinuousClock.now - started
             // A full bucket: the first two pass whatever the timing.
             #expect(statuses.prefix(2) == [200, 200], "\(statuses)")
@@ -218,16 +223,7 @@ struct SocketAbuseLimitTests {
     func requestsOverSocket() async throws {
         try await withServer(environment: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "2"]) { server in
             let first = API(port: server.port, source: "127.0.0.2")
-            var statuses: [Int] = []
-            var refused: HTTPResponse?
-            for _ in 0..<60 {
-                let response = try await first.request("GET", "/healthz")
-                statuses.append(response.status)
-                if response.status != 200 {
-                    refused = response
-                    break
-                }
-            }
+            let (statuses, refused) = try await AbuseLimitTests.untilRefused { try await first.request("GET", "/healthz") }
             #expect(statuses.prefix(2) == [200, 200], "\(statuses)")
             let limited = try #require(refused, "no 429 in \(statuses.count) requests: \(statuses)")
             expectRateLimited(limited, "limits.requestsPerSecond", maxWait: 1)
@@ -265,15 +261,8 @@ struct SocketAbuseLimitTests {
             let connection = try await HTTPConnection.open(port: server.port, source: "127.0.0.6")
             defer { connection.close() }
             let increment = JSON.object(["feature": "counter", "action": ["type": "increment"]]).bytes
-            var statuses: [Int] = []
-            var refused: HTTPResponse?
-            for _ in 0..<60 {
-                let response = try await connection.request("POST", session.path + "/dispatch", headers: session.auth, body: increment)
-                statuses.append(response.status)
-                if response.status != 200 {
-                    refused = response
-                    break
-                }
+            let (statuses, refused) = try await AbuseLimitTests.untilRefused {
+                try await connection.request("POST", session.path + "/dispatch", headers: session.auth, body: increment)
             }
             #expect(statuses.prefix(2) == [200, 200], "\(statuses)")
             expectRateLimited(try #require(refused, "no 429 in 60 dispatches"), "limits.dispatchesPerSecond", maxWait: 1)
