@@ -3,11 +3,11 @@ import StatePersistence
 import TestSupport
 import Testing
 
-private let adminToken = "socket-admin-token"
-private let adminHash = SHA256.hash(adminToken).map { String(format: "%02x", $0) }.joined()
+private let adminToken = "stream-admin-token"
 
-/// What only a socket shows: the admin's event stream of another session, and a travel's event.
-@Suite("Admin events and travel events over a socket", .localServer(environment: ["STATE_SERVER_ADMIN_TOKEN_HASH": adminHash]))
+/// The admin's event stream of another session, and a travel's event, in process (the binary
+/// reading admin.tokenHash: ImportRulesTests, which imports with the admin token).
+@Suite("Admin events and travel events", .inProcessServer { $0.routes.adminTokenHash = SHA256.hash(adminToken) })
 struct AdminStreamTests {
     @Test("the admin token opens any session's stream; a travel is a state event with cause travel and the old state")
     func adminStreamSeesTravel() async throws {

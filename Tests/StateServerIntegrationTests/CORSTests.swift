@@ -1,13 +1,20 @@
 import Foundation
+import StateServerHTTP
 import TestSupport
 import Testing
 
-/// Issue 25 item 4: CORS over real connections (`cors.allowedOrigins`). The browser side — a
-/// page on another origin using /client.js — is Tests/browser/test_cors.py.
+/// Issue 25 item 4: CORS (`cors.allowedOrigins`). The routes' preflights and headers, in
+/// process; the binary reading the setting (a list, case, `*`), in `CORSSettingsTests`. The
+/// browser side — a page on another origin using /client.js — is Tests/browser/test_cors.py.
 @Suite("CORS: preflights and the headers of replies to other origins")
 struct CORSTests {
     static let allowed = "http://app.example:8000"
-    static let environment = ["STATE_SERVER_CORS_ALLOWED_ORIGINS": "\(allowed), https://Other.Example"]
+
+    /// The routes' settings for `cors.allowedOrigins: http://app.example:8000, https://Other.Example`
+    /// (the binary lower-cases the list: `CORSSettingsTests`).
+    static func allowing(_ settings: inout InProcessServer.Settings) {
+        settings.routes.cors.allowedOrigins = [allowed, "https://other.example"]
+    }
 
     static func preflight(
         _ api: API, _ path: String, origin: String, method: String, headers: String? = nil
@@ -23,7 +30,7 @@ struct CORSTests {
 
     @Test("a preflight from an allowed origin is 204 with the route's methods, the API's request headers, Max-Age and Vary")
     func preflightAllowed() async throws {
-        try await withServer(environment: Self.environment) { server in
+        try await withInProcessServer(Self.allowing) { server in
             let session = try await server.api.createSession()
             let dispatch = try await Self.preflight(
                 server.api, "\(session.path)/dispatch", origin: Self.allowed, method: "POST",
@@ -53,7 +60,7 @@ struct CORSTests {
 
     @Test("a preflight from another origin, off /v1/, or with CORS off is 403 origin_not_allowed without CORS headers; OPTIONS that is no preflight stays 405")
     func preflightRefused() async throws {
-        try await withServer(environment: Self.environment) { server in
+        try await withInProcessServer(Self.allowing) { server in
             for (path, origin) in [("/v1/sessions", "https://evil.example"), ("/v1/sessions", "http://app.example:8001"),
                                    ("/v1/sessions", "null"), ("/healthz", Self.allowed)] {
                 let response = try await Self.preflight(server.api, path, origin: origin, method: "POST")
@@ -66,7 +73,7 @@ struct CORSTests {
             let unknown = try await Self.preflight(server.api, "/v1/nowhere", origin: Self.allowed, method: "GET")
             expectError(unknown, 404, "not_found")
         }
-        try await withServer { server in
+        try await withInProcessServer { server in
             let off = try await Self.preflight(server.api, "/v1/sessions", origin: Self.allowed, method: "POST")
             expectError(off, 403, "origin_not_allowed", messageContains: "cors.allowedOrigins")
             let created = try await server.api.request("POST", "/v1/sessions", headers: [("Origin", Self.allowed)])
@@ -77,9 +84,11 @@ struct CORSTests {
 
     @Test("replies to an allowed origin carry Allow-Origin and Expose-Headers (errors, 429 and the event stream too); other origins get none, every /v1/ reply Vary: Origin")
     func actualReplies() async throws {
-        var environment = Self.environment
-        environment["STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND"] = "1"
-        try await withServer(environment: environment) { server in
+        let settings: (inout InProcessServer.Settings) -> Void = { settings in
+            Self.allowing(&settings)
+            settings.routes.limits.dispatchesPerSecond = 1
+        }
+        try await withInProcessServer(settings) { server in
             let origin: [Header] = [("Origin", Self.allowed)]
             let created = try await server.api.request("POST", "/v1/sessions", headers: origin)
             #expect(created.status == 201)
@@ -123,11 +132,31 @@ struct CORSTests {
             #expect(health.header("Access-Control-Allow-Origin") == nil && health.header("Vary") == nil, "\(health.head)")
         }
     }
+}
+
+/// `cors.allowedOrigins` read by the binary: a list compared without case as configured, `*`.
+@Suite("CORS settings")
+struct CORSSettingsTests {
+    @Test("a list: each origin allowed, compared lower-cased (https://Other.Example allows https://other.example); others refused")
+    func list() async throws {
+        let environment = ["STATE_SERVER_CORS_ALLOWED_ORIGINS": "\(CORSTests.allowed), https://Other.Example"]
+        try await withServer(environment: environment) { server in
+            for origin in [CORSTests.allowed, "https://other.example", "https://OTHER.example"] {
+                let response = try await CORSTests.preflight(server.api, "/v1/sessions", origin: origin, method: "POST")
+                #expect(response.status == 204 && response.header("Access-Control-Allow-Origin") == origin, "\(origin): \(response)")
+            }
+            let refused = try await CORSTests.preflight(server.api, "/v1/sessions", origin: "https://evil.example", method: "POST")
+            expectError(refused, 403, "origin_not_allowed", "https://evil.example")
+            let created = try await server.api.request("POST", "/v1/sessions", headers: [("Origin", CORSTests.allowed)])
+            #expect(created.status == 201 && created.header("Access-Control-Allow-Origin") == CORSTests.allowed, "\(created.head)")
+            #expect(CORSTests.names(created.header("Vary")).contains("origin"), "\(created.head)")
+        }
+    }
 
     @Test("cors.allowedOrigins: * allows any origin with Access-Control-Allow-Origin: * (never credentials)")
     func anyOrigin() async throws {
         try await withServer(environment: ["STATE_SERVER_CORS_ALLOWED_ORIGINS": "*"]) { server in
-            let preflight = try await Self.preflight(server.api, "/v1/sessions", origin: "https://anyone.example", method: "POST")
+            let preflight = try await CORSTests.preflight(server.api, "/v1/sessions", origin: "https://anyone.example", method: "POST")
             #expect(preflight.status == 204 && preflight.header("Access-Control-Allow-Origin") == "*", "\(preflight)")
             #expect(preflight.header("Access-Control-Allow-Credentials") == nil)
             let created = try await server.api.request("POST", "/v1/sessions", headers: [("Origin", "https://anyone.example")])

@@ -1,10 +1,11 @@
 import TestSupport
 import Testing
 
-/// `GET .../events?delta=json-patch`, over a socket (on memory storage in `swift test`, on
-/// SQLite in the HTTP suite's second pass: memory computes each patch in the hub, SQLite reuses
-/// the journal's). Patches are applied with the tests' own RFC 6902 code, not the server's.
-@Suite("Events as JSON Patch deltas", .localServer())
+/// `GET .../events?delta=json-patch`, in process: the events' contents, not the socket, are the
+/// subject (on memory storage in `swift test`, on SQLite with STATE_SERVER_TEST_STORAGE=sqlite:
+/// memory computes each patch in the hub, SQLite reuses the journal's). Patches are applied
+/// with the tests' own RFC 6902 code, not the server's.
+@Suite("Events as JSON Patch deltas", .inProcessServer())
 struct DeltaEventTests {
     /// A title long enough that one item's patch is much smaller than the list.
     static func title(_ number: Int) -> String {

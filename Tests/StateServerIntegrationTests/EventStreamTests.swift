@@ -1,7 +1,11 @@
 import TestSupport
 import Testing
 
-@Suite("Events (server-sent events)", .localServer())
+/// The event stream's contract — snapshot, events, ids, filters, tokens, resuming — in process
+/// (on SQLite too with STATE_SERVER_TEST_STORAGE=sqlite). Over a socket (`SocketContractTests`,
+/// below): the stream's head and chunked framing as the wire carries them, and clients that
+/// hang up their connection.
+@Suite("Events (server-sent events)", .inProcessServer())
 struct EventStreamTests {
     @Test("headers, and a snapshot first with id 0 for a new session")
     func snapshotFirst() async throws {
@@ -263,9 +267,28 @@ struct EventStreamTests {
         #expect(fromA.id == fromB.id)
         #expect(fromA.json == fromB.json)
     }
+}
 
-    @Test("a client that goes away does not disturb the session")
-    func clientCloses() async throws {
+extension SocketContractTests {
+    @Test("over a socket: a stream's head is 200 text/event-stream, no-cache, chunked; a snapshot, then a live event")
+    func eventStreamOnTheWire() async throws {
+        let session = try await SharedServer.api().createSession()
+        let stream = try await session.events()
+        defer { stream.close() }
+        #expect(stream.status == 200)
+        #expect(stream.header("Content-Type")?.lowercased().hasPrefix("text/event-stream") == true, "\(stream.head)")
+        #expect(stream.header("Cache-Control")?.lowercased().contains("no-cache") == true, "\(stream.head)")
+        #expect(stream.header("Transfer-Encoding")?.lowercased() == "chunked", "\(stream.head)")
+        #expect(stream.header("Content-Length") == nil, "\(stream.head)")
+        let snapshot = try await stream.nextEvent()
+        #expect(snapshot.event == "snapshot" && snapshot.id == "0", "\(snapshot)")
+        try await session.dispatchOK("counter", ["type": "increment"])
+        let event = try await stream.nextEvent()
+        #expect(event.event == "state" && event.json?["version"] == 1, "\(event)")
+    }
+
+    @Test("an event-stream client that hangs up does not disturb the session")
+    func clientClosesEventStream() async throws {
         let session = try await SharedServer.api().createSession()
         for _ in 0..<5 {
             let (stream, _) = try await session.subscribe()

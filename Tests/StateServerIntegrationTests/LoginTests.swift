@@ -1,8 +1,10 @@
 import TestSupport
 import Testing
 
-/// Login's simulated credential check runs 1 s here, so "in flight" is easy to hit.
-@Suite("Login: asynchronous follow-up actions", .localServer(environment: ["STATE_SERVER_LOGIN_CHECK_DELAY": "1"]))
+/// Login's simulated credential check runs 1 s here, so "in flight" is easy to hit. The
+/// feature's follow-up actions and its events, in process (`LoginSettingsTests`: the binary's
+/// `login.checkDelay`).
+@Suite("Login: asynchronous follow-up actions", .inProcessServer { $0.loginCheckDelay = .seconds(1) })
 struct LoginTests {
     /// Waits for the check to finish: `isLoading` false again.
     func settled(_ session: Session) async throws -> StoreState {
@@ -220,5 +222,24 @@ struct LoginTests {
         #expect(try await settled(control).state["isLoggedIn"] == true)
         #expect(await api.isHealthy())
         expectError(try await session.request("GET", "/state/login"), 404, "session_not_found")
+    }
+}
+
+/// `login.checkDelay` read by the binary and given to the login feature.
+@Suite("Login settings")
+struct LoginSettingsTests {
+    @Test("STATE_SERVER_LOGIN_CHECK_DELAY=3600: a submitted check is still in flight after later requests, and refuses a second submit")
+    func checkDelayFromTheEnvironment() async throws {
+        try await withServer(environment: ["STATE_SERVER_LOGIN_CHECK_DELAY": "3600"]) { server in
+            let session = try await server.api.createSession()
+            try await session.dispatchOK("login", ["type": "submit", "username": "alice", "password": "correct horse"])
+            try await session.dispatchOK("counter", ["type": "increment"])
+            // With the default delay (0.2 s) a slow machine would see the check finished here;
+            // with an hour it cannot have.
+            let login = try await session.store("login")
+            #expect(login == StoreState(version: 1, state: ["username": "alice", "isLoading": true, "isLoggedIn": false, "error": .null]))
+            let again = try await session.dispatch("login", ["type": "submit", "username": "alice", "password": "correct horse"])
+            expectError(again, 422, "action_rejected", "submit during the check")
+        }
     }
 }

@@ -3,8 +3,8 @@ import Testing
 
 /// Issue 11 item 6 (numbers): an integer field takes a literal that is a whole number as
 /// written, whatever its spelling (`1e16`), and refuses one that is not (`1.9999999999999999`,
-/// which a double rounds to 2).
-@Suite("Number literals for integer fields", .localServer())
+/// which a double rounds to 2). The routes' JSON decoding, in process.
+@Suite("Number literals for integer fields", .inProcessServer())
 struct NumberLiteralTests {
     func increment(_ session: Session, by literal: String) async throws -> HTTPResponse {
         let body = #"{"feature":"counter","action":{"type":"increment","by":\#(literal)}}"#

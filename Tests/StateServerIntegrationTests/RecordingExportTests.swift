@@ -71,9 +71,10 @@ struct RecordingExportTests {
         }
     }
 
+    /// The import route's reading of an old document: in process.
     @Test("a version 1 document (every change with its whole state) still imports")
     func versionOne() async throws {
-        try await withServer { server in
+        try await withInProcessServer { server in
             let document = #"""
                 {"format":"stateserver-recording","version":1,"server":"1.0.0",
                  "features":[{"name":"counter","stateVersion":1,"version":0,"state":{"count":0}}],
