@@ -12,9 +12,7 @@ struct EventStreamTests {
         let session = try await SharedServer.api().createSession()
         let stream = try await session.events()
         defer { stream.close() }
-        #expect(stream.status == 200)
-        #expect(stream.header("Content-Type")?.lowercased().hasPrefix("text/event-stream") == true, "\(stream.head)")
-        #expect(stream.header("Cache-Control")?.lowercased().contains("no-cache") == true, "\(stream.head)")
+        expectEventStreamHead(stream)
         let snapshot = try await stream.nextEvent()
         #expect(snapshot.event == "snapshot")
         #expect(snapshot.id == "0")
@@ -275,9 +273,7 @@ extension SocketContractTests {
         let session = try await SharedServer.api().createSession()
         let stream = try await session.events()
         defer { stream.close() }
-        #expect(stream.status == 200)
-        #expect(stream.header("Content-Type")?.lowercased().hasPrefix("text/event-stream") == true, "\(stream.head)")
-        #expect(stream.header("Cache-Control")?.lowercased().contains("no-cache") == true, "\(stream.head)")
+        expectEventStreamHead(stream)
         #expect(stream.header("Transfer-Encoding")?.lowercased() == "chunked", "\(stream.head)")
         #expect(stream.header("Content-Length") == nil, "\(stream.head)")
         let snapshot = try await stream.nextEvent()
@@ -301,3 +297,11 @@ extension SocketContractTests {
         #expect(await session.api.isHealthy())
     }
 }
+
+/// A stream's head: 200, `text/event-stream`, not cached.
+func expectEventStreamHead(_ stream: EventStream, sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(stream.status == 200, sourceLocation: sourceLocation)
+    #expect(stream.header("Content-Type")?.lowercased().hasPrefix("text/event-stream") == true, "\(stream.head)", sourceLocation: sourceLocation)
+    #expect(stream.header("Cache-Control")?.lowercased().contains("no-cache") == true, "\(stream.head)", sourceLocation: sourceLocation)
+}
+

@@ -109,14 +109,7 @@ package final class InProcessServer: Sendable {
 
     /// Runs `body`, then stops the server, whether `body` threw or not.
     package func stopping<T>(after body: (InProcessServer) async throws -> T) async throws -> T {
-        do {
-            let result = try await body(self)
-            await stop()
-            return result
-        } catch {
-            await stop()
-            throw error
-        }
+        try await runThenStop({ try await body(self) }, stop: { await stop() })
     }
 
     /// The request MicroHTTP would give the responder for these bytes on the wire.

@@ -270,14 +270,7 @@ package final class ServerProcess: @unchecked Sendable {
     /// Runs `body` against this server, then stops it (SIGTERM, then SIGKILL) whatever happens.
     /// `body` may stop or crash it itself.
     package func stopping<T>(after body: (ServerProcess) async throws -> T) async throws -> T {
-        do {
-            let result = try await body(self)
-            await stop()
-            return result
-        } catch {
-            await stop()
-            throw error
-        }
+        try await runThenStop({ try await body(self) }, stop: { _ = await stop() })
     }
 
     private func waitForExit(until deadline: ContinuousClock.Instant) async -> Bool {
@@ -339,4 +332,16 @@ package func withServer<T>(
     _ body: (ServerProcess) async throws -> T
 ) async throws -> T {
     try await ServerProcess.start(arguments: arguments, environment: environment).stopping(after: body)
+}
+
+/// Runs `body`, then `stop`, whether `body` threw or not; `body`'s result or error.
+package func runThenStop<T>(_ body: () async throws -> T, stop: () async -> Void) async throws -> T {
+    do {
+        let result = try await body()
+        await stop()
+        return result
+    } catch {
+        await stop()
+        throw error
+    }
 }
