@@ -106,11 +106,6 @@ public enum SessionFailure: Error, Sendable {
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.
 public enum ChangeReply {
     public static func body(_ change: EncodedChange, withEffect: Bool) -> [UInt8] {
-        var body = JSONObjectWriter(capacity: change.state.count + 96)
-        body.string("feature", change.feature)
-        body.int("version", change.version)
-        body.raw("state", change.state)
-        if withEffect { body.raw("effect", change.effect) }
-        return body.finish()
+        ChangeJSON.object(change, parts: withEffect ? .effect : [])
     }
 }

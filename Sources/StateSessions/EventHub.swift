@@ -449,27 +449,14 @@ public final class EventHub: Sendable {
     /// The `data` JSON of a change's `state` event on a delta stream: `baseVersion` and `patch`
     /// (RFC 6902, from the state at `baseVersion`) in place of `state`.
     public static func deltaData(_ change: EncodedChange, patch: [UInt8]) -> [UInt8] {
-        var data = JSONObjectWriter(capacity: patch.count + (change.action?.count ?? 0) + 160)
-        data.string("feature", change.feature)
-        data.int("version", change.version)
-        data.string("cause", change.cause)
-        data.raw("action", change.action)
-        data.int("baseVersion", change.version - 1)
-        data.raw("patch", patch)
-        data.raw("effect", change.effect)
-        return data.finish()
+        ChangeJSON.object(
+            feature: change.feature, version: change.version, cause: change.cause, action: change.action,
+            content: .patchFrom(baseVersion: change.version - 1, patch), effect: change.effect)
     }
 
     /// The `data` JSON of a change's `state` event.
     public static func eventData(_ change: EncodedChange) -> [UInt8] {
-        var data = JSONObjectWriter(capacity: change.state.count + 128)
-        data.string("feature", change.feature)
-        data.int("version", change.version)
-        data.string("cause", change.cause)
-        data.raw("action", change.action)
-        data.raw("state", change.state)
-        data.raw("effect", change.effect)
-        return data.finish()
+        ChangeJSON.object(change)
     }
 
 }

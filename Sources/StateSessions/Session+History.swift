@@ -3,22 +3,8 @@ import StatePersistence
 
 /// One page of a session's history: its changes in order, as the journal keeps them.
 public struct HistoryPage: Sendable {
-    public struct Change: Sendable, Equatable {
-        public let seq: Int
-        public let feature: String
-        public let version: Int
-        /// `dispatch`, `rehydrate`, `reset` or `travel`.
-        public let cause: String
-        /// The action of a dispatch, tagged, in its public form (masked as in events); nil for
-        /// other causes.
-        public let action: [UInt8]?
-        /// The change's one-shot effect, tagged, if any.
-        public let effect: [UInt8]?
-        /// Milliseconds since 1970.
-        public let time: Int64
-    }
-
-    public let changes: [Change]
+    /// The changes as the journal keeps them (history writes all but their states).
+    public let changes: [JournalEntry]
     /// The cursor of the next page (`after`), or nil when this page reached the newest change.
     public let next: Int?
     /// Whether changes after the page's `after` are no longer kept (compacted away, or past
@@ -40,11 +26,7 @@ extension Session {
         } catch {
             throw error.kind == .sessionGone ? .sessionGone : .storage(error)
         }
-        let scanned = entries.map {
-            HistoryPage.Change(
-                seq: $0.seq, feature: $0.feature, version: $0.version, cause: $0.cause, action: $0.action,
-                effect: $0.effect, time: $0.time)
-        }
+        let scanned = entries
         let head = hub.seq
         let firstAfter = scanned.first?.seq ?? head + 1
         let truncated = after < head && firstAfter > after + 1

@@ -252,15 +252,9 @@ public struct Recording: Sendable, Equatable {
         seq: Int, feature: String, version: Int, cause: String, action: [UInt8]?, key: String, content: [UInt8],
         effect: [UInt8]?
     ) -> [UInt8] {
-        var item = JSONObjectWriter(capacity: 96 + content.count + (action?.count ?? 0) + (effect?.count ?? 0))
-        item.int("seq", seq)
-        item.string("feature", feature)
-        item.int("version", version)
-        item.string("cause", cause)
-        item.raw("action", action)
-        item.raw(key, content)
-        item.raw("effect", effect)
-        return item.finish()
+        ChangeJSON.object(
+            seq: seq, feature: feature, version: version, cause: cause, action: action,
+            content: key == "patch" ? .patch(content) : .state(content), effect: effect)
     }
 
     /// The document after its last change: `], "complete": ...}`.

@@ -9,7 +9,7 @@ struct LoginTests {
     /// Waits for the check to finish: `isLoading` false again.
     func settled(_ session: Session) async throws -> StoreState {
         var last = try await session.store("login")
-        let done = try await eventually(timeout: .seconds(8)) {
+        let done = try await eventually(timeout: .seconds(60)) {
             last = try await session.store("login")
             return last.state["isLoading"] == false
         }
@@ -30,7 +30,7 @@ struct LoginTests {
         let submitted = try await stream.nextEvent()
         #expect(submitted.json?["action"]?["type"] == "submit", "\(submitted)")
         #expect(submitted.json?["cause"] == "dispatch")
-        let succeeded = try await stream.nextEvent(timeout: .seconds(8))
+        let succeeded = try await stream.nextEvent(timeout: .seconds(60))
         let change = try #require(succeeded.json, "\(succeeded)")
         #expect(succeeded.event == "state")
         #expect(change["feature"] == "login")
@@ -50,7 +50,7 @@ struct LoginTests {
         try await session.dispatchOK("login", ["type": "submit", "username": "bob", "password": "short"])
         let submitted = try await stream.nextEvent()
         #expect(submitted.json?["effect"] == .null)
-        let failed = try await stream.nextEvent(timeout: .seconds(8))
+        let failed = try await stream.nextEvent(timeout: .seconds(60))
         let change = try #require(failed.json, "\(failed)")
         #expect(change["action"]?["type"] == "failed", "\(failed)")
         #expect(change["action"]?["reason"]?.string != nil, "failed carries a reason: \(failed)")
@@ -80,7 +80,7 @@ struct LoginTests {
         let (late, snapshot) = try await session.subscribe(query: "feature=login")
         late.close()
         #expect(!snapshot.data.contains("toast"), "\(snapshot)")
-        let success = try await stream.nextEvent(timeout: .seconds(8))
+        let success = try await stream.nextEvent(timeout: .seconds(60))
         #expect(success.json?["action"]?["type"] == "succeeded", "\(success)")
         #expect(success.json?["state"]?["isLoggedIn"] == true, "\(success)")
     }
@@ -168,7 +168,7 @@ struct LoginTests {
         try await session.dispatchOK("login", ["type": "submit", "username": "mallory", "password": "x"])
         _ = try await stream.nextEvent()  // mallory's submit
         // The next change is the answer to mallory's attempt, and it is mallory's own check's.
-        let answer = try await stream.nextEvent(timeout: .seconds(8))
+        let answer = try await stream.nextEvent(timeout: .seconds(60))
         #expect(answer.json?["action"]?["type"] == "failed", "\(answer)")
         #expect(answer.json?["version"]?.int == base + 2)
         let final = try await settled(session)

@@ -142,7 +142,7 @@ struct ScopedTokenTests {
         let (brief, _) = try await Self.mint(owner, ["scope": "observe", "expiresIn": 2])
         let (stream, _) = try await brief.subscribe()
         defer { stream.close() }
-        let last = try await stream.nextEvent(timeout: .seconds(10))
+        let last = try await stream.nextEvent(timeout: .seconds(60))
         #expect(last.event == "revoked" && last.json?["reason"] == "expired", "\(last)")
         #expect(try await stream.waitForEnd())
         expectError(try await brief.request("GET", "/state/counter"), 404, "session_not_found")

@@ -95,7 +95,7 @@ package final class EventStream: Sendable {
 
     /// The next event or comment; `.end` when the server ended the stream. Throws
     /// `ClientError.timedOut` when nothing arrives within `timeout`.
-    package func next(timeout: Duration = .seconds(5)) async throws -> SSEItem {
+    package func next(timeout: Duration = .seconds(30)) async throws -> SSEItem {
         let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let ready = reading.withLock { reading -> SSEItem? in
@@ -124,7 +124,7 @@ package final class EventStream: Sendable {
     }
 
     /// The next event, skipping comments. Fails when the stream ends first.
-    package func nextEvent(timeout: Duration = .seconds(5)) async throws -> SSEEvent {
+    package func nextEvent(timeout: Duration = .seconds(30)) async throws -> SSEEvent {
         let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)
@@ -138,7 +138,7 @@ package final class EventStream: Sendable {
     }
 
     /// Reads (and drops events and comments) until the stream ends. True when it ended in time.
-    package func waitForEnd(timeout: Duration = .seconds(5)) async throws -> Bool {
+    package func waitForEnd(timeout: Duration = .seconds(30)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout.scaledForSanitizers
         while true {
             let remaining = ContinuousClock.now.duration(to: deadline)

@@ -127,15 +127,9 @@ extension StateServerResponder {
     static func historyBody(_ id: String, _ page: HistoryPage) -> [UInt8] {
         var changes = JSONArrayWriter()
         for change in page.changes {
-            var item = JSONObjectWriter(capacity: 128 + (change.action?.count ?? 0) + (change.effect?.count ?? 0))
-            item.int("seq", change.seq)
-            item.string("feature", change.feature)
-            item.int("version", change.version)
-            item.string("cause", change.cause)
-            item.raw("action", change.action)
-            item.raw("effect", change.effect)
-            item.int("time", Int(change.time))
-            changes.append(item.finish())
+            changes.append(ChangeJSON.object(
+                seq: change.seq, feature: change.feature, version: change.version, cause: change.cause,
+                action: change.action, content: .none, effect: change.effect, time: change.time))
         }
         let list = changes.finish()
         var body = JSONObjectWriter(capacity: list.count + 96)
