@@ -164,8 +164,10 @@ extension StateServerResponder {
     }
 
     /// Submits a change through the session's change path and answers with its outcome: at
-    /// once when the path finished synchronously, else when it does. A session evicted between
-    /// the lookup and the change is loaded again and the change submitted to it.
+    /// once when the path finished synchronously, else when it does. A session that left memory
+    /// between the lookup and the change is the session layer's to retry
+    /// (``SessionManager/submitAgain(_:id:token:admin:)``); this only forwards the request when
+    /// another node owns the session now.
     func change(_ session: Session, _ change: ChangeRequest, request: RouteRequest) -> Answer {
         let slot = OutcomeSlot()
         session.submit(change) { slot.fill($0) }
@@ -184,17 +186,22 @@ extension StateServerResponder {
                 let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
                 // A JWT was verified already; any other token is checked again.
                 let verified = settings.jwt != nil && JWTVerifier.looksLikeJWT(token)
-                let fresh: Session
-                switch try await find(request, id: session.id, token: token, admin: verified) {
-                case .forwarded(let response): return response
-                case .session(let found): fresh = found
-                }
+                let again: SessionManager.Resubmitted
                 do throws(SessionFailure) {
-                    _ = try await fresh.store(change.feature)
+                    again = try await sessions.submitAgain(change, id: session.id, token: token, admin: verified)
                 } catch {
                     throw .session(error)
                 }
-                outcome = await fresh.submit(change)
+                switch again {
+                case .outcome(let found): outcome = found
+                case .notFound: throw .sessionNotFound
+                case .elsewhere:
+                    // Forwarded to the owner (which looks the session up as every node does).
+                    switch try await find(request, id: session.id, token: token, admin: verified) {
+                    case .forwarded(let response): return response
+                    case .session(let found): outcome = await found.submit(change)
+                    }
+                }
             }
             return try StateServerResponder.reply(outcome, route: route)
         }

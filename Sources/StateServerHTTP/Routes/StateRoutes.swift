@@ -11,20 +11,13 @@ extension StateServerResponder {
             try responder.withSession(request, needs: .observe) { session, grant throws(APIError) in
                 if session.isReady() { return .now(try allState(session, grant, route: request.template)) }
                 return .later { () throws(APIError) in
+                    let loaded: Bool
                     do throws(SessionFailure) {
-                        try await session.loadAll()
-                        try await session.refresh()
-                        // A catch-up that met a gap drops the store it could not follow: load it
-                        // again (from storage, current) rather than report it as never used.
-                        var attempts = 0
-                        while !session.holdsEveryStore, attempts < 3 {
-                            try await session.loadAll()
-                            attempts += 1
-                        }
+                        loaded = try await session.loadEveryStore()
                     } catch {
                         throw .session(error)
                     }
-                    guard session.holdsEveryStore else {
+                    guard loaded else {
                         throw .storage(StorageError(.unavailable, "the session's stores could not be loaded"))
                     }
                     return try allState(session, grant, route: request.template)
