@@ -20,22 +20,6 @@ public struct ServerSentEvents: EventEncoder {
         return out
     }
 
-    /// The data line of a frame made by ``encode(seq:event:data:)`` (its one `data:` line).
-    public func data(ofFrame frame: [UInt8]) -> [UInt8]? {
-        let marker = Array("\ndata: ".utf8)
-        guard frame.count > marker.count else { return nil }
-        var index = 0
-        while index + marker.count <= frame.count {
-            if frame[index] == marker[0], frame[index..<(index + marker.count)].elementsEqual(marker) {
-                let start = index + marker.count
-                let end = frame[start...].firstIndex(of: 10) ?? frame.count
-                return Array(frame[start..<end])
-            }
-            index += 1
-        }
-        return nil
-    }
-
     /// The last message of every stream when the server shuts down gracefully:
     ///
     /// ```

@@ -33,8 +33,6 @@ public struct HubMetrics: Sendable {
 /// hub encodes each event once and queues the same bytes on every subscriber.
 public protocol EventEncoder: Sendable {
     func encode(seq: Int, event: String, data: [UInt8]) -> [UInt8]
-    /// The event data of a frame this encoder made (nil when it is not one).
-    func data(ofFrame frame: [UInt8]) -> [UInt8]?
 }
 
 /// The bytes every hub of a server may pin for replay together. When a publish would pass it,
@@ -89,8 +87,6 @@ public final class EventHub: Sendable {
         let seq: Int
         let feature: String
         let content: Content
-        /// When it was published (milliseconds since 1970): memory mode's history shows it.
-        var time: Int64 = 0
         /// The JSON Patch from the feature's previous version, when one was known and smaller
         /// than the state (delta streams, `?delta=json-patch`, get it instead of the state).
         var patch: [UInt8]? = nil
@@ -298,7 +294,7 @@ public final class EventHub: Sendable {
             var frame = Frame(
                 seq: state.seq, feature: change.feature,
                 content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change),
-                time: WallClock.now, patch: patch)
+                patch: patch)
             if let patch, watched {
                 // Framed with the full form (which no longer holds the change's parts), for the
                 // delta streams now and for replays.

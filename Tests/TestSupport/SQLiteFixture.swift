@@ -34,15 +34,18 @@ package final class SQLiteDatabase: Sendable {
     /// still holds a copy of the descriptor (until its exec closes it): then this process's own
     /// lock is seen for a moment, and the open is tried again, for up to 30 s.
     static func open(path: String, maxBytes: Int?) async throws -> SQLiteStorage {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while true {
+        var refusal: StorageError?
+        let opened = try await poll(timeout: .seconds(30), every: .milliseconds(20)) { () throws -> SQLiteStorage? in
             do throws(StorageError) {
                 return try SQLiteStorage(path: path, maxBytes: maxBytes)
             } catch {
-                guard error.message.contains("another storage of this process"), ContinuousClock.now < deadline else { throw error }
-                try await Task.sleep(for: .milliseconds(20))
+                guard error.message.contains("another storage of this process") else { throw error }
+                refusal = error
+                return nil
             }
         }
+        guard let opened else { throw refusal ?? StorageError(.unusable, "\(path) could not be opened") }
+        return opened
     }
 
     /// Closes the storage and opens the file again.
