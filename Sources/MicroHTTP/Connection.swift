@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import CMicroHTTPDShim
+import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -49,7 +50,8 @@ final class RequestContext: Sendable {
     let queryArguments: Int
     /// The raw target has a control character or a blank (a bare CR): refused.
     let controlInTarget: Bool
-    let started = ContinuousClock.now
+    /// The monotonic clock at arrival, in nanoseconds (`DispatchTime`: cheaper to read and subtract than `ContinuousClock`'s instants, and this runs for every request).
+    let started = DispatchTime.now().uptimeNanoseconds
     let head = Mutex(Head())
     let receiving = Mutex(Receiving())
     let phase = Mutex(Phase.head)
@@ -353,7 +355,7 @@ extension HTTPServer {
         MHD_destroy_response(mhdResponse)
         accessLog(HTTPAccessRecord(
             method: context.method, route: response.route, status: response.status,
-            duration: ContinuousClock.now - context.started, refusal: context.head.withLock { $0.refusal }))
+            nanoseconds: Int64(clamping: DispatchTime.now().uptimeNanoseconds &- context.started), refusal: context.head.withLock { $0.refusal }))
         return result
     }
 }

@@ -31,7 +31,8 @@ public struct HTTPRequest: Sendable {
 
     /// The first value of a header, by case-insensitive name.
     public func header(_ name: String) -> String? {
-        let lower = name.lowercased()
+        // Names are almost always given lower-cased: lower-casing costs more than the search.
+        let lower = name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } ? name.lowercased() : name
         return headers.first { $0.name == lower }?.value
     }
 
@@ -91,7 +92,9 @@ public struct HTTPAccessRecord: Sendable {
     public let method: String
     public let route: String
     public let status: Int
-    public let duration: Duration
+    /// From the request's arrival to its reply being queued, in nanoseconds.
+    public let nanoseconds: Int64
+    public var duration: Duration { .nanoseconds(nanoseconds) }
     /// Why the request head was refused before routing (the framing check's reason), or nil.
     public var refusal: String? = nil
 }

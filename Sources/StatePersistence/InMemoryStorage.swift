@@ -57,7 +57,9 @@ public final class InMemoryStorage: SessionStorage {
 
         /// Appends `e` if it follows the heads (else `.conflict`, nothing changed).
         mutating func append(_ e: JournalEntry) throws(StorageError) {
-            let version = headVersion[e.feature] ?? 0
+            // The feature's head found once (each lookup hashes its name).
+            let head = headVersion.index(forKey: e.feature)
+            let version = head.map { headVersion.values[$0] } ?? 0
             guard e.seq == headSeq + 1, e.version == version + 1 else {
                 throw StorageError(
                     .conflict,
@@ -65,7 +67,7 @@ public final class InMemoryStorage: SessionStorage {
             }
             entries.append(e)
             headSeq = e.seq
-            headVersion[e.feature] = e.version
+            if let head { headVersion.values[head] = e.version } else { headVersion[e.feature] = e.version }
         }
 
         /// Bounded: the oldest change leaves as its feature's base; returns its size.
@@ -81,7 +83,16 @@ public final class InMemoryStorage: SessionStorage {
 
         /// Bounded, after an append of `size` bytes: the oldest changes leave past `bounds`
         /// (the newest stays), the oldest keys past `bounds.keys` (returned, to forget).
-        mutating func trim(size: Int, key: String?, _ bounds: Bounds) -> (freed: Int, dropped: Int, forgotten: [String]) {
+        /// ``append(_:)``, then, when bounded, ``trim(size:key:_:)``: what the trim freed.
+        mutating func append(_ e: JournalEntry, trimmingTo bounds: Bounds?, key: String?) throws(StorageError) -> Trimmed? {
+            try append(e)
+            guard let bounds else { return nil }
+            return trim(size: e.size, key: key, bounds)
+        }
+
+        typealias Trimmed = (freed: Int, dropped: Int, forgotten: [String])
+
+        mutating func trim(size: Int, key: String?, _ bounds: Bounds) -> Trimmed {
             bytes += size
             var forgotten: [String] = []
             if let key {
@@ -230,14 +241,16 @@ public final class InMemoryStorage: SessionStorage {
             t.keys[id] = nil
             t.grants[id] = nil
         case .append(let e, let key):
-            guard let active = t.sessions[e.session]?.lastActiveAt else {
+            // The session's entries are found once each (every lookup hashes its id): this runs
+            // for every change in memory mode.
+            guard let stored = t.sessions.index(forKey: e.session) else {
                 throw StorageError(.sessionGone, "session \(e.session) does not exist (deleted or expired)")
             }
             if let key, t.keys[e.session]?[key] != nil { throw StorageError(.conflict, "idempotency key exists") }
-            try t.rings[e.session, default: Ring()].append(e)
+            let trimmed = try t.rings[e.session, default: Ring()].append(e, trimmingTo: bounds, key: key)
             if let key { t.keys[e.session, default: [:]][key] = RememberedKey(feature: e.feature, version: e.version, time: e.time) }
-            if active < e.time { t.sessions[e.session]?.lastActiveAt = e.time }
-            if let bounds { Self.bound(after: e, key: key, bounds, &t) }
+            if t.sessions.values[stored].lastActiveAt < e.time { t.sessions.values[stored].lastActiveAt = e.time }
+            if let bounds, let trimmed { Self.bound(after: e, trimmed, bounds, &t) }
         case .snapshot(let s):
             try Self.requireSession(s.session, in: t)
             guard s.version <= t.rings[s.session]?.headVersion[s.feature] ?? 0 else {
@@ -292,10 +305,11 @@ public final class InMemoryStorage: SessionStorage {
     /// A bounded journal after an append: the session's oldest changes leave past its bounds
     /// (the newest stays), then the server's oldest past the server's; its oldest keys past
     /// `keys`.
-    private static func bound(after e: JournalEntry, key: String?, _ bounds: Bounds, _ t: inout Tables) {
+    /// The server's part of the bounds after `e` was appended and its ring trimmed (`trimmed`):
+    /// the keys its ring forgot, and the server's oldest changes past `bounds.serverBytes`.
+    private static func bound(after e: JournalEntry, _ trimmed: Ring.Trimmed, _ bounds: Bounds, _ t: inout Tables) {
         let size = e.size
-        // One access to the session's ring for all of its part.
-        let (freed, dropped, forgotten) = t.rings[e.session, default: Ring()].trim(size: size, key: key, bounds)
+        let (freed, dropped, forgotten) = trimmed
         for key in forgotten { t.keys[e.session]?[key] = nil }
         t.totalBytes += size - freed
         t.kept += 1 - dropped

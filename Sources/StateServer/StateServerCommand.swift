@@ -335,9 +335,9 @@ struct Server {
         let requestMetrics = RequestMetrics()
         return HTTPServer(configuration: settings.http.server, responder: responder) { record in
             requestMetrics.counter(route: record.route, status: record.status).increment()
-            requestMetrics.timer(route: record.route).record(duration: record.duration)
+            requestMetrics.timer(route: record.route).recordNanoseconds(record.nanoseconds)
             if record.route == "/v1/sessions/{id}/dispatch" {
-                dispatchTimer.record(duration: record.duration)
+                dispatchTimer.recordNanoseconds(record.nanoseconds)
             }
             // Built only when it is logged: formatting it costs more than the rest of this
             // callback (every request goes through here).
@@ -345,7 +345,7 @@ struct Server {
             var metadata: Logger.Metadata = [
                 "http.method": "\(record.method)", "http.route": "\(record.route)",
                 "http.status": "\(record.status)",
-                "duration_ms": "\(Double(record.duration.components.attoseconds / 1_000_000_000_000) / 1000)",
+                "duration_ms": "\(Double(record.nanoseconds / 1000) / 1000)",
             ]
             // A head refused before routing says why (a smuggling attempt, a broken client).
             if let refusal = record.refusal { metadata["http.refused"] = "\(refusal)" }

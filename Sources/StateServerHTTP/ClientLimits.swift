@@ -1,3 +1,4 @@
+import Dispatch
 import MicroHTTP
 import StateSessions
 
@@ -51,11 +52,10 @@ final class ClientLimits: Sendable {
             ? PaceTable(rate: settings.dispatchesPerSecond, per: Self.second, burst: settings.dispatchesPerSecond) : nil
     }
 
-    private static let start = ContinuousClock.now
-
+    /// The monotonic clock's nanoseconds (`DispatchTime`: one `clock_gettime`, without the
+    /// 128-bit arithmetic of `Duration` that cost more than the bucket itself).
     @Sendable static func monotonicNanoseconds() -> Int64 {
-        let elapsed = ContinuousClock.now - start
-        return elapsed.components.seconds * second + elapsed.components.attoseconds / 1_000_000_000
+        Int64(clamping: DispatchTime.now().uptimeNanoseconds)
     }
 
     /// The client a request counts for (nil: made in process).
@@ -91,7 +91,7 @@ final class ClientLimits: Sendable {
     /// Requests a node of the cluster forwarded (with a valid MAC) counted where they arrived.
     func checkRequest(_ request: HTTPRequest, peers: PeerAuthentication?) throws(APIError) {
         guard let requests, let client = client(of: request) else { return }
-        if request.header(forwardedHeader) != nil, peers?.forwardedBy(request) != nil { return }
+        if let peers, request.header(forwardedHeader) != nil, peers.forwardedBy(request) != nil { return }
         if let wait = requests.take(client.limitKey, now: now()) {
             throw .rateLimited(
                 "too many requests from this address: limits.requestsPerSecond allows \(settings.requestsPerSecond) a second",

@@ -34,7 +34,13 @@ enum Credentials {
             index = utf8.index(after: index)
         }
         guard index != utf8.endIndex, utf8[index] == 0x20 || utf8[index] == 0x09 else { return nil }
-        let token = header[index...].trimmingWhitespace()
-        return token.isEmpty ? nil : token
+        while index != utf8.endIndex, utf8[index] == 0x20 || utf8[index] == 0x09 { index = utf8.index(after: index) }
+        var end = utf8.endIndex
+        while end != index {
+            let before = utf8.index(before: end)
+            guard utf8[before] == 0x20 || utf8[before] == 0x09 else { break }
+            end = before
+        }
+        return end == index ? nil : String(Substring(utf8[index..<end]))
     }
 }

@@ -58,11 +58,15 @@ final class PaceTable<Key: Hashable & Sendable>: Sendable {
     func take(_ key: Key, now: Int64) -> Int64? {
         let shard = shards[Int(UInt(bitPattern: key.hashValue) % UInt(shards.count))]
         return shard.state.withLock { state -> Int64? in
-            let known = state.full[key]
-            let start = max(known ?? now, now)
+            // The key is found once and its time changed in place (each lookup hashes it).
+            guard let index = state.full.index(forKey: key) else {
+                state.full[key] = now + interval
+                if state.full.count >= state.sweepAt { sweep(&state, now: now) }
+                return nil
+            }
+            let start = max(state.full.values[index], now)
             if start - now > tolerance { return start - now - tolerance }
-            state.full[key] = start + interval
-            if known == nil, state.full.count >= state.sweepAt { sweep(&state, now: now) }
+            state.full.values[index] = start + interval
             return nil
         }
     }

@@ -8,6 +8,8 @@ struct GrantTable: Sendable {
     var byHash: [[UInt8]: Grant] = [:]
     var hashByID: [String: [UInt8]] = [:]
     var createdAt: [String: Int64] = [:]
+    /// The SHA-256 of tokens that verified lately (see ``VerifiedTokens``).
+    var verified = VerifiedTokens()
 
     init(_ stored: [StoredGrant]) {
         for token in stored {
@@ -25,6 +27,7 @@ struct GrantTable: Sendable {
 
     @discardableResult
     mutating func remove(_ id: String) -> (Grant, [UInt8], Int64)? {
+        verified = VerifiedTokens()
         guard let hash = hashByID.removeValue(forKey: id), let grant = byHash.removeValue(forKey: hash) else { return nil }
         return (grant, hash, createdAt.removeValue(forKey: id) ?? 0)
     }
@@ -43,6 +46,37 @@ struct GrantTable: Sendable {
             index += 1
         }
         return found
+    }
+}
+
+/// The SHA-256 of the last few tokens that verified on a session, so a client's every request
+/// does not hash its token again (a SHA-256 costs more than the rest of reading a state).
+///
+/// A memo of the hash function only: what a token may do is still looked up by its hash in
+/// the live grants on every request, so a revoked or expired token is refused at once whether
+/// or not it is here (a revoke also empties it). Only tokens that verified are kept (a flood of
+/// wrong tokens neither fills it nor evicts a client's), at most ``capacity``, the oldest
+/// replaced first. A presented token is compared with every kept one in full, in time that
+/// does not depend on where they differ.
+struct VerifiedTokens: Sendable {
+    static let capacity = 4
+    private var entries: [(token: [UInt8], hash: [UInt8])] = []
+    private var next = 0
+
+    /// The SHA-256 of `token` if it verified lately.
+    func hash(of token: [UInt8]) -> [UInt8]? {
+        var found: [UInt8]?
+        for entry in entries where Session.constantTimeEqual(entry.token, token) { found = entry.hash }
+        return found
+    }
+
+    mutating func remember(_ token: [UInt8], hash: [UInt8]) {
+        if entries.count < Self.capacity {
+            entries.append((token, hash))
+        } else {
+            entries[next] = (token, hash)
+            next = (next + 1) % Self.capacity
+        }
     }
 }
 
@@ -73,9 +107,23 @@ extension Session {
     /// with (a live minted token), or nil (another session's token, an expired or revoked one).
     /// The owner's hash is compared in constant time; minted tokens are found by hash.
     public func grant(for token: String, now: Int64 = WallClock.now) -> Grant? {
-        let hash = SHA256.hash(token)
-        if Self.constantTimeEqual(hash, tokenHash) { return .owner }
-        guard let grant = grants.withLock({ $0.byHash[hash] }), !grant.isExpired(at: now) else { return nil }
+        let bytes = Array(token.utf8)
+        let known = grants.withLock { $0.verified.hash(of: bytes) }
+        let hash = known ?? SHA256.hash(bytes)
+        let grant: Grant?
+        if Self.constantTimeEqual(hash, tokenHash) {
+            grant = .owner
+        } else if let minted = grants.withLock({ $0.byHash[hash] }), !minted.isExpired(at: now) {
+            grant = minted
+        } else {
+            return nil
+        }
+        if known == nil {
+            // Unless revoked meanwhile (a revoke empties the memo under this lock).
+            grants.withLock { table in
+                if grant?.tokenID.map({ table.hashByID[$0] != nil }) ?? true { table.verified.remember(bytes, hash: hash) }
+            }
+        }
         return grant
     }
 

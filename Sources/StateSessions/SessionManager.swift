@@ -177,6 +177,13 @@ public final class SessionManager: Sendable {
     public func session(id: String, token: String, admin: Bool = false) -> Session? {
         guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard admin || session.verify(token: token) else { return nil }
+        return served(session)
+    }
+
+    /// `session` (found in memory, its token checked) if it may be served from here: not a
+    /// copy owned under a lapsed membership or given up, not found gone; marked used.
+    private func served(_ session: Session) -> Session? {
+        let id = session.id
         if session.ownerEpoch != 0, let ownership,
             session.ownerEpoch != ownership.epoch || !ownership.isMember || session.abandoned.load(ordering: .sequentiallyConsistent)
         {
@@ -200,7 +207,7 @@ public final class SessionManager: Sendable {
     /// live minted one); nil as for ``session(id:token:admin:)``. The token is hashed once.
     public func authorized(id: String, token: String) -> (session: Session, grant: Grant)? {
         guard let found = sessions.withLock({ $0.byID[id] }), let grant = found.grant(for: token),
-            let session = session(id: id, token: token, admin: true)
+            let session = served(found)
         else { return nil }
         return (session, grant)
     }

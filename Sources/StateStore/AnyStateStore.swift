@@ -161,8 +161,9 @@ extension DefaultStateStore: AnyStateStore {
     /// A client's action: the version precondition first (a stale `If-Match` is a conflict
     /// whatever the body), then decoding, then the feature's client rule.
     private func clientAction(_ json: JSONValue, ifVersion: Int?) throws(StoreError) -> F.Action {
-        // The version alone (`version` copies the state too, generically).
-        let current = inner.withLock { $0.version }
+        // Judged here, before decoding, only so that a stale `If-Match` is a conflict whatever
+        // the body; the judgement that counts is made under the lock when the change is computed.
+        let current = version
         if let ifVersion, ifVersion != current {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
@@ -325,13 +326,13 @@ extension DefaultStateStore: AnyStateStore {
         guard let typeValue = fields["type"] else {
             throw StoreError(.invalidAction, "the action is missing the field 'type'", currentVersion: version)
         }
-        guard case .string(let type) = typeValue, let untagged = TaggedJSON.untag(json)?.untagged else {
+        guard case .string(let type) = typeValue else {
             throw StoreError(
                 .invalidAction, "the action's field 'type' must be a string, not \(typeValue.typeName)",
                 currentVersion: version)
         }
         do {
-            return try JSONCoding.decode(F.Action.self, from: untagged)
+            return try JSONValueDecoder.decodeTagged(F.Action.self, fields: fields, tag: type)
         } catch let error as DecodingError {
             throw StoreError(
                 .invalidAction, DecodingErrorText.action(type: type, error, fields: fields, actionType: F.Action.self), currentVersion: version)

@@ -147,6 +147,13 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     /// `inner.works.count`, updated under the lock with every change of it, so
     /// ``hasRunningWork`` can be read without the lock (owners ask it under their own locks).
     private let liveWorkCount = Atomic<Int>(0)
+    /// `inner.version`, stored under the lock with every change of it, so the version alone is
+    /// read without the lock (and without copying the state, as ``current`` does).
+    private let versionNow: Atomic<Int>
+
+    /// The current version (read without the lock: a change applied meanwhile may follow at
+    /// once; every precondition is judged again under the lock when a change is computed).
+    public var version: Int { versionNow.load(ordering: .acquiring) }
 
     /// Whether asynchronous work declared by the reducer is still live: started, not returned
     /// and not cancelled (a follow-up may still come).
@@ -162,6 +169,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ) {
         self.feature = feature
         self.inner = Mutex(Inner(state: state ?? feature.initialState, version: version))
+        self.versionNow = Atomic(version)
         self.runsSideEffects = runsSideEffects
         self.onFollowUpRejected = onFollowUpRejected
     }
@@ -338,6 +346,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ) -> [Task<Void, Never>] {
         inner.state = change.state
         inner.version = change.version
+        versionNow.store(change.version, ordering: .releasing)
         inner.encodedState = encoded.state
         for observer in inner.observers { observer.call(change) }
         for observer in inner.jsonObservers { observer.call(encoded) }
@@ -354,8 +363,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         case .dispatch: break
         }
         for id in declared.cancelled { cancel { $0 == id } }
-        defer { liveWorkCount.store(inner.works.count, ordering: .releasing) }
-        guard startWork, runsSideEffects else { return cancelled }
+        guard startWork, runsSideEffects, !declared.works.isEmpty else {
+            if !cancelled.isEmpty { liveWorkCount.store(inner.works.count, ordering: .releasing) }
+            return cancelled
+        }
         for declaration in declared.works {
             if declaration.cancelInFlight, let id = declaration.id { cancel { $0 == id } }
             inner.nextWorkToken += 1
@@ -373,6 +384,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
             }
             inner.works[token] = LiveWork(id: declaration.id, task: task)
         }
+        liveWorkCount.store(inner.works.count, ordering: .releasing)
         return cancelled
     }
 

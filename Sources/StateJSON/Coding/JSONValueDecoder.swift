@@ -12,6 +12,13 @@ public enum JSONValueDecoder {
         try unbox(value, as: type, codingPath: [])
     }
 
+    /// Decodes a tagged object (`{"type": T, ...fields}`, an action or effect on the wire) as
+    /// `decode(type, from: TaggedJSON.untag(value).untagged)` would, without building the
+    /// untagged copy: the decoder reads `fields` as `{T: {...fields without "type"}}`.
+    public static func decodeTagged<T: Decodable>(_ type: T.Type, fields: [String: JSONValue], tag: String) throws -> T {
+        try T(from: ValueDecoder(value: .object(fields), codingPath: [], shape: .tagged(tag)))
+    }
+
     static func unbox<T: Decodable>(_ value: JSONValue, as type: T.Type, codingPath: [any CodingKey]) throws -> T {
         if type == Data.self {
             guard case .string(let text) = value, let data = Data(base64Encoded: text), let typed = data as? T else {
@@ -74,40 +81,78 @@ public enum JSONValueDecoder {
     }
 }
 
+/// How a keyed container reads its object's fields: as they are, or a tagged object
+/// (`{"type": T, ...fields}`) read as its untagged form `{T: {...fields without "type"}}`
+/// (``JSONValueDecoder/decodeTagged(_:fields:tag:)``).
+enum FieldShape {
+    case plain
+    /// The untagged form's outer object: one field, `T`.
+    case tagged(String)
+    /// The untagged form's inner object: the fields without `type`.
+    case taggedFields
+
+    /// `fields` read in this shape: the value of the field `name`.
+    func value(_ name: String, in fields: [String: JSONValue]) -> JSONValue? {
+        switch self {
+        case .plain: fields[name]
+        case .taggedFields: name == "type" ? nil : fields[name]
+        case .tagged(let tag): name == tag ? .object(fields.filter { $0.key != "type" }) : nil
+        }
+    }
+}
+
 struct ValueDecoder: Decoder {
     let value: JSONValue
     let codingPath: [any CodingKey]
+    var shape = FieldShape.plain
     var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    /// The value as read (a tagged object's untagged form).
+    private var shaped: JSONValue {
+        guard case .tagged(let tag) = shape, case .object(let fields) = value else { return value }
+        return .object([tag: shape.value(tag, in: fields) ?? .null])
+    }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .object(let fields) = value else {
             throw JSONValueDecoder.mismatch([String: JSONValue].self, value, codingPath)
         }
-        return KeyedDecodingContainer(KeyedDecoder<Key>(fields: fields, codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedDecoder<Key>(fields: fields, codingPath: codingPath, shape: shape))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        guard case .array(let items) = value else {
-            throw JSONValueDecoder.mismatch([JSONValue].self, value, codingPath)
+        guard case .array(let items) = shaped else {
+            throw JSONValueDecoder.mismatch([JSONValue].self, shaped, codingPath)
         }
         return UnkeyedDecoder(items: items, codingPath: codingPath)
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer {
-        SingleDecoder(value: value, codingPath: codingPath)
+        SingleDecoder(value: shaped, codingPath: codingPath)
     }
 }
 
 struct KeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let fields: [String: JSONValue]
     let codingPath: [any CodingKey]
+    var shape = FieldShape.plain
 
-    var allKeys: [Key] { fields.keys.compactMap { Key(stringValue: $0) } }
+    var allKeys: [Key] {
+        switch shape {
+        case .plain: fields.keys.compactMap { Key(stringValue: $0) }
+        case .taggedFields: fields.keys.compactMap { $0 == "type" ? nil : Key(stringValue: $0) }
+        case .tagged(let tag): Key(stringValue: tag).map { [$0] } ?? []
+        }
+    }
 
-    func contains(_ key: Key) -> Bool { fields[key.stringValue] != nil }
+    func contains(_ key: Key) -> Bool {
+        if case .plain = shape { return fields[key.stringValue] != nil }
+        return shape.value(key.stringValue, in: fields) != nil
+    }
 
     private func value(_ key: Key) throws -> JSONValue {
-        guard let value = fields[key.stringValue] else {
+        let found: JSONValue? = if case .plain = shape { fields[key.stringValue] } else { shape.value(key.stringValue, in: fields) }
+        guard let value = found else {
             throw DecodingError.keyNotFound(
                 key, .init(codingPath: codingPath, debugDescription: "No value for key \(key.stringValue)."))
         }
@@ -155,7 +200,11 @@ struct KeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        try ValueDecoder(value: try value(key), codingPath: codingPath + [key]).container(keyedBy: type)
+        if case .tagged(let tag) = shape, key.stringValue == tag {
+            // The case's fields: the tagged object itself, its `type` hidden (no copy made).
+            return KeyedDecodingContainer(KeyedDecoder<NestedKey>(fields: fields, codingPath: codingPath + [key], shape: .taggedFields))
+        }
+        return try ValueDecoder(value: try value(key), codingPath: codingPath + [key]).container(keyedBy: type)
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
@@ -163,11 +212,11 @@ struct KeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func superDecoder() throws -> any Decoder {
-        ValueDecoder(value: fields["super"] ?? .null, codingPath: codingPath)
+        ValueDecoder(value: shape.value("super", in: fields) ?? .null, codingPath: codingPath)
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
-        ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key])
+        ValueDecoder(value: shape.value(key.stringValue, in: fields) ?? .null, codingPath: codingPath + [key])
     }
 }
 
