@@ -1,0 +1,67 @@
+// A session remembers the SHA-256 of tokens that verified lately (VerifiedTokens, in
+// Session+Tokens.swift), so that a client's every request does not hash its token again. It is a
+// memo of the hash only: what a token may do is judged on every request.
+
+import ExampleFeatures
+import StatePersistence
+@testable import StateSessions
+import StateStore
+import Testing
+
+@Suite("Verified tokens")
+struct VerifiedTokenTests {
+    @Test("a token revoked after it verified (and was remembered) is refused at once, and its descendants")
+    func revokedAfterUse() async throws {
+        let manager = try exampleManager(InMemoryStorage())
+        let (session, owner) = try await manager.create()
+        let (id, token) = try await session.mint(Grant(scope: .dispatch))
+        #expect(session.grant(for: token)?.tokenID == id)
+        #expect(session.grant(for: token)?.tokenID == id, "the second time, from the memo")
+        let child = try await session.mint(Grant(scope: .observe, parent: id))
+        #expect(session.grant(for: child.token)?.scope == .observe)
+        #expect(try await session.revoke(id, by: .owner) == [id, child.id])
+        #expect(session.grant(for: token) == nil)
+        #expect(session.grant(for: child.token) == nil)
+        #expect(manager.authorized(id: session.id, token: token) == nil)
+        #expect(session.grant(for: owner) == .owner)
+    }
+
+    @Test("a token that expires after it verified is refused from its expiry")
+    func expiredAfterUse() async throws {
+        let manager = try exampleManager(InMemoryStorage())
+        let (session, _) = try await manager.create()
+        let now = WallClock.now
+        let (_, token) = try await session.mint(Grant(scope: .observe, expiresAt: now + 60_000), now: now)
+        #expect(session.grant(for: token, now: now + 1) != nil)
+        #expect(session.grant(for: token, now: now + 59_999) != nil)
+        #expect(session.grant(for: token, now: now + 60_000) == nil)
+    }
+
+    @Test("more clients than the memo holds all keep verifying; wrong tokens never do")
+    func moreTokensThanTheMemo() async throws {
+        let manager = try exampleManager(InMemoryStorage())
+        let (session, owner) = try await manager.create()
+        var minted: [(id: String, token: String)] = []
+        for _ in 0..<(VerifiedTokens.capacity * 2 + 1) { minted.append(try await session.mint(Grant(scope: .observe))) }
+        for round in 0..<3 {
+            for (id, token) in minted { #expect(session.grant(for: token)?.tokenID == id, "round \(round)") }
+            #expect(session.grant(for: owner) == .owner)
+        }
+        // A wrong token the length of a right one, differing in its last byte only.
+        let right = minted[0].token
+        let wrong = String(right.dropLast()) + (right.last == "A" ? "B" : "A")
+        #expect(session.grant(for: wrong) == nil)
+        #expect(session.grant(for: "") == nil)
+    }
+
+    @Test("the memo holds at most its capacity, the oldest replaced first")
+    func memoIsBounded() {
+        var memo = VerifiedTokens()
+        let tokens = (0..<(VerifiedTokens.capacity + 2)).map { Array("token-\($0)".utf8) }
+        for token in tokens { memo.remember(token, hash: token.reversed()) }
+        #expect(memo.hash(of: tokens[0]) == nil)
+        #expect(memo.hash(of: tokens[1]) == nil)
+        for token in tokens.dropFirst(2) { #expect(memo.hash(of: token) == token.reversed()) }
+        #expect(memo.hash(of: Array("token-".utf8)) == nil, "a prefix of a remembered token is not it")
+    }
+}
