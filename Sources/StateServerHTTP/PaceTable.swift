@@ -1,4 +1,28 @@
+import MicroHTTP
 import Synchronization
+
+/// A key of a ``PaceTable``, with a cheap number to pick its shard by (hashing the key for that
+/// too would double what a lookup costs).
+protocol PaceKey: Hashable, Sendable {
+    var shardHint: UInt64 { get }
+}
+
+extension IPAddress: PaceKey {
+    var shardHint: UInt64 { ((high ^ low ^ (low >> 32)) &* 0x9E37_79B9_7F4A_7C15) >> 32 }
+}
+
+extension String: PaceKey {
+    /// Session ids are random: their last bytes are spread evenly (any string works, spread or not).
+    var shardHint: UInt64 {
+        var hint: UInt64 = 0
+        for byte in utf8.suffix(4) { hint = hint << 8 | UInt64(byte) }
+        return (hint &* 0x9E37_79B9_7F4A_7C15) >> 32
+    }
+}
+
+extension Int: PaceKey {
+    var shardHint: UInt64 { (UInt64(bitPattern: Int64(self)) &* 0x9E37_79B9_7F4A_7C15) >> 32 }
+}
 
 /// Token buckets by key (a client address, a session id), bounded in memory.
 ///
@@ -19,7 +43,7 @@ import Synchronization
 ///
 /// The keys are spread over shards, each behind its own lock held for one dictionary lookup,
 /// so requests of different clients rarely wait for each other.
-final class PaceTable<Key: Hashable & Sendable>: Sendable {
+final class PaceTable<Key: PaceKey>: Sendable {
     /// Nanoseconds per token.
     let interval: Int64
     /// How far ahead of `now` a key's time may be and still allow a request:
@@ -56,7 +80,7 @@ final class PaceTable<Key: Hashable & Sendable>: Sendable {
     /// Takes a token for `key` at `now` (nanoseconds): nil when allowed, else the nanoseconds
     /// until one is back (nothing is taken).
     func take(_ key: Key, now: Int64) -> Int64? {
-        let shard = shards[Int(UInt(bitPattern: key.hashValue) % UInt(shards.count))]
+        let shard = shards[Int(key.shardHint % UInt64(shards.count))]
         return shard.state.withLock { state -> Int64? in
             // The key is found once and its time changed in place (each lookup hashes it).
             guard let index = state.full.index(forKey: key) else {

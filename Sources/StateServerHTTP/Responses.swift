@@ -40,7 +40,17 @@ enum Reply {
     }
 
     static func etag(_ version: Int) -> (name: String, value: String) {
-        ("ETag", "\"\(version)\"")
+        ("ETag", "\"" + String(version) + "\"")
+    }
+
+    /// A JSON reply of a store's state at `version`: its ETag and its caching (one array of
+    /// headers made, not three: a state's read and a dispatch's reply are most of the traffic).
+    static func versioned(
+        _ body: [UInt8], version: Int, caching: (name: String, value: String), route: String
+    ) -> HTTPResponse {
+        var body = body
+        if body.last != 0x0A { body.append(0x0A) }
+        return HTTPResponse(status: 200, headers: [jsonType, etag(version), caching], body: .bytes(body), route: route)
     }
 
     /// Caching (RFC 9111), decided per kind of reply (docs/API.md, "Caching"):

@@ -59,23 +59,21 @@ struct Route: Sendable {
     /// are compared byte for byte: `ID%2Fstate` is one segment, `ID/state`.
     func match(_ path: PathSegments) -> [String]? {
         guard path.count == segments.count else { return nil }
-        var parameterCount = 0
-        for (index, segment) in segments.enumerated() {
+        for index in segments.indices {
             let bounds = path.bounds(index)
-            if let literal = segment {
-                if path.isPlain(bounds) {
-                    guard path.bytes[bounds].elementsEqual(literal) else { return nil }
-                } else {
-                    guard path.decoded(bounds).elementsEqual(literal) else { return nil }
-                }
-            } else {
+            guard let literal = segments[index] else {
                 guard !bounds.isEmpty else { return nil }
-                parameterCount += 1
+                continue
+            }
+            if path.isPlain(bounds) {
+                guard bounds.count == literal.count, path.bytes[bounds].elementsEqual(literal) else { return nil }
+            } else {
+                guard path.decoded(bounds).elementsEqual(literal) else { return nil }
             }
         }
         var parameters: [String] = []
-        parameters.reserveCapacity(parameterCount)
-        for (index, segment) in segments.enumerated() where segment == nil {
+        parameters.reserveCapacity(names.count)
+        for index in segments.indices where segments[index] == nil {
             let bounds = path.bounds(index)
             parameters.append(
                 path.isPlain(bounds)

@@ -283,7 +283,7 @@ extension DefaultStateStore: AnyStateStore {
         let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
             guard inner.version == version - 1 else { return (false, []) }
             let change = Change(version: version, cause: changeCause, state: decoded, effect: typedEffect)
-            return (true, install(&inner, change, encoded, declared: Dispatcher<F.Action>.Declarations(), startWork: false))
+            return (true, install(&inner, change, encoded, declared: Declarations(), startWork: false))
         }
         for task in cancelled { task.cancel() }
         guard applied else {

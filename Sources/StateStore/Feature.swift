@@ -167,28 +167,15 @@ public struct WorkID: Hashable, Sendable {
 public final class Dispatcher<Action: Sendable>: Sendable {
     public typealias Work = @Sendable (_ send: Send<Action>) async -> Void
 
-    /// One piece of declared work.
-    package struct Declared: Sendable {
-        package let id: WorkID?
-        package let cancelInFlight: Bool
-        package let work: Work
-    }
-
-    /// What a reducer declared: work to start and ids of work to cancel.
-    package struct Declarations: Sendable {
-        package var works: [Declared] = []
-        package var cancelled: [WorkID] = []
-        package var isEmpty: Bool { works.isEmpty && cancelled.isEmpty }
-        package init() {}
-    }
-
+    /// Not generic (``Declarations``): a generic type's metadata is looked up in a table each
+    /// time it is made, read and dropped, which cost more than the rest of a reducer's call.
     private let declarations = Mutex(Declarations())
 
     public init() {}
 
     /// Declares asynchronous work that may send follow-up actions.
     public func run(_ work: @escaping Work) {
-        declarations.withLock { $0.works.append(Declared(id: nil, cancelInFlight: false, work: work)) }
+        declarations.withLock { $0.works.append(Declared(id: nil, cancelInFlight: false, work: Self.erased(work))) }
     }
 
     /// Declares asynchronous work with an identity, so a later change can cancel it with
@@ -196,7 +183,16 @@ public final class Dispatcher<Action: Sendable>: Sendable {
     /// cancelled first.
     public func run(id: some Hashable & Sendable, cancelInFlight: Bool = false, _ work: @escaping Work) {
         declarations.withLock {
-            $0.works.append(Declared(id: WorkID(id), cancelInFlight: cancelInFlight, work: work))
+            $0.works.append(Declared(id: WorkID(id), cancelInFlight: cancelInFlight, work: Self.erased(work)))
+        }
+    }
+
+    /// `work`, given its `send` as a ``Declared/Sender`` (the store gives it its own
+    /// `Send<Action>`, which is what comes back).
+    private static func erased(_ work: @escaping Work) -> Declared.Start {
+        { sender in
+            guard let send = sender as? Send<Action> else { return }
+            await work(send)
         }
     }
 
@@ -209,8 +205,28 @@ public final class Dispatcher<Action: Sendable>: Sendable {
     /// What was declared so far, emptied.
     package func take() -> Declarations {
         declarations.withLock { list in
+            guard !list.isEmpty else { return Declarations() }
             defer { list = Declarations() }
             return list
         }
     }
+}
+
+/// One piece of work a reducer declared (``Dispatcher/run(_:)``).
+package struct Declared: Sendable {
+    /// The work's `Send<Action>`, as a value of no generic type.
+    package typealias Sender = any Sendable
+    package typealias Start = @Sendable (_ send: Sender) async -> Void
+    package let id: WorkID?
+    package let cancelInFlight: Bool
+    /// Runs the work with its `Send<Action>`.
+    package let work: Start
+}
+
+/// What a reducer declared: work to start and ids of work to cancel.
+package struct Declarations: Sendable {
+    package var works: [Declared] = []
+    package var cancelled: [WorkID] = []
+    package var isEmpty: Bool { works.isEmpty && cancelled.isEmpty }
+    package init() {}
 }

@@ -49,7 +49,7 @@ extension DefaultStateStore {
         let (change, encoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange) in
             try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, next)
         }
-        let declared = dispatcher?.take() ?? Dispatcher<F.Action>.Declarations()
+        let declared = dispatcher?.take() ?? Declarations()
         return PreparedChange(encoded: encoded) { [self] startWork in
             let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
                 guard inner.version == change.version - 1 else { return (false, []) }

@@ -292,7 +292,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         let (result, cancelled) = try inner.withLock {
             (inner: inout Inner) throws(StoreError) -> ((Change, EncodedChange), [Task<Void, Never>]) in
             let (change, encoded) = try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: true, next)
-            let declared = dispatcher?.take() ?? Dispatcher<F.Action>.Declarations()
+            let declared = dispatcher?.take() ?? Declarations()
             let cancelled = install(&inner, change, encoded, declared: declared, startWork: true)
             return ((change, encoded), cancelled)
         }
@@ -342,7 +342,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     /// cancel once the lock is released (a task's cancellation handlers must not run under it).
     func install(
         _ inner: inout Inner, _ change: Change, _ encoded: EncodedChange,
-        declared: Dispatcher<F.Action>.Declarations, startWork: Bool
+        declared: Declarations, startWork: Bool
     ) -> [Task<Void, Never>] {
         inner.state = change.state
         inner.version = change.version

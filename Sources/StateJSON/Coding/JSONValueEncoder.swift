@@ -30,8 +30,9 @@ public enum JSONValueEncoder {
         }
         var out: [UInt8] = []
         out.reserveCapacity(64)
-        fields.set("type", .value(.string(type)))
-        EncodedStorage.write(.object(fields), to: &out)
+        // The case's fields with `type` written among them in its sorted place (and in place
+        // of a field called `type`), without changing or copying them.
+        EncodedStorage.writeObject(fields, tag: type, to: &out)
         return out
     }
 
@@ -39,7 +40,7 @@ public enum JSONValueEncoder {
     /// (also when encoding throws).
     public static func taggedKeys<T: Encodable>(_ value: T) -> [String]? {
         guard let encoded = try? node(value, codingPath: []) else { return nil }
-        if let (_, fields) = EncodedStorage.taggedCase(encoded, copying: false) {
+        if let (_, fields) = EncodedStorage.taggedCase(encoded) {
             return fields.keys.contains("type") ? fields.keys : fields.keys + ["type"]
         }
         guard case .object(let fields) = TaggedJSON.tag(EncodedStorage.resolve(encoded)) else { return nil }
@@ -101,29 +102,49 @@ final class EncodedStorage {
     }
 
     /// An enum case as synthesized `Codable` writes it: an object with one field whose value is
-    /// an object (its associated values). The case's name and those fields (a copy, to change).
-    static func taggedCase(_ node: Node, copying: Bool = true) -> (type: String, fields: ObjectBox)? {
+    /// an object (its associated values). The case's name and those fields.
+    static func taggedCase(_ node: Node) -> (type: String, fields: ObjectBox)? {
         guard case .object(let outer) = node, outer.keys.count == 1, case .object(let inner) = outer.nodes[0] else {
             return nil
         }
-        return (outer.keys[0], copying ? inner.copy() : inner)
+        return (outer.keys[0], inner)
+    }
+
+    /// An object's bytes, as ``write(_:to:)`` writes them; with `tag`, the object with the field
+    /// `"type": tag` set (the bytes of `TaggedJSON.tag` of its case).
+    static func writeObject(_ box: ObjectBox, tag: String?, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        var tag = tag
+        for index in box.sortedIndices() {
+            let key = box.keys[index]
+            if let type = tag, !(key < "type") {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                out.append(contentsOf: #""type":"#.utf8)
+                JSONCoding.appendString(type, to: &out)
+                tag = nil
+                if key == "type" { continue }
+            }
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            JSONCoding.appendString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            write(box.nodes[index], to: &out)
+        }
+        if let type = tag {
+            if !first { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""type":"#.utf8)
+            JSONCoding.appendString(type, to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
     }
 
     /// Compact JSON with sorted keys: the bytes `resolve(node).bytes` gives.
     static func write(_ node: Node, to out: inout [UInt8]) {
         switch node {
         case .value(let value): value.write(to: &out)
-        case .object(let box):
-            out.append(UInt8(ascii: "{"))
-            var first = true
-            for index in box.sortedIndices() {
-                if !first { out.append(UInt8(ascii: ",")) }
-                first = false
-                JSONCoding.appendString(box.keys[index], to: &out)
-                out.append(UInt8(ascii: ":"))
-                write(box.nodes[index], to: &out)
-            }
-            out.append(UInt8(ascii: "}"))
+        case .object(let box): writeObject(box, tag: nil, to: &out)
         case .array(let box):
             out.append(UInt8(ascii: "["))
             for (index, item) in box.items.enumerated() {
@@ -166,16 +187,9 @@ final class ObjectBox {
 
     /// Field positions in the order of their keys (`String` order, as `keys.sorted()`).
     func sortedIndices() -> [Int] {
-        keys.indices.sorted { keys[$0] < keys[$1] }
+        keys.count < 2 ? Array(keys.indices) : keys.indices.sorted { keys[$0] < keys[$1] }
     }
 
-    func copy() -> ObjectBox {
-        let copy = ObjectBox()
-        copy.keys = keys
-        copy.nodes = nodes
-        copy.positions = positions
-        return copy
-    }
 }
 
 final class ArrayBox {

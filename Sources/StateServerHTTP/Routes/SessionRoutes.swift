@@ -210,7 +210,7 @@ extension StateServerResponder {
     static func reply(_ outcome: ChangeOutcome, route: String) throws(APIError) -> HTTPResponse {
         switch outcome {
         case .applied(_, let reply):
-            return Reply.json(200, reply.body, route: route, headers: [Reply.etag(reply.version), Reply.noStore])
+            return Reply.versioned(reply.body, version: reply.version, caching: Reply.noStore, route: route)
         case .replayed(let reply):
             var headers = reply.status == 200 ? [Reply.etag(reply.version), Reply.noStore] : [Reply.noStore]
             headers.append(("Idempotent-Replayed", "true"))

@@ -160,6 +160,6 @@ extension StateServerResponder {
         body.string("feature", feature)
         body.int("version", version)
         body.raw("state", state)
-        return Reply.json(200, body.finish(), route: route, headers: [Reply.etag(version), Reply.privateRevalidate])
+        return Reply.versioned(body.finish(), version: version, caching: Reply.privateRevalidate, route: route)
     }
 }

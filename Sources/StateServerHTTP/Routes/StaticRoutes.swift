@@ -3,12 +3,15 @@ import StatePersistence
 
 /// The page, its client, the OpenAPI description, health, metrics and the feature list.
 extension StateServerResponder {
+    /// `GET /healthz`'s answer, made once (load balancers ask it often).
+    static let healthy = Reply.json(200, Reply.statusOK, route: "/healthz", headers: [Reply.noStore])
+
     static let staticRoutes: [Route] = [
         Route(["GET"], "/") { _, request in
             .now(StaticAssets.response(request.http, StaticAssets.indexHTML, etag: StaticAssets.indexTag, type: "text/html; charset=utf-8", route: "/"))
         },
         Route(["GET"], "/healthz") { _, _ in
-            .now(Reply.json(200, Reply.statusOK, route: "/healthz", headers: [Reply.noStore]))
+            .now(healthy)
         },
         // Readiness for load balancers and Kubernetes: can this node reach its storage (and,
         // with several nodes, does it hear the others' changes)?

@@ -1,3 +1,4 @@
+// JSONValueEncoder.encodeTaggedToBytes writes a case as its tagged object without copying it, and
 // JSONValueDecoder.decodeTagged reads a tagged object as its untagged form without building it:
 // every answer (value or error) must be the one decoding TaggedJSON.untag's copy gives.
 
@@ -10,6 +11,7 @@ private enum Move: Codable, Equatable {
     case step(by: Int)
     case go(to: Point, fast: Bool?)
     case named(type: String?)  // a field called `type` is the tag's, never the case's
+    case zoom(x: Int, zeta: Int, a: Bool)  // fields both sides of `type` in sorted order
 }
 
 private struct Point: Codable, Equatable {
@@ -42,13 +44,26 @@ private struct KeyCounter: Decodable, Equatable {
     }
 }
 
-@Suite("Tagged decoding")
+@Suite("Tagged decoding and encoding")
 struct TaggedDecodingTests {
+    @Test("a case is written with its type among its fields in sorted order: the bytes of tagging the untagged encoding")
+    func encodingIsTheTaggedForm() throws {
+        let values: [Move] = [
+            .clear, .step(by: -3), .go(to: Point(x: 1, y: [2, 3]), fast: nil), .go(to: Point(x: 0, y: []), fast: true),
+            .named(type: "shadow"), .named(type: nil), .zoom(x: 1, zeta: 2, a: false),
+        ]
+        for value in values {
+            let untagged = try #require(JSONCoding.parse(try JSONCoding.encode(value)))
+            let bytes = try JSONValueEncoder.encodeTaggedToBytes(value)
+            #expect(String(decoding: bytes, as: UTF8.self) == String(decoding: TaggedJSON.tag(untagged).bytes, as: UTF8.self))
+        }
+    }
+
     static let cases = [
         #"{"type":"clear"}"#, #"{"type":"clear","extra":1}"#, #"{"type":"step","by":3}"#, #"{"type":"step","by":1.5}"#,
         #"{"type":"step"}"#, #"{"type":"step","by":"3"}"#, #"{"type":"step","by":null}"#,
         #"{"type":"go","to":{"x":1,"y":[2,3]}}"#, #"{"type":"go","to":{"x":1,"y":[2,"a"]},"fast":true}"#,
-        #"{"type":"go","to":{"x":1}}"#, #"{"type":"named"}"#, #"{"type":"unknown"}"#, #"{"type":""}"#,
+        #"{"type":"go","to":{"x":1}}"#, #"{"type":"named"}"#, #"{"type":"zoom","x":1,"zeta":2,"a":true}"#, #"{"type":"unknown"}"#, #"{"type":""}"#,
     ]
 
     /// The value, or the error's kind and coding path, of one way of decoding.
