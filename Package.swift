@@ -70,6 +70,11 @@ let package = Package(
             name: "StateJSON",
             swiftSettings: safeSettings
         ),
+        // A value now or later: how an answer travels from the session layer to the socket.
+        .target(
+            name: "NowOrLater",
+            swiftSettings: safeSettings
+        ),
         .target(
             name: "StateStore",
             dependencies: ["StateJSON"],
@@ -119,7 +124,7 @@ let package = Package(
         .target(
             name: "MicroHTTP",
             dependencies: [
-                "CMicroHTTPD", "CMicroHTTPDShim",
+                "CMicroHTTPD", "CMicroHTTPDShim", "NowOrLater",
                 .product(name: "DequeModule", package: "swift-collections"),
             ],
             swiftSettings: strictSettings
@@ -163,7 +168,7 @@ let package = Package(
         .target(
             name: "StateSessions",
             dependencies: [
-                "StateStore", "StatePersistence",
+                "StateStore", "StatePersistence", "NowOrLater",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],

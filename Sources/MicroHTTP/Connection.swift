@@ -239,22 +239,21 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         let request = HTTPRequest(
             method: head.method, path: head.path, headers: head.headers, query: RequestFields.query(connection),
             body: body, bodyTooLarge: tooLarge, peer: head.peer)
-        switch server.responder.respond(to: request) {
-        case .now(let response):
+        let result = server.responder.respond(to: request)
+        if let response = result.now {
             context.phase.withLock { $0 = .answered }
             return server.queue(response, on: connection, context: context)
-        case .later(let work):
-            guard server.suspend(connection, context: context) else {
-                // Stopping: the daemon may be gone before the answer is ready.
-                context.phase.withLock { $0 = .answered }
-                return server.queue(HTTPResponse(status: 503, headers: [("Connection", "close")], route: "-"), on: connection, context: context)
-            }
-            Task.detached {
-                let response = await work()
-                server.answer(context, with: response)
-            }
-            return MHD_Result.YES
         }
+        guard server.suspend(connection, context: context) else {
+            // Stopping: the daemon may be gone before the answer is ready.
+            context.phase.withLock { $0 = .answered }
+            return server.queue(HTTPResponse(status: 503, headers: [("Connection", "close")], route: "-"), on: connection, context: context)
+        }
+        Task.detached {
+            let response = await result.value()
+            server.answer(context, with: response)
+        }
+        return MHD_Result.YES
     case .ready(let response):
         context.phase.withLock { $0 = .answered }
         return server.queue(response, on: connection, context: context)

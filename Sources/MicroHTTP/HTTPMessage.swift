@@ -1,3 +1,5 @@
+@_exported import NowOrLater
+
 /// One HTTP request, with its whole (bounded) body.
 public struct HTTPRequest: Sendable {
     public let method: String
@@ -68,10 +70,7 @@ public struct HTTPResponse: Sendable {
 /// What a responder returns: a response now (for quick, non-blocking work) or an async
 /// computation that produces one later. libmicrohttpd's threads never wait for the latter: the
 /// connection is suspended and resumed when the response is ready.
-public enum HTTPResult: Sendable {
-    case now(HTTPResponse)
-    case later(@Sendable () async -> HTTPResponse)
-}
+public typealias HTTPResult = NowOrLater<HTTPResponse, Never>
 
 /// Answers requests. Called on libmicrohttpd's event threads: `respond` must not block.
 public protocol HTTPResponder: Sendable {

@@ -77,12 +77,7 @@ struct CORSPolicy: Sendable {
         }
         guard !headers.isEmpty else { return result }
         let added = headers
-        switch result {
-        case .now(let response):
-            return .now(Self.adding(added, to: response))
-        case .later(let work):
-            return .later { Self.adding(added, to: await work()) }
-        }
+        return result.map { Self.adding(added, to: $0) }
     }
 
     /// `response` with each of `headers` it does not have yet (a reply relayed from the node

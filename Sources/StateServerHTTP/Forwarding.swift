@@ -31,15 +31,14 @@ extension StateServerResponder {
         let from = forwardedBy(request.http) ?? 0
         guard let target = session.arrived(forwardedBy: from) else { return answer }
         let sessions = self.sessions
-        switch answer {
-        case .now:
+        guard answer.now == nil else {
             Task { await sessions.handOver(session, to: target) }
             return answer
-        case .later(let work):
-            return .later { () throws(APIError) in
-                defer { Task { await sessions.handOver(session, to: target) } }
-                return try await work()
-            }
+        }
+        // After this request's own answer.
+        return .later { () throws(APIError) in
+            defer { Task { await sessions.handOver(session, to: target) } }
+            return try await answer.value()
         }
     }
 

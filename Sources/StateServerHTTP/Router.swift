@@ -1,19 +1,8 @@
 import MicroHTTP
 
-/// What a handler gives back: a response now (quick work on the event thread), or work that
-/// finishes later on a task (storage, or a change waiting for its turn).
-enum Answer: Sendable {
-    case now(HTTPResponse)
-    case later(@Sendable () async throws(APIError) -> HTTPResponse)
-
-    /// The response: at once, or once the later work gave it (for an answer inside a `.later`).
-    func response() async throws(APIError) -> HTTPResponse {
-        switch self {
-        case .now(let response): response
-        case .later(let work): try await work()
-        }
-    }
-}
+/// A route's answer: a response now, or later from asynchronous work; a contract error either
+/// way (the router turns it into its response).
+typealias Answer = NowOrLater<HTTPResponse, APIError>
 
 /// A request matched to a route: the request and the path's `{parameter}` values, read by
 /// name (`request["feature"]` for `/v1/sessions/{id}/state/{feature}`).
@@ -184,17 +173,7 @@ struct Router: Sendable {
             let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
             do throws(APIError) {
                 try responder.limits.checkCreation(request, route: route.template)
-                switch try route.handler(responder, routed) {
-                case .now(let response): return .now(response)
-                case .later(let work):
-                    return .later {
-                        do throws(APIError) {
-                            return try await work()
-                        } catch {
-                            return error.response(route: route.template, logger)
-                        }
-                    }
-                }
+                return try route.handler(responder, routed).recover { $0.response(route: route.template, logger) }
             } catch {
                 return .now(error.response(route: route.template, logger))
             }

@@ -1,7 +1,7 @@
 import StatePersistence
 import StateStore
 
-/// A change a session is asked to make. Every change goes through ``Session/submit(_:done:)``.
+/// A change a session is asked to make. Every change goes through ``Session/submit(_:)``.
 public struct ChangeRequest: Sendable {
     public enum Kind: Sendable {
         /// A client's action (a tagged object), checked by the feature's client rule.

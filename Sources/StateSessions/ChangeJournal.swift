@@ -2,7 +2,7 @@ import StatePersistence
 
 /// Where a session records a change before applying it — the one seam between the change path
 /// and storage. Every change (dispatch, rehydrate, reset, follow-up, recovery) goes through
-/// ``Session/submit(_:done:)`` and is recorded here first, in every mode: memory mode's storage
+/// ``Session/submit(_:)`` and is recorded here first, in every mode: memory mode's storage
 /// is a bounded in-memory journal (``InMemoryStorage/process(_:)``) that answers at once.
 public protocol ChangeJournal: Sendable {
     /// The storage behind the journal: where sessions load from and what history, recordings,

@@ -38,7 +38,7 @@ extension Session {
         if (try? store.prepareRecovery()) != nil {
             if readsCatchUp, let version = try? store.currentJSON().version {
                 settleLater(feature, ifStillAt: version)
-            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)) {
+            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)).value() {
                 report(failure)
             }
         }
@@ -52,7 +52,7 @@ extension Session {
         Task { [weak self] in
             try? await Task.sleep(for: delay)
             guard let self else { return }
-            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version)))
+            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version))).value()
             let settled: Bool
             switch outcome {
             case .applied, .replayed: settled = true
@@ -70,7 +70,7 @@ extension Session {
     func attach(_ store: any AnyStateStore, feature: String) {
         store.routeFollowUps { [weak self] prepare in
             guard let self else { return }
-            if case .failed(let failure) = await self.submit(ChangeRequest(feature: feature, kind: .followUp(prepare))) {
+            if case .failed(let failure) = await self.submit(ChangeRequest(feature: feature, kind: .followUp(prepare))).value() {
                 self.report(failure)
             }
         }

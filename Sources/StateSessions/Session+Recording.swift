@@ -172,7 +172,7 @@ extension Session {
         let waitUntil = clock.now.advanced(by: workWait)
         func apply(_ request: ChangeRequest) async throws(SessionFailure) {
             _ = try await store(request.feature)
-            if case .failed(let why) = await submit(request) { throw why }
+            if case .failed(let why) = await submit(request).value() { throw why }
             summary.changes += 1
         }
         for start in recording.features {

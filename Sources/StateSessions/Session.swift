@@ -1,5 +1,6 @@
 import DequeModule
 import Foundation
+import NowOrLater
 import StatePersistence
 import StateStore
 import Synchronization
@@ -42,7 +43,7 @@ public enum SessionNotice: Sendable {
 ///
 /// **One change path.** Every change — a client's dispatch, rehydrate or reset, a follow-up of
 /// asynchronous work, a recovery after a restart — is a ``ChangeRequest`` given to
-/// ``submit(_:done:)``. The session takes requests one at a time, in arrival order (its
+/// ``submit(_:)``. The session takes requests one at a time, in arrival order (its
 /// pipeline): the idempotency key is looked up, the store computes the change without applying
 /// it, the ``ChangeJournal`` records it (at once in memory mode's bounded journal, as a storage
 /// commit in durable mode), and only then is it applied in memory and published. Memory never runs ahead of the
@@ -330,17 +331,13 @@ public final class Session: Sendable {
         memory?.count(-counted.exchange(0, ordering: .relaxed))
     }
 
-    /// Runs `request` when its turn comes and calls `done` with the outcome. With a journal
-    /// that keeps nothing and a loaded store, `done` runs before `submit` returns.
-    public func submit(_ request: ChangeRequest, done: @escaping @Sendable (ChangeOutcome) -> Void) {
-        enqueue(.change(request, done))
-    }
-
-    /// ``submit(_:done:)`` for async callers.
-    public func submit(_ request: ChangeRequest) async -> ChangeOutcome {
-        await withCheckedContinuation { (continuation: CheckedContinuation<ChangeOutcome, Never>) in
-            submit(request) { continuation.resume(returning: $0) }
-        }
+    /// Runs `request` when its turn comes: its outcome now when the change path finished before
+    /// `submit` returned (a loaded store, memory mode's journal, nothing waiting before it),
+    /// else later (a store to load, a commit to disk, changes ahead of it).
+    public func submit(_ request: ChangeRequest) -> NowOrLater<ChangeOutcome, Never> {
+        let outcome = Promise<ChangeOutcome>()
+        enqueue(.change(request) { outcome.fill($0) })
+        return outcome.outcome
     }
 
     /// Deletes the session: from storage first, then its streams end. Changes submitted before

@@ -50,7 +50,7 @@ extension SessionManager {
             case .elsewhere(let url)?: return .elsewhere(url: url)
             case .here(let session)?:
                 _ = try await session.store(change.feature)
-                outcome = await session.submit(change)
+                outcome = await session.submit(change).value()
                 guard case .failed(.retired) = outcome else { return .outcome(outcome) }
             }
         }

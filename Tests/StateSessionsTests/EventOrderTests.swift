@@ -51,7 +51,7 @@ struct EventOrderTests {
         let notices = NoticeLog()
         let manager = try exampleManager(InMemoryStorage(), notices: notices)
         let (session, _) = try await manager.create()
-        guard case .applied = await session.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)))) else {
+        guard case .applied = await session.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)))).value() else {
             Issue.record("the dispatch was not applied")
             return
         }
@@ -64,7 +64,7 @@ struct EventOrderTests {
             return nil
         }
         #expect(refused.count == 1 && refused.first?.0 == "counter" && refused.first?.1 == 1 && refused.first?.2 == 1, "\(notices.description)")
-        guard case .applied(let next, _) = await session.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)))) else {
+        guard case .applied(let next, _) = await session.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)))).value() else {
             Issue.record("the next dispatch was not applied")
             return
         }

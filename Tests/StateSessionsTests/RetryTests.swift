@@ -17,14 +17,14 @@ struct RetryTests {
         let manager = try exampleManager(InMemoryStorage())
         let (session, token) = try await manager.create()
         _ = try await session.store("counter")
-        guard case .applied = await session.submit(Self.increment) else {
+        guard case .applied = await session.submit(Self.increment).value() else {
             Issue.record("the first increment was not applied")
             return
         }
         // Idle past idleTimeout: the sweep retires the copy in memory.
         let (evicted, _) = await manager.sweep(now: WallClock.now + SessionManager.milliseconds(testSettings().idleTimeout) + 1_000)
         #expect(evicted == 1)
-        guard case .failed(.retired) = await session.submit(Self.increment) else {
+        guard case .failed(.retired) = await session.submit(Self.increment).value() else {
             Issue.record("the retired copy took a change")
             return
         }
@@ -58,7 +58,7 @@ struct RetryTests {
         let manager = try exampleManager(storage)
         let (session, token) = try await manager.create()
         _ = try await session.store("counter")
-        _ = await session.submit(Self.increment)
+        _ = await session.submit(Self.increment).value()
         let other = try exampleManager(storage)
         let loaded = try #require(try await other.load(id: session.id, token: token))
         #expect(loaded.storeCount == 0)

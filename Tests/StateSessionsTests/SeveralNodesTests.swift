@@ -75,9 +75,9 @@ struct SeveralNodesTests {
     @Test("an Idempotency-Key applies once across nodes")
     func keyAcrossNodes() async throws {
         let (storage, a, b) = try await Self.twoNodes()
-        let first = await a.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)), idempotencyKey: "k"))
+        let first = await a.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)), idempotencyKey: "k")).value()
         guard case .applied = first else { Issue.record("\(first)"); return }
-        let again = await b.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)), idempotencyKey: "k"))
+        let again = await b.submit(ChangeRequest(feature: "counter", kind: .dispatch(json(#"{"type":"increment"}"#)), idempotencyKey: "k")).value()
         guard case .replayed(let reply) = again else { Issue.record("\(again)"); return }
         #expect(reply.version == 1)
         #expect(try await storage.lastSeq(session: a.id) == 1)

@@ -143,10 +143,7 @@ package final class InProcessServer: Sendable {
 
     /// The responder's answer, awaiting a `later` one as MicroHTTP's task does.
     func answer(_ request: HTTPRequest) async -> MicroHTTP.HTTPResponse {
-        switch responder.respond(to: request) {
-        case .now(let response): response
-        case .later(let work): await work()
-        }
+        await responder.respond(to: request).value()
     }
 }
 

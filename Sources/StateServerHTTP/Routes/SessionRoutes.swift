@@ -85,7 +85,7 @@ extension StateServerResponder {
                 }
                 try Self.require(scope, of: grant)
                 if tooLarge { throw .tooLarge(limit) }
-                return try await handingOver(session, request, body(session, grant)).response()
+                return try await handingOver(session, request, body(session, grant)).value()
             }
         }
         let admin = allowAdmin && Credentials.isAdmin(token, hash: settings.adminTokenHash)
@@ -107,7 +107,7 @@ extension StateServerResponder {
             guard let grant = admin ? Self.serverAdmin : session.grant(for: token) else { throw .sessionNotFound }
             try Self.require(scope, of: grant)
             if tooLarge { throw .tooLarge(limit) }
-            return try await handingOver(session, request, body(session, grant)).response()
+            return try await handingOver(session, request, body(session, grant)).value()
         }
     }
 
@@ -159,7 +159,7 @@ extension StateServerResponder {
                 throw .session(error)
             }
             guard let store = loaded else { throw .unknownFeature(feature) }
-            return try await body(store).response()
+            return try await body(store).value()
         }
     }
 
@@ -169,10 +169,9 @@ extension StateServerResponder {
     /// (``SessionManager/submitAgain(_:id:token:admin:)``); this only forwards the request when
     /// another node owns the session now.
     func change(_ session: Session, _ change: ChangeRequest, request: RouteRequest) -> Answer {
-        let slot = OutcomeSlot()
-        session.submit(change) { slot.fill($0) }
+        let submitted = session.submit(change)
         let route = request.template
-        if let outcome = slot.takeIfReady(), !outcome.isRetired {
+        if let outcome = submitted.now, !outcome.isRetired {
             do throws(APIError) {
                 return .now(try StateServerResponder.reply(outcome, route: route))
             } catch {
@@ -180,7 +179,7 @@ extension StateServerResponder {
             }
         }
         return .later { [self] () throws(APIError) in
-            var outcome = await slot.value()
+            var outcome = await submitted.value()
             if outcome.isRetired {
                 // Evicted meanwhile, or (several nodes) owned by another node now.
                 let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
@@ -199,7 +198,7 @@ extension StateServerResponder {
                     // Forwarded to the owner (which looks the session up as every node does).
                     switch try await find(request, id: session.id, token: token, admin: verified) {
                     case .forwarded(let response): return response
-                    case .session(let found): outcome = await found.submit(change)
+                    case .session(let found): outcome = await found.submit(change).value()
                     }
                 }
             }
@@ -225,52 +224,5 @@ extension ChangeOutcome {
     var isRetired: Bool {
         if case .failed(.retired) = self { return true }
         return false
-    }
-}
-
-/// Hands a change's outcome from the change path to the request: read at once if it is already
-/// there, or awaited.
-final class OutcomeSlot: Sendable {
-    private enum State {
-        case empty
-        case ready(ChangeOutcome)
-        case waiting(CheckedContinuation<ChangeOutcome, Never>)
-        case taken
-    }
-
-    private let state = Mutex(State.empty)
-
-    func fill(_ outcome: ChangeOutcome) {
-        let waiter = state.withLock { state -> CheckedContinuation<ChangeOutcome, Never>? in
-            if case .waiting(let continuation) = state {
-                state = .taken
-                return continuation
-            }
-            state = .ready(outcome)
-            return nil
-        }
-        waiter?.resume(returning: outcome)
-    }
-
-    /// The outcome if it is there already.
-    func takeIfReady() -> ChangeOutcome? {
-        state.withLock { state in
-            if case .ready(let outcome) = state { return outcome }
-            return nil
-        }
-    }
-
-    func value() async -> ChangeOutcome {
-        await withCheckedContinuation { (continuation: CheckedContinuation<ChangeOutcome, Never>) in
-            let ready = state.withLock { state -> ChangeOutcome? in
-                if case .ready(let outcome) = state {
-                    state = .taken
-                    return outcome
-                }
-                state = .waiting(continuation)
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
     }
 }

@@ -90,7 +90,7 @@ extension StateServerResponder {
                             throw .versionUnreachable(feature: feature, version: version, oldest: oldest, current: current)
                         case .state(let state):
                             let change = ChangeRequest(feature: feature, kind: .travel(state), precondition: precondition)
-                            return try await responder.change(session, change, request: request).response()
+                            return try await responder.change(session, change, request: request).value()
                         }
                     }
                 }

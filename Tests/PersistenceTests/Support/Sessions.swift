@@ -164,7 +164,7 @@ extension Session {
     ) async throws(SessionFailure) -> EncodedChange {
         let request = ChangeRequest(
             feature: feature, kind: kind, precondition: ifVersion.map { .version($0) } ?? .none, idempotencyKey: key)
-        switch await submit(request) {
+        switch await submit(request).value() {
         case .applied(let change, _): return change
         case .replayed(let reply):
             throw .store(StoreError(.versionConflict, "replayed: \(reply.version)", currentVersion: reply.version))
