@@ -173,7 +173,10 @@ struct Router: Sendable {
             let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
             do throws(APIError) {
                 try responder.limits.checkCreation(request, route: route.template)
-                return try route.handler(responder, routed).recover { $0.response(route: route.template, logger) }
+                let answer = try route.handler(responder, routed)
+                // Now: as it is, without making the closure for a failure that cannot come.
+                if let response = answer.now { return .now(response) }
+                return answer.recover { $0.response(route: route.template, logger) }
             } catch {
                 return .now(error.response(route: route.template, logger))
             }

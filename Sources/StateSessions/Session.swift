@@ -335,7 +335,7 @@ public final class Session: Sendable {
     /// `submit` returned (a loaded store, memory mode's journal, nothing waiting before it),
     /// else later (a store to load, a commit to disk, changes ahead of it).
     public func submit(_ request: ChangeRequest) -> NowOrLater<ChangeOutcome, Never> {
-        let outcome = Promise<ChangeOutcome>()
+        let outcome = OutcomePromise()
         enqueue(.change(request) { outcome.fill($0) })
         return outcome.outcome
     }

@@ -1,7 +1,8 @@
-// NowOrLater and Promise: how a change's outcome travels from the session to the socket, now
+// NowOrLater and OutcomePromise: how a change's outcome travels from the session to the socket, now
 // when it is here before the caller looks, later otherwise.
 
 import NowOrLater
+@testable import StateSessions
 import Testing
 
 private struct Refused: Error, Equatable {
@@ -10,30 +11,36 @@ private struct Refused: Error, Equatable {
 
 @Suite("Now or later")
 struct NowOrLaterTests {
-    @Test("a promise filled before it is read is now; filled after, it is later and awaited")
-    func promise() async {
-        let early = Promise<Int>()
-        early.fill(1)
-        early.fill(2)  // only the first counts
-        #expect(early.outcome.now == 1)
+    /// Which failure an outcome is (the tests fill failures: they need no store).
+    static func failure(_ outcome: ChangeOutcome?) -> String? {
+        guard case .failed(let failure)? = outcome else { return nil }
+        return "\(failure)"
+    }
 
-        let late = Promise<Int>()
+    @Test("an outcome given before it is read is now; given after, it is later and awaited")
+    func promise() async {
+        let early = OutcomePromise()
+        early.fill(.failed(.sessionGone))
+        early.fill(.failed(.retired))  // only the first counts
+        #expect(Self.failure(early.outcome.now) == "sessionGone")
+
+        let late = OutcomePromise()
         let outcome = late.outcome
         #expect(outcome.now == nil)
         let reader = Task { await outcome.value() }
-        late.fill(3)
-        #expect(await reader.value == 3)
+        late.fill(.failed(.retired))
+        #expect(Self.failure(await reader.value) == "retired")
     }
 
-    @Test("a promise filled while its reader waits resumes the reader once")
+    @Test("an outcome given while its reader waits resumes the reader once")
     func fillWhileWaiting() async {
         for _ in 0..<200 {
-            let promise = Promise<Int>()
+            let promise = OutcomePromise()
             let outcome = promise.outcome
             async let read = outcome.value()
-            promise.fill(7)
-            promise.fill(8)
-            #expect(await read == 7)
+            promise.fill(.failed(.sessionGone))
+            promise.fill(.failed(.retired))
+            #expect(Self.failure(await read) == "sessionGone")
         }
     }
 
