@@ -62,17 +62,23 @@ extension Session {
     /// Times every store is loaded again after a catch-up dropped one.
     static let loadAttempts = 3
 
-    /// Loads every store and catches up with other nodes, so that every feature's store is in
-    /// memory and current; a store a catch-up dropped (it met a gap) is loaded again, up to
-    /// ``loadAttempts`` times. `false` when one still is not.
-    public func loadEveryStore() async throws(SessionFailure) -> Bool {
-        try await loadAll()
+    /// Loads the stores of `features` (nil: every feature's) and catches up with other nodes,
+    /// so that they are in memory and current; a store a catch-up dropped (it met a gap) is
+    /// loaded again, up to ``loadAttempts`` times. `false` when one still is not.
+    public func loadEveryStore(_ features: [String]? = nil) async throws(SessionFailure) -> Bool {
+        try await loadAll(features)
         try await refresh()
         var attempts = 0
-        while !holdsEveryStore, attempts < Self.loadAttempts {
-            try await loadAll()
+        while !holdsStores(features), attempts < Self.loadAttempts {
+            try await loadAll(features)
             attempts += 1
         }
-        return holdsEveryStore
+        return holdsStores(features)
+    }
+
+    /// Whether the stores of `features` (nil: every feature's) are in memory.
+    func holdsStores(_ features: [String]?) -> Bool {
+        guard let features else { return holdsEveryStore }
+        return stores.withLock { held in features.allSatisfy { held[$0] != nil || registry[$0] == nil } }
     }
 }

@@ -12,10 +12,9 @@ extension StateServerResponder {
                 try StateServerResponder.require(dispatchOf: asked, by: grant)
                 asked.subject = grant.subject
                 asked.tokenID = grant.tokenID
-                let change = asked
-                return try responder.withStore(session, change.feature) { _ in
-                    responder.change(session, change, request: request)
-                }
+                // The change path finds the store (and loads it in its turn when it is not in
+                // memory): nothing to look up here.
+                return responder.change(session, asked, request: request)
             }
         }
     ]

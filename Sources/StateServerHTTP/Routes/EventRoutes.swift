@@ -11,19 +11,10 @@ extension StateServerResponder {
             try responder.withSession(request, needs: .observe, allowQueryToken: true, allowAdmin: true) { session, grant throws(APIError) in
                 let requested = try StateServerResponder.streamedFeatures(request, grant, responder.sessions.registry)
                 _ = try StateServerResponder.wantsDeltas(request)
-                let lastEventID = StateServerResponder.lastEventID(request)
-                if session.isReady(for: requested.isEmpty ? nil : requested), !session.needsBackfill(after: lastEventID) {
-                    return .now(try responder.events(request, session, grant))
-                }
-                return .later { () throws(APIError) in
-                    do throws(SessionFailure) {
-                        try await session.loadAll(requested.isEmpty ? nil : requested)
-                        try await session.refresh()
-                    } catch {
-                        throw .session(error)
-                    }
-                    if let lastEventID { await session.backfill(after: lastEventID) }
-                    return try responder.events(request, session, grant)
+                let needs = SessionNeeds(
+                    features: requested.isEmpty ? nil : requested, resumingAfter: StateServerResponder.lastEventID(request))
+                return try responder.withLoaded(session, needs) { () throws(APIError) in
+                    .now(try responder.events(request, session, grant))
                 }
             }
         }

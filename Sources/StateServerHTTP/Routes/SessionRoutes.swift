@@ -143,23 +143,25 @@ extension StateServerResponder {
         return grant
     }
 
-    /// The store of `feature`, then `body` with it: at once when it is in memory, else on a
-    /// task once it is loaded.
-    func withStore(
-        _ session: Session, _ feature: String,
-        _ body: @escaping @Sendable (any AnyStateStore) throws(APIError) -> Answer
+    /// `body`, once what it reads is in memory: the stores of `needs.features` (nil: every
+    /// feature's), caught up with other nodes, and (a stream resuming) the events after
+    /// `needs.resumingAfter`. Now when all of it is in memory already, else later, once loaded
+    /// (`503` when a store still cannot be: ``Session/loadEveryStore(_:)``). A route gives one
+    /// body and declares what it needs; which of the two answers it gets is decided here.
+    func withLoaded(
+        _ session: Session, _ needs: SessionNeeds, _ body: @escaping @Sendable () throws(APIError) -> Answer
     ) throws(APIError) -> Answer {
-        if let store = session.loadedStore(feature) { return try body(store) }
-        guard sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+        if session.isReady(for: needs.features), !session.needsBackfill(after: needs.resumingAfter) { return try body() }
         return .later { () throws(APIError) in
-            let loaded: (any AnyStateStore)?
+            let loaded: Bool
             do throws(SessionFailure) {
-                loaded = try await session.store(feature)
+                loaded = try await session.loadEveryStore(needs.features)
             } catch {
                 throw .session(error)
             }
-            guard let store = loaded else { throw .unknownFeature(feature) }
-            return try await body(store).value()
+            guard loaded else { throw .storage(StorageError(.unavailable, "the session's stores could not be loaded")) }
+            if let lastEventID = needs.resumingAfter { await session.backfill(after: lastEventID) }
+            return try await body().value()
         }
     }
 
@@ -225,4 +227,18 @@ extension ChangeOutcome {
         if case .failed(.retired) = self { return true }
         return false
     }
+}
+
+/// What a route reads from a session, loaded before its body runs
+/// (``StateServerResponder/withLoaded(_:_:_:)``).
+struct SessionNeeds: Sendable {
+    /// The features whose stores are read; nil: every feature's.
+    var features: [String]?
+    /// A stream resuming after this event id: the events after it, rebuilt from the journal
+    /// when the replay buffer does not hold them.
+    var resumingAfter: Int?
+
+    static let everyStore = SessionNeeds(features: nil)
+
+    static func store(_ feature: String) -> SessionNeeds { SessionNeeds(features: [feature]) }
 }

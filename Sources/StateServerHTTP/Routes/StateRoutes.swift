@@ -9,18 +9,8 @@ extension StateServerResponder {
     static let stateRoutes: [Route] = [
         Route(["GET"], "/v1/sessions/{id}/state") { responder, request throws(APIError) in
             try responder.withSession(request, needs: .observe) { session, grant throws(APIError) in
-                if session.isReady() { return .now(try allState(session, grant, route: request.template)) }
-                return .later { () throws(APIError) in
-                    let loaded: Bool
-                    do throws(SessionFailure) {
-                        loaded = try await session.loadEveryStore()
-                    } catch {
-                        throw .session(error)
-                    }
-                    guard loaded else {
-                        throw .storage(StorageError(.unavailable, "the session's stores could not be loaded"))
-                    }
-                    return try allState(session, grant, route: request.template)
+                try responder.withLoaded(session, .everyStore) { () throws(APIError) in
+                    .now(try allState(session, grant, route: request.template))
                 }
             }
         },
@@ -33,40 +23,26 @@ extension StateServerResponder {
                 switch http.method {
                 case "PUT":
                     let state = try StateServerResponder.stateBody(http)
-                    return try responder.withStore(session, feature) { _ throws(APIError) in
-                        try StateServerResponder.require(feature: feature, of: grant)
-                        return responder.change(
-                            session,
-                            ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: EntityTagCondition.precondition(http)),
-                            request: request)
-                    }
+                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+                    try StateServerResponder.require(feature: feature, of: grant)
+                    return responder.change(
+                        session,
+                        ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: EntityTagCondition.precondition(http)),
+                        request: request)
                 case "DELETE":
-                    return try responder.withStore(session, feature) { _ throws(APIError) in
-                        try StateServerResponder.require(feature: feature, of: grant)
-                        return responder.change(
-                            session,
-                            ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
-                            request: request)
-                    }
+                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+                    try StateServerResponder.require(feature: feature, of: grant)
+                    return responder.change(
+                        session,
+                        ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
+                        request: request)
                 default:
-                    return try responder.withStore(session, feature) { store throws(APIError) in
-                        try StateServerResponder.require(feature: feature, of: grant)
-                        guard session.readsCatchUp else {
-                            return .now(try readState(http, store, feature: feature, route: request.template))
-                        }
-                        // Several nodes: read your writes made on any node (one storage read).
-                        return .later { () throws(APIError) in
-                            let fresh: (any AnyStateStore)?
-                            do throws(SessionFailure) {
-                                try await session.refresh()
-                                // A store that could not catch up is loaded afresh.
-                                fresh = try await session.store(feature)
-                            } catch {
-                                throw .session(error)
-                            }
-                            guard let fresh else { throw .unknownFeature(feature) }
-                            return try readState(http, fresh, feature: feature, route: request.template)
-                        }
+                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+                    try StateServerResponder.require(feature: feature, of: grant)
+                    // Several nodes: caught up first, so a read shows writes made on any node.
+                    return try responder.withLoaded(session, .store(feature)) { () throws(APIError) in
+                        guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
+                        return .now(try readState(http, store, feature: feature, route: request.template))
                     }
                 }
             }
@@ -76,8 +52,10 @@ extension StateServerResponder {
                 guard let feature = request["feature"] else { throw .notFound }
                 let version = try StateServerResponder.travelBody(request.http)
                 let precondition = EntityTagCondition.precondition(request.http)
-                return try responder.withStore(session, feature) { store throws(APIError) in
-                    try StateServerResponder.require(feature: feature, of: grant)
+                guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+                try StateServerResponder.require(feature: feature, of: grant)
+                return try responder.withLoaded(session, .store(feature)) { () throws(APIError) in
+                    guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
                     return .later { () throws(APIError) in
                         let source: TravelSource
                         do throws(SessionFailure) {
