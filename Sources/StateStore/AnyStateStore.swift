@@ -125,12 +125,14 @@ extension DefaultStateStore: AnyStateStore {
     public var featureName: String { feature.name }
 
     public func currentJSON() throws(StoreError) -> (state: [UInt8], version: Int) {
-        try inner.withLock { (inner: inout Inner) throws(StoreError) -> ([UInt8], Int) in
-            if let cached = inner.encodedState { return (cached, inner.version) }
+        let known = published.withLock { $0 }
+        if let state = known.state { return (state, known.version) }
+        return try inner.withLock { (inner: inout Inner) throws(StoreError) -> ([UInt8], Int) in
             do {
                 let bytes = try JSONCoding.encode(inner.state)
-                inner.encodedState = bytes
-                return (bytes, inner.version)
+                let version = inner.version
+                published.withLock { if $0.version == version { $0.state = bytes } }
+                return (bytes, version)
             } catch {
                 throw StoreError(.encodingFailed, "the state could not be encoded: \(error)", currentVersion: inner.version)
             }

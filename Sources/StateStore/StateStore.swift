@@ -98,6 +98,12 @@ extension StateStore {
     }
 }
 
+/// A store's current state as JSON, when known, and its version (``DefaultStateStore/published``).
+struct PublishedState: Sendable {
+    var state: [UInt8]?
+    var version: Int
+}
+
 /// The standard store: a lock around the feature's state, its version, its observers and its
 /// running work.
 ///
@@ -131,9 +137,6 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         var observers: [(token: ObserverToken, call: @Sendable (Change) -> Void)] = []
         var jsonObservers: [(token: ObserverToken, call: @Sendable (EncodedChange) -> Void)] = []
         var nextObserverID: UInt64 = 0
-        /// The current state's JSON, when known (set by every change, and by `currentJSON`),
-        /// so reads do not encode the same state again.
-        var encodedState: [UInt8]?
         /// Live work by token. A follow-up is applied only while its work's token is here.
         var works: [UInt64: LiveWork] = [:]
         var nextWorkToken: UInt64 = 0
@@ -150,6 +153,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     /// `inner.version`, stored under the lock with every change of it, so the version alone is
     /// read without the lock (and without copying the state, as ``current`` does).
     private let versionNow: Atomic<Int>
+    /// The current state's JSON (when known: set by every change, and by `currentJSON`) with its
+    /// version, so reads do not encode the same state again; beside `inner`, in a lock of no
+    /// generic type, so a read (the most frequent request) looks no generic metadata up.
+    let published: Mutex<PublishedState>
 
     /// The current version (read without the lock: a change applied meanwhile may follow at
     /// once; every precondition is judged again under the lock when a change is computed).
@@ -170,6 +177,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         self.feature = feature
         self.inner = Mutex(Inner(state: state ?? feature.initialState, version: version))
         self.versionNow = Atomic(version)
+        self.published = Mutex(PublishedState(state: nil, version: version))
         self.runsSideEffects = runsSideEffects
         self.onFollowUpRejected = onFollowUpRejected
     }
@@ -347,7 +355,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         inner.state = change.state
         inner.version = change.version
         versionNow.store(change.version, ordering: .releasing)
-        inner.encodedState = encoded.state
+        published.withLock { $0 = PublishedState(state: encoded.state, version: change.version) }
         for observer in inner.observers { observer.call(change) }
         for observer in inner.jsonObservers { observer.call(encoded) }
 

@@ -143,6 +143,21 @@ extension StateServerResponder {
         return grant
     }
 
+    /// The store of `feature`, caught up with other nodes, then `body` with it: now when it is
+    /// in memory, else later once loaded (``withLoaded(_:_:_:)`` with `.store(feature)`).
+    func withStore(
+        _ session: Session, _ feature: String,
+        _ body: @escaping @Sendable (any AnyStateStore) throws(APIError) -> Answer
+    ) throws(APIError) -> Answer {
+        // The common case first, with one lookup of the store.
+        if !session.readsCatchUp, let store = session.loadedStore(feature) { return try body(store) }
+        guard sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+        return try withLoaded(session, .store(feature)) { () throws(APIError) in
+            guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
+            return try body(store)
+        }
+    }
+
     /// `body`, once what it reads is in memory: the stores of `needs.features` (nil: every
     /// feature's), caught up with other nodes, and (a stream resuming) the events after
     /// `needs.resumingAfter`. Now when all of it is in memory already, else later, once loaded

@@ -37,11 +37,9 @@ extension StateServerResponder {
                         ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
                         request: request)
                 default:
-                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
-                    try StateServerResponder.require(feature: feature, of: grant)
                     // Several nodes: caught up first, so a read shows writes made on any node.
-                    return try responder.withLoaded(session, .store(feature)) { () throws(APIError) in
-                        guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
+                    return try responder.withStore(session, feature) { store throws(APIError) in
+                        try StateServerResponder.require(feature: feature, of: grant)
                         return .now(try readState(http, store, feature: feature, route: request.template))
                     }
                 }
@@ -52,10 +50,8 @@ extension StateServerResponder {
                 guard let feature = request["feature"] else { throw .notFound }
                 let version = try StateServerResponder.travelBody(request.http)
                 let precondition = EntityTagCondition.precondition(request.http)
-                guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
-                try StateServerResponder.require(feature: feature, of: grant)
-                return try responder.withLoaded(session, .store(feature)) { () throws(APIError) in
-                    guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
+                return try responder.withStore(session, feature) { store throws(APIError) in
+                    try StateServerResponder.require(feature: feature, of: grant)
                     return .later { () throws(APIError) in
                         let source: TravelSource
                         do throws(SessionFailure) {
