@@ -105,7 +105,10 @@ public enum SessionFailure: Error, Sendable {
 
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.
 public enum ChangeReply {
+    /// With its final newline (the reply's bytes as sent: not copied again to add it).
     public static func body(_ change: EncodedChange, withEffect: Bool) -> [UInt8] {
-        ChangeJSON.object(change, parts: withEffect ? .effect : [])
+        var body = ChangeJSON.object(change, parts: withEffect ? .effect : [])
+        body.append(0x0A)
+        return body
     }
 }

@@ -169,8 +169,12 @@ extension DefaultStateStore: AnyStateStore {
         if let ifVersion, ifVersion != current {
             throw StoreError(.versionConflict, "the store is at version \(current), not \(ifVersion)", currentVersion: current)
         }
-        let action = try Self.decodeAction(json, version: current)
-        if !feature.ignoresUnknownActionFields, let unknown = Self.unknownFields(of: action, in: json) {
+        // The fields the decoder asked for are the case's: the others are unknown (found in
+        // the one decoding, without encoding the action again). Only an action with fields.
+        let asked: AskedFields? =
+            if !feature.ignoresUnknownActionFields, case .object(let fields) = json, fields.count > 1 { AskedFields() } else { nil }
+        let action = try Self.decodeAction(json, version: current, asking: asked)
+        if let asked, let unknown = Self.unknownFields(in: json, asked: asked.names) {
             let type: String = if case .string(let name)? = json["type"] { name } else { "this action" }
             let names = unknown.map { "'\($0)'" }.joined(separator: ", ")
             throw StoreError(
@@ -304,15 +308,13 @@ extension DefaultStateStore: AnyStateStore {
         }
     }
 
-    /// The top-level fields of a client's action that its case does not have (sorted), or nil.
-    /// A field's case is known by encoding the decoded action back: a field the encoding lacks
-    /// is unknown, except a `null` one (an optional left empty is not written back).
-    static func unknownFields(of action: F.Action, in json: JSONValue) -> [String]? {
-        guard case .object(let fields) = json, fields.count > 1, let known = JSONValueEncoder.taggedKeys(action) else {
-            return nil
-        }
+    /// The top-level fields of a client's action that its case does not have (sorted), or nil:
+    /// those its decoder did not ask for (`asked`), except `type` and a `null` one (an optional
+    /// left empty).
+    static func unknownFields(in json: JSONValue, asked: Set<String>) -> [String]? {
+        guard case .object(let fields) = json else { return nil }
         let unknown = fields.filter { key, value in
-            if key == "type" || known.contains(key) { return false }
+            if key == "type" || asked.contains(key) { return false }
             if case .null = value { return false }
             return true
         }.keys.sorted()
@@ -321,7 +323,7 @@ extension DefaultStateStore: AnyStateStore {
 
     /// Decodes a tagged action (`{"type": "set", "value": 3}`) as the feature's `Action`, with a
     /// message naming the field at fault.
-    static func decodeAction(_ json: JSONValue, version: Int) throws(StoreError) -> F.Action {
+    static func decodeAction(_ json: JSONValue, version: Int, asking: AskedFields? = nil) throws(StoreError) -> F.Action {
         guard case .object(let fields) = json else {
             throw StoreError(.invalidAction, "the action must be a JSON object, not \(json.typeName)", currentVersion: version)
         }
@@ -334,7 +336,7 @@ extension DefaultStateStore: AnyStateStore {
                 currentVersion: version)
         }
         do {
-            return try JSONValueDecoder.decodeTagged(F.Action.self, fields: fields, tag: type)
+            return try JSONValueDecoder.decodeTagged(F.Action.self, fields: fields, tag: type, asking: asking)
         } catch let error as DecodingError {
             throw StoreError(
                 .invalidAction, DecodingErrorText.action(type: type, error, fields: fields, actionType: F.Action.self), currentVersion: version)

@@ -108,6 +108,20 @@ struct TaggedDecodingTests {
         #expect(try JSONValueDecoder.decodeTagged(Move.self, fields: ["type": .string("step"), "by": .int(2)], tag: "step") == .step(by: 2))
     }
 
+    @Test("the fields a synthesized decoder asks for are its case's: present or not, optional or not")
+    func askedFields() throws {
+        func asked(_ text: String) throws -> Set<String> {
+            guard case .object(let fields) = json(text), case .string(let tag)? = fields["type"] else { return [] }
+            let log = AskedFields()
+            _ = try? JSONValueDecoder.decodeTagged(Move.self, fields: fields, tag: tag, asking: log)
+            return log.names.subtracting(["type"])
+        }
+        #expect(try asked(#"{"type":"step","by":3,"extra":1}"#) == ["by"])
+        #expect(try asked(#"{"type":"go","to":{"x":1,"y":[]}}"#) == ["to", "fast"])
+        #expect(try asked(#"{"type":"zoom","x":1,"zeta":2,"a":true,"b":0}"#) == ["x", "zeta", "a"])
+        #expect(try asked(#"{"type":"clear","by":3}"#) == [])
+    }
+
     @Test("decoders that read the whole value or its keys see the untagged form", arguments: cases)
     func handWrittenDecoders(text: String) throws {
         guard case .object(let fields) = json(text), case .string(let tag)? = fields["type"] else { return }

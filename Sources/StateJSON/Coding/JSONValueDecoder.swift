@@ -15,8 +15,14 @@ public enum JSONValueDecoder {
     /// Decodes a tagged object (`{"type": T, ...fields}`, an action or effect on the wire) as
     /// `decode(type, from: TaggedJSON.untag(value).untagged)` would, without building the
     /// untagged copy: the decoder reads `fields` as `{T: {...fields without "type"}}`.
-    public static func decodeTagged<T: Decodable>(_ type: T.Type, fields: [String: JSONValue], tag: String) throws -> T {
-        try T(from: ValueDecoder(value: .object(fields), codingPath: [], shape: .tagged(tag)))
+    ///
+    /// With `asking`, the case's fields the decoder asked for (read, looked for, or all of them
+    /// when it listed the keys) are noted there: a field it never asked for is one the case
+    /// does not have, known without encoding the value again.
+    public static func decodeTagged<T: Decodable>(
+        _ type: T.Type, fields: [String: JSONValue], tag: String, asking: AskedFields? = nil
+    ) throws -> T {
+        try T(from: ValueDecoder(value: .object(fields), codingPath: [], shape: .tagged(tag, asking)))
     }
 
     static func unbox<T: Decodable>(_ value: JSONValue, as type: T.Type, codingPath: [any CodingKey]) throws -> T {
@@ -86,19 +92,32 @@ public enum JSONValueDecoder {
 /// (``JSONValueDecoder/decodeTagged(_:fields:tag:)``).
 enum FieldShape {
     case plain
-    /// The untagged form's outer object: one field, `T`.
-    case tagged(String)
+    /// The untagged form's outer object: one field, `T`; the fields asked for are noted in the
+    /// ``AskedFields`` given.
+    case tagged(String, AskedFields?)
     /// The untagged form's inner object: the fields without `type`.
-    case taggedFields
+    case taggedFields(AskedFields?)
 
     /// `fields` read in this shape: the value of the field `name`.
     func value(_ name: String, in fields: [String: JSONValue]) -> JSONValue? {
         switch self {
-        case .plain: fields[name]
-        case .taggedFields: name == "type" ? nil : fields[name]
-        case .tagged(let tag): name == tag ? .object(fields.filter { $0.key != "type" }) : nil
+        case .plain: return fields[name]
+        case .taggedFields(let asked):
+            asked?.note(name)
+            return name == "type" ? nil : fields[name]
+        case .tagged(let tag, _): return name == tag ? .object(fields.filter { $0.key != "type" }) : nil
         }
     }
+}
+
+/// The fields of a tagged object's case a decoder asked for
+/// (``JSONValueDecoder/decodeTagged(_:fields:tag:asking:)``).
+public final class AskedFields {
+    public private(set) var names: Set<String> = []
+
+    public init() {}
+
+    func note(_ name: String) { names.insert(name) }
 }
 
 struct ValueDecoder: Decoder {
@@ -109,7 +128,7 @@ struct ValueDecoder: Decoder {
 
     /// The value as read (a tagged object's untagged form).
     private var shaped: JSONValue {
-        guard case .tagged(let tag) = shape, case .object(let fields) = value else { return value }
+        guard case .tagged(let tag, _) = shape, case .object(let fields) = value else { return value }
         return .object([tag: shape.value(tag, in: fields) ?? .null])
     }
 
@@ -140,8 +159,13 @@ struct KeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     var allKeys: [Key] {
         switch shape {
         case .plain: fields.keys.compactMap { Key(stringValue: $0) }
-        case .taggedFields: fields.keys.compactMap { $0 == "type" ? nil : Key(stringValue: $0) }
-        case .tagged(let tag): Key(stringValue: tag).map { [$0] } ?? []
+        case .taggedFields(let asked):
+            fields.keys.compactMap { name in
+                // Listing the keys is asking for every one of them.
+                asked?.note(name)
+                return name == "type" ? nil : Key(stringValue: name)
+            }
+        case .tagged(let tag, _): Key(stringValue: tag).map { [$0] } ?? []
         }
     }
 
@@ -200,9 +224,10 @@ struct KeyedDecoder<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        if case .tagged(let tag) = shape, key.stringValue == tag {
+        if case .tagged(let tag, let asked) = shape, key.stringValue == tag {
             // The case's fields: the tagged object itself, its `type` hidden (no copy made).
-            return KeyedDecodingContainer(KeyedDecoder<NestedKey>(fields: fields, codingPath: codingPath + [key], shape: .taggedFields))
+            return KeyedDecodingContainer(
+                KeyedDecoder<NestedKey>(fields: fields, codingPath: codingPath + [key], shape: .taggedFields(asked)))
         }
         return try ValueDecoder(value: try value(key), codingPath: codingPath + [key]).container(keyedBy: type)
     }
