@@ -11,7 +11,7 @@ extension Session {
     /// where it is rebuilt from the change the key refers to. A key older than
     /// `idempotencyTTL` is forgotten.
     public func rememberedReply(key: String) async throws(SessionFailure) -> IdempotentReply? {
-        if let reply = idempotency.withLock({ $0.reply(for: key) }) { return reply }
+        if let reply = idempotency.reply(for: key) { return reply }
         let storage = self.storage
         do throws(StorageError) {
             guard let remembered = try await storage.rememberedKey(session: id, key: key),
@@ -37,7 +37,7 @@ extension Session {
         feature: String, version: Int, in storage: any SessionStorage
     ) async throws(StorageError) -> (state: [UInt8]?, entry: JournalEntry?) {
         let entry = try await storage.journal(session: id, feature: feature, afterVersion: version - 1, through: version).first
-        if let store = stores.withLock({ $0[feature] }), let (state, current) = try? store.currentJSON(), current == version {
+        if let store = stores[feature], let (state, current) = try? store.currentJSON(), current == version {
             return (state, entry)
         }
         let initial = registry[feature]?.initialStateJSON ?? []
@@ -79,7 +79,7 @@ extension Session {
         guard let key = request.idempotencyKey, settings.idempotencyKeys > 0 else {
             return apply(request, store, attempt: attempt, finish: finish)
         }
-        if let reply = idempotency.withLock({ $0.reply(for: key) }) { return finish(.replayed(reply)) }
+        if let reply = idempotency.reply(for: key) { return finish(.replayed(reply)) }
         // Memory mode: the table is what the process remembers (its journal keeps no key
         // longer), so a key it forgot is a new request — answered now, not after a read.
         guard journal.lifetime == .durable else { return apply(request, store, attempt: attempt, finish: finish) }
@@ -163,7 +163,7 @@ extension Session {
                     .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
             }
             publish(prepared.encoded, seq: seq, delta: journaled)
-            if let remembered { idempotency.withLock { $0.insert(remembered.0, remembered.1) } }
+            if let remembered { idempotency.remember(remembered.0, remembered.1) }
             recount()
             finish(.applied(prepared.encoded, reply: reply))
         }

@@ -12,9 +12,9 @@ extension Session {
     func loadStore(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
         guard let definition = registry[feature] else { return nil }
-        await loadLock.lock()
-        defer { loadLock.unlock() }
-        if let store = stores.withLock({ $0[feature] }) { return store }
+        await stores.loadLock.lock()
+        defer { stores.loadLock.unlock() }
+        if let store = stores[feature] { return store }
         // Loaded sessions past the server's memory budget: idle ones leave memory first.
         if let memory, !memory.makeRoom(sparing: id) { throw .memoryFull }
         let store: any AnyStateStore
@@ -29,7 +29,7 @@ extension Session {
             hub.seed(feature: feature, version: version, state: state)
             bytes = state.count
         }
-        stores.withLock { $0[feature] = store }
+        stores.insert(store, for: feature)
         recount()
         notify(.storeLoaded(session: id, feature: feature, bytes: bytes))
         // Work that was running in a previous process never comes back: settle its state now,

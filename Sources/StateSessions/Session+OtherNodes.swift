@@ -22,7 +22,7 @@ extension Session {
     /// has event streams and is behind, it catches up in its pipeline and publishes the changes
     /// in order at their own sequence numbers.
     public func heard(seq: Int) {
-        heardSeq.max(seq, ordering: .sequentiallyConsistent)
+        catchUp.heard(seq: seq)
         pullIfBehind()
     }
 
@@ -31,11 +31,9 @@ extension Session {
     /// first subscriber is not missed). A failed pull ends the streams: the clients reconnect
     /// and resume from the journal, never with a silent gap.
     public func pullIfBehind() {
-        guard heardSeq.load(ordering: .sequentiallyConsistent) > hub.seq, hub.subscriberCount > 0,
-            pullQueued.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged
-        else { return }
+        guard catchUp.isBehind(hub.seq), hub.subscriberCount > 0, catchUp.queuePull() else { return }
         enqueue(.pull { [self] result in
-            pullQueued.store(false, ordering: .sequentiallyConsistent)
+            catchUp.pullDone()
             switch result {
             case .success: pullIfBehind()
             case .failure(.storage): hub.endStreams()
@@ -102,7 +100,7 @@ extension Session {
         let entries = try await storage.journal(session: id, afterSeq: hub.seq, limit: 1_000_000)
         var chain: [String: (version: Int, state: [UInt8])] = [:]
         for entry in entries {
-            let store = stores.withLock { $0[entry.feature] }
+            let store = stores[entry.feature]
             if let store, let (current, version) = try? store.currentJSON(), entry.version == version + 1 {
                 chain[entry.feature] = (version, current)
             }
@@ -129,7 +127,7 @@ extension Session {
             }
             // A gap (or a change this node cannot apply): forget the store; it loads again
             // from storage when next used.
-            stores.withLock { _ = $0.removeValue(forKey: entry.feature) }
+            stores.remove(entry.feature)
             publishRecorded(seq: entry.seq, feature: entry.feature, data: EventHub.eventData(entry, state: state))
         }
     }

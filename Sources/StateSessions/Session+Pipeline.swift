@@ -7,31 +7,15 @@ import Synchronization
 /// The pipeline: one job at a time per session, in arrival order (changes, deletes, loads
 /// and catch-ups), drained in a loop.
 extension Session {
-    enum Admission {
-        case refuse(SessionFailure)
-        case queued
-        case run
-    }
-
-    func enqueue(_ job: Pipeline.Job) {
-        let admission = pipeline.withLock { p -> Admission in
-            if p.deleted { return .refuse(.sessionGone) }
-            if p.retired { return .refuse(.retired) }
-            if p.running {
-                p.waiting.append(job)
-                return .queued
-            }
-            p.running = true
-            return .run
-        }
-        switch admission {
+    func enqueue(_ job: SessionPipeline.Job) {
+        switch pipeline.admit(job) {
         case .refuse(let failure): Self.refuse(job, failure)
         case .queued: break
         case .run: drain(job)
         }
     }
 
-    static func refuse(_ job: Pipeline.Job, _ failure: SessionFailure) {
+    static func refuse(_ job: SessionPipeline.Job, _ failure: SessionFailure) {
         switch job {
         case .change(_, let done): done(.failed(failure))
         case .delete(let done), .refresh(let done), .pull(let done), .load(_, let done): done(.failure(failure))
@@ -41,7 +25,7 @@ extension Session {
     /// Runs `first`, then the waiting jobs in order, until none is left or one goes on
     /// asynchronously (its completion drains the rest). A loop, not recursion: a long queue of
     /// synchronous jobs does not grow the stack.
-    func drain(_ first: Pipeline.Job) {
+    func drain(_ first: SessionPipeline.Job) {
         var job = first
         while true {
             let handoff = Handoff()
@@ -56,24 +40,15 @@ extension Session {
 
     /// The next waiting job, or `nil` (and the pipeline idle). After a delete, waiting jobs
     /// are refused.
-    func takeNext() -> Pipeline.Job? {
-        var refused: [Pipeline.Job] = []
-        let next = pipeline.withLock { p -> Pipeline.Job? in
-            if p.deleted {
-                refused = Array(p.waiting)
-                p.waiting.removeAll()
-            }
-            if let next = p.waiting.popFirst() { return next }
-            p.running = false
-            return nil
-        }
+    func takeNext() -> SessionPipeline.Job? {
+        let (next, refused) = pipeline.next()
         for job in refused { Self.refuse(job, .sessionGone) }
         return next
     }
 
     /// Runs one job. Its caller is answered after `completion` hands the pipeline on, so a
     /// caller that resumes never finds the session still busy with its own request.
-    func run(_ job: Pipeline.Job, completion: @escaping @Sendable () -> Void) {
+    func run(_ job: SessionPipeline.Job, completion: @escaping @Sendable () -> Void) {
         switch job {
         case .load(let feature, let done):
             Task { [self] in
@@ -91,7 +66,7 @@ extension Session {
             catchUpThen(checkingExistence: true, completion: completion, done: done)
         case .pull(let done):
             // Caught up meanwhile (by this node's own commit or a read): nothing to fetch.
-            guard heardSeq.load(ordering: .sequentiallyConsistent) > hub.seq else {
+            guard catchUp.isBehind(hub.seq) else {
                 completion()
                 return done(.success(()))
             }

@@ -63,20 +63,19 @@ public final class Session: Sendable {
     let registry: FeatureRegistry
     let settings: SessionSettings
     public let journal: any ChangeJournal
-    let stores = Mutex<[String: any AnyStateStore]>([:])
+    /// Its stores in memory (``LoadedStores``).
+    let stores = LoadedStores()
     public let hub: EventHub
-    let idempotency: Mutex<IdempotencyTable>
-    let pipeline = Mutex(Pipeline())
-    /// Held while a store is loaded from storage (two requests never load the same store twice).
-    let loadLock = AsyncLock()
+    /// The replies remembered for `Idempotency-Key`s (``IdempotencyCache``).
+    let idempotency: IdempotencyCache
+    /// Its jobs, one at a time in arrival order (``SessionPipeline``).
+    let pipeline = SessionPipeline()
     let notify: @Sendable (SessionNotice) -> Void
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
     let lastUsed: Atomic<Int64>
     let lastStoredActivity: Atomic<Int64>
-    /// Shared storage: the highest sequence number heard of (any node's commit), and whether a
-    /// pull is queued.
-    let heardSeq = Atomic<Int>(0)
-    let pullQueued = Atomic<Bool>(false)
+    /// Shared storage: what was heard of other nodes' commits, and the one queued pull.
+    let catchUp = CatchUpMarks()
     /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is written
     /// early when they outgrow the state, so a load never reads much more than twice it).
     let sinceSnapshot = Mutex<[String: Int]>([:])
@@ -113,28 +112,6 @@ public final class Session: Sendable {
     /// Forwarded requests in a row from one node after which the session moves there.
     public static let handOverAfter = 3
 
-    /// Requests waiting for their turn.
-    struct Pipeline {
-        enum Job {
-            case change(ChangeRequest, @Sendable (ChangeOutcome) -> Void)
-            case delete(@Sendable (Result<Void, SessionFailure>) -> Void)
-            /// Shared storage: apply what other nodes committed since this node last looked.
-            case refresh(@Sendable (Result<Void, SessionFailure>) -> Void)
-            /// Shared storage: another node's commit was heard; catch up if still behind it.
-            case pull(@Sendable (Result<Void, SessionFailure>) -> Void)
-            /// Shared storage: loads a store, ordered with catch-ups (a load outside the
-            /// pipeline could install a copy older than what a catch-up already published).
-            case load(String, @Sendable (Result<Void, SessionFailure>) -> Void)
-        }
-
-        var running = false
-        var waiting = Deque<Job>()
-        /// Deleted: every request is refused with `.sessionGone`.
-        var deleted = false
-        /// Evicted from memory: requests are refused with `.retired` (the caller loads again).
-        var retired = false
-    }
-
     init(
         id: String, tokenHash: [UInt8], grants: [StoredGrant] = [], registry: FeatureRegistry, settings: SessionSettings,
         journal: any ChangeJournal, startSeq: Int = 0,
@@ -153,7 +130,7 @@ public final class Session: Sendable {
         self.hub = EventHub(
             features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
             startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)
-        self.idempotency = Mutex(IdempotencyTable(limit: settings.idempotencyKeys, byteLimit: settings.idempotencyBytes))
+        self.idempotency = IdempotencyCache(limit: settings.idempotencyKeys, byteLimit: settings.idempotencyBytes)
         self.notify = notify
         self.lastUsed = Atomic(WallClock.now)
         self.lastStoredActivity = Atomic(lastStoredActivity)
@@ -187,15 +164,15 @@ public final class Session: Sendable {
 
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
     /// Stores in memory.
-    public var storeCount: Int { stores.withLock { $0.count } }
+    public var storeCount: Int { stores.count }
     /// In use: a change running or waiting, an open event stream, or asynchronous work (a
     /// follow-up still to come) — such a session is neither evicted nor purged.
     var isBusy: Bool {
-        pipeline.withLock { $0.running } || hub.subscriberCount > 0 || hasRunningWork
+        pipeline.isRunning || hub.subscriberCount > 0 || hasRunningWork
     }
 
     var hasRunningWork: Bool {
-        stores.withLock { $0.values.contains { $0.hasRunningWork } }
+        stores.haveRunningWork
     }
 
     /// Takes the session out of service if nothing uses it (no change running or waiting, no
@@ -203,11 +180,7 @@ public final class Session: Sendable {
     /// changes get `.retired` and the hub refuses subscribers, so a caller that looked the
     /// session up just before can never work on a copy that left memory.
     func retireIfIdle() -> Bool {
-        let retired = pipeline.withLock { p in
-            guard !p.running, !p.deleted, !p.retired, !hasRunningWork, hub.closeIfIdle() else { return false }
-            p.retired = true
-            return true
-        }
+        let retired = pipeline.retire { !hasRunningWork && hub.closeIfIdle() }
         if retired { memory?.count(-counted.exchange(0, ordering: .relaxed)) }
         return retired
     }
@@ -219,7 +192,7 @@ public final class Session: Sendable {
     /// `.retired`, so callers look the session up again and reach its owner.
     func abandon() {
         abandoned.store(true, ordering: .sequentiallyConsistent)
-        pipeline.withLock { $0.retired = true }
+        pipeline.markRetired()
         leaveService()
     }
 
@@ -227,7 +200,7 @@ public final class Session: Sendable {
     /// (after a load or a change).
     func recount() {
         guard let memory else { return }
-        let loaded = stores.withLock { Array($0.values) }
+        let loaded = stores.all
         let bytes = loaded.reduce(0) { $0 + ((try? $1.currentJSON().state.count) ?? 0) }
         memory.count(bytes - counted.exchange(bytes, ordering: .relaxed))
     }
@@ -238,12 +211,10 @@ public final class Session: Sendable {
     /// the process, where a session never leaves memory) it is created on first use. `nil` for
     /// an unknown feature, or (durable mode) a store not loaded yet.
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
-        stores.withLock { stores in
-            if let store = stores[feature] { return store }
+        stores.store(feature) {
             guard journal.lifetime == .process, let definition = registry[feature] else { return nil }
             let store = definition.makeStore(onFollowUpRejected: followUpRejected)
             attach(store, feature: feature)
-            stores[feature] = store
             return store
         }
     }
@@ -297,12 +268,12 @@ public final class Session: Sendable {
     /// durable mode call ``loadAll(_:)`` first.
     /// Whether every registered feature's store is in memory.
     public var holdsEveryStore: Bool {
-        let held = stores.withLock { $0.count }
+        let held = stores.count
         return held >= registry.features.count
     }
 
     public func allStates() throws(StoreError) -> [(feature: String, version: Int, state: [UInt8])] {
-        let existing = stores.withLock { $0 }
+        let existing = stores.byFeature
         var result: [(feature: String, version: Int, state: [UInt8])] = []
         for feature in registry.features {
             if let store = existing[feature.name] {
@@ -316,10 +287,10 @@ public final class Session: Sendable {
     }
 
     /// Deleted: every later request is refused with `.sessionGone` and the streams end.
-    public var isGone: Bool { pipeline.withLock { $0.deleted } }
+    public var isGone: Bool { pipeline.isDeleted }
 
     func markGone() {
-        pipeline.withLock { $0.deleted = true }
+        pipeline.markDeleted()
         leaveService()
     }
 
@@ -327,7 +298,7 @@ public final class Session: Sendable {
     /// streams end, its asynchronous work is cancelled, its states leave the memory budget.
     private func leaveService() {
         hub.close()
-        for store in stores.withLock({ Array($0.values) }) { store.cancelAllWork() }
+        for store in stores.all { store.cancelAllWork() }
         memory?.count(-counted.exchange(0, ordering: .relaxed))
     }
 
@@ -396,46 +367,6 @@ public final class MemoryBudget: Sendable {
         guard bytes >= limit else { return true }
         evict.withLock { $0 }?(limit, session)
         return bytes < limit
-    }
-}
-
-/// Tells a job's runner whether its completion ran before `run` returned (then the runner
-/// takes the next job) or after (then the completion does).
-final class Handoff: Sendable {
-    private let state = Atomic<Int>(0)  // 0 running, 1 finished, 2 runner left
-
-    /// Called by the completion; `true` when the runner already left.
-    func finish() -> Bool { state.exchange(1, ordering: .acquiringAndReleasing) == 2 }
-
-    /// Called by the runner after `run`; `true` when the completion already ran.
-    func leave() -> Bool { state.exchange(2, ordering: .acquiringAndReleasing) == 1 }
-}
-
-/// The remembered replies of one session, oldest forgotten first past `limit` replies or
-/// `byteLimit` bytes of reply bodies (a forgotten key is still answered from storage in durable
-/// mode).
-struct IdempotencyTable {
-    let limit: Int
-    let byteLimit: Int
-    private var replies: [String: IdempotentReply] = [:]
-    private var order = Deque<String>()
-    private(set) var bytes = 0
-
-    init(limit: Int, byteLimit: Int) {
-        self.limit = limit
-        self.byteLimit = byteLimit
-    }
-
-    func reply(for key: String) -> IdempotentReply? { replies[key] }
-
-    mutating func insert(_ key: String, _ reply: IdempotentReply) {
-        guard limit > 0, replies[key] == nil, reply.body.count <= byteLimit else { return }
-        replies[key] = reply
-        order.append(key)
-        bytes += reply.body.count
-        while order.count > limit || bytes > byteLimit, let oldest = order.popFirst() {
-            bytes -= replies.removeValue(forKey: oldest)?.body.count ?? 0
-        }
     }
 }
 

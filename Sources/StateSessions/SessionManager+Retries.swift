@@ -79,6 +79,6 @@ extension Session {
     /// Whether the stores of `features` (nil: every feature's) are in memory.
     func holdsStores(_ features: [String]?) -> Bool {
         guard let features else { return holdsEveryStore }
-        return stores.withLock { held in features.allSatisfy { held[$0] != nil || registry[$0] == nil } }
+        return stores.hold(features, of: registry)
     }
 }
