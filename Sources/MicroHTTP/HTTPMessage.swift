@@ -93,7 +93,6 @@ public struct HTTPAccessRecord: Sendable {
     public let status: Int
     /// From the request's arrival to its reply being queued, in nanoseconds.
     public let nanoseconds: Int64
-    public var duration: Duration { .nanoseconds(nanoseconds) }
     /// Why the request head was refused before routing (the framing check's reason), or nil.
     public var refusal: String? = nil
 }

@@ -36,17 +36,6 @@ public enum JSONValueEncoder {
         return out
     }
 
-    /// The top-level keys of `TaggedJSON.tag(encode(value))` when it is an object, else nil
-    /// (also when encoding throws).
-    public static func taggedKeys<T: Encodable>(_ value: T) -> [String]? {
-        guard let encoded = try? node(value, codingPath: []) else { return nil }
-        if let (_, fields) = EncodedStorage.taggedCase(encoded) {
-            return fields.keys.contains("type") ? fields.keys : fields.keys + ["type"]
-        }
-        guard case .object(let fields) = TaggedJSON.tag(EncodedStorage.resolve(encoded)) else { return nil }
-        return Array(fields.keys)
-    }
-
     static func box<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> JSONValue {
         EncodedStorage.resolve(try node(value, codingPath: codingPath))
     }
