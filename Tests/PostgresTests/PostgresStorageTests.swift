@@ -161,7 +161,12 @@ struct PostgresStorageTests {
             await storage.close()
         }
         #expect(failure?.kind == .unavailable, "\(String(describing: failure))")
-        #expect(failure?.message.contains("57014") == true, "cancelled by statement_timeout: \(String(describing: failure))")
+        // 57014 is the cancellation itself. When PostgreSQL's cancellation of a row-returning
+        // statement reaches the client after the statement's rows ended, the next statement of
+        // the same transaction is what fails, with 25P02 (the transaction was aborted by it):
+        // either way a statement of this transaction was cancelled, which no other setting does.
+        let message = failure?.message ?? ""
+        #expect(message.contains("57014") || message.contains("25P02"), "cancelled by statement_timeout: \(String(describing: failure))")
         let storage = try await PostgresStorage.open(settings: TestPostgres.settings(url))
         try await storage.commit([.createSession(session("bounded"))])
         #expect(try await storage.session(id: "bounded") != nil)
