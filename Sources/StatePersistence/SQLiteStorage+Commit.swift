@@ -7,7 +7,12 @@ import Foundation
 import StateStore
 import Synchronization
 
-extension SQLiteStorage {
+extension SQLiteStorage: OrderedCommits {
+    public func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
+        if let problem = health.problem() { return writer.answer(done, .failure(problem)) }
+        writer.submit(batch, done: done)
+    }
+
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
         try health.check()
@@ -67,6 +72,10 @@ extension SQLiteStorage {
 
         private let connection: SQLiteConnection
         private let queue = Mutex(Queue())
+        /// Where every batch is answered, in the order the batches were submitted: a group's
+        /// answers go there together after its COMMIT (one hop per group, not per batch), so the
+        /// writer thread goes on to the next group at once.
+        private let answers = DispatchQueue(label: "sqlite-commit-answers")
         private let wake = DispatchSemaphore(value: 0)
         /// Heads of the sessions written lately (writer thread only).
         private var heads = SQLiteHeads()
@@ -90,8 +99,13 @@ extension SQLiteStorage {
             if accepted {
                 wake.signal()
             } else {
-                done(.failure(StorageError(.unavailable, "the storage is closing")))
+                answer(done, .failure(StorageError(.unavailable, "the storage is closing")))
             }
+        }
+
+        /// Answers one batch on the answer queue, after every batch answered before.
+        func answer(_ done: @escaping Completion, _ result: Result<Void, StorageError>) {
+            answers.async { done(result) }
         }
 
         /// Queues `batches` together, so the writer takes them into one group.
@@ -106,7 +120,9 @@ extension SQLiteStorage {
             if accepted {
                 wake.signal()
             } else {
-                for index in batches.indices { done(index, .failure(StorageError(.unavailable, "the storage is closing"))) }
+                answers.async {
+                    for index in batches.indices { done(index, .failure(StorageError(.unavailable, "the storage is closing"))) }
+                }
             }
         }
 
@@ -127,7 +143,8 @@ extension SQLiteStorage {
                 }
                 if !jobs.isEmpty { commit(jobs) }
                 if stopping && queue.withLock({ $0.jobs.isEmpty }) {
-                    onStopped?()
+                    // After the last answers.
+                    answers.async { onStopped?() }
                     return
                 }
             }
@@ -144,21 +161,23 @@ extension SQLiteStorage {
                 commitTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
                 groupSize.record(jobs.count)
             }
+            let results: [Result<Void, StorageError>]
             // A lone batch needs no savepoint: the transaction is its boundary.
             if jobs.count == 1 {
-                jobs[0].done(commitAlone(jobs[0].batch))
-                return
+                results = [commitAlone(jobs[0].batch)]
+            } else {
+                switch commitTogether(jobs.map(\.batch)) {
+                case .committed(let each): results = each
+                case .notBegun(let error): results = jobs.map { _ in .failure(error) }
+                case .lost:
+                    heads.rollBack()
+                    // Nothing of the group is stored. Each batch again, alone: one that does not
+                    // fit fails by itself, and none is answered for another's failure.
+                    results = jobs.map { commitAlone($0.batch) }
+                }
             }
-            switch commitTogether(jobs.map(\.batch)) {
-            case .committed(let results):
+            answers.async {
                 for (job, result) in zip(jobs, results) { job.done(result) }
-            case .notBegun(let error):
-                for job in jobs { job.done(.failure(error)) }
-            case .lost:
-                heads.rollBack()
-                // Nothing of the group is stored. Each batch again, alone: one that does not
-                // fit fails by itself, and none is answered for another's failure.
-                for job in jobs { job.done(commitAlone(job.batch)) }
             }
         }
 

@@ -167,7 +167,7 @@ struct Server {
         }
         let storage: (any SessionStorage)?
         do {
-            storage = try await settings.storage.open(logger: logger).map { TimedStorage($0) }
+            storage = try await settings.storage.open(logger: logger).map { TimedStorage.wrapping($0) }
         } catch {
             logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage.kind)", "error": "\(error)"])
             StderrLogWriter.shared.flush()

@@ -14,6 +14,11 @@ public protocol ChangeJournal: Sendable {
     /// journal answers at once).
     func record(
         _ writes: () -> [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
+
+    /// Whether its records are committed and answered in the order they were made, from one
+    /// queue (``OrderedCommits``): a session may then compute its next change on top of one
+    /// still committing (``CommitChain``).
+    var pipelines: Bool { get }
 }
 
 extension ChangeJournal {
@@ -30,10 +35,31 @@ extension ChangeJournal {
     var lifetime: StorageLifetime { storage.lifetime }
 }
 
-/// The journal for `storage`: committed at once in memory mode, as a task otherwise.
+/// The journal for `storage`: committed at once in memory mode, handed to the writer in order
+/// where the storage keeps it (SQLite), as a task otherwise.
 func journal(over storage: any SessionStorage) -> any ChangeJournal {
     if let memory = storage as? InMemoryStorage, memory.lifetime == .process { return ImmediateJournal(memory: memory) }
+    if let ordered = storage as? any OrderedCommits { return OrderedJournal(ordered) }
     return StorageJournal(storage)
+}
+
+/// Durable mode over storage that commits in order (SQLite): each change is handed to its
+/// writer from the caller's thread (no task), and answered on the storage's answer queue in
+/// the order the changes were made.
+public struct OrderedJournal: ChangeJournal {
+    let ordered: any OrderedCommits
+    public var storage: any SessionStorage { ordered }
+    public var pipelines: Bool { true }
+
+    public init(_ storage: any OrderedCommits) {
+        self.ordered = storage
+    }
+
+    public func record(
+        _ writes: () -> [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void
+    ) {
+        ordered.commit(writes(), done: done)
+    }
 }
 
 /// Memory mode: each change is committed to the process's bounded journal on the caller's
@@ -41,6 +67,7 @@ func journal(over storage: any SessionStorage) -> any ChangeJournal {
 struct ImmediateJournal: ChangeJournal {
     let memory: InMemoryStorage
     var storage: any SessionStorage { memory }
+    var pipelines: Bool { false }
 
     func record(
         _ writes: () -> [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void
@@ -59,6 +86,7 @@ struct ImmediateJournal: ChangeJournal {
 public struct StorageJournal: ChangeJournal {
     let store: any SessionStorage
     public var storage: any SessionStorage { store }
+    public var pipelines: Bool { false }
 
     public init(_ storage: any SessionStorage) {
         self.store = storage

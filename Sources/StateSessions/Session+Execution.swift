@@ -49,7 +49,12 @@ extension Session {
     /// One change: the idempotency key, the store's computation, the journal, then memory.
     /// `attempt` counts the tries after lost races; each try finds the store afresh (a catch-up
     /// that found a gap drops a stale store, which then loads again from storage).
-    func execute(_ request: ChangeRequest, attempt: Int = 0, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
+    /// `release`, when given, hands the pipeline on as soon as the change is handed to storage
+    /// (``CommitChain``).
+    func execute(
+        _ request: ChangeRequest, attempt: Int = 0, release: ChangeRelease? = nil,
+        finish: @escaping @Sendable (ChangeOutcome) -> Void
+    ) {
         guard registry[request.feature] != nil else { return finish(.failed(.unknownFeature(request.feature))) }
         guard let store = loadedStore(request.feature) else {
             // Durable mode, a store not loaded yet (callers normally load it first). Inside the
@@ -59,25 +64,25 @@ extension Session {
                     guard let store = try await loadStore(request.feature) else {
                         return finish(.failed(.unknownFeature(request.feature)))
                     }
-                    checkKey(request, store, attempt: attempt, finish: finish)
+                    checkKey(request, store, attempt: attempt, release: release, finish: finish)
                 } catch {
                     finish(.failed(error))
                 }
             }
             return
         }
-        checkKey(request, store, attempt: attempt, finish: finish)
+        checkKey(request, store, attempt: attempt, release: release, finish: finish)
     }
 
     /// A key seen before answers with its first reply; storage is asked when memory has
     /// forgotten it (or the session was loaded after a restart). Asked again after a lost race:
     /// the winner may have been the same request on another node.
     func checkKey(
-        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0,
+        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
         guard let key = request.idempotencyKey, settings.idempotencyKeys > 0 else {
-            return apply(request, store, attempt: attempt, finish: finish)
+            return apply(request, store, attempt: attempt, release: release, finish: finish)
         }
         if let reply = idempotency.reply(for: key) { return finish(.replayed(reply)) }
         // Memory mode: the table is what the process remembers (its journal keeps no key
@@ -97,7 +102,7 @@ extension Session {
     static let conflictRetries = 8
 
     func apply(
-        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0,
+        _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
         let prepared: PreparedChange
@@ -144,6 +149,11 @@ extension Session {
             status: 200, body: ChangeReply.body(prepared.encoded, withEffect: request.replyHasEffect),
             version: prepared.encoded.version)
         let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
+        if let chain {
+            return applyInOrder(
+                request, store, prepared, reply: reply, remembered: remembered, chain: chain, attempt: attempt, release: release,
+                finish: finish)
+        }
         // The change's number: its journal entry's seq and its event's id (the pipeline runs
         // one change at a time, so nothing is numbered in between).
         let seq = nextSeq()
@@ -211,6 +221,59 @@ extension Session {
         }
     }
 
+    /// A change over a journal that commits in order (``CommitChain``): held as the store's
+    /// change ahead, handed to storage, and — when `release` is given — the pipeline goes on to
+    /// the next job while it commits. Applied, published and answered once its own commit is
+    /// answered (in order); a failed commit fails every change handed to storage after it and
+    /// returns the stores to their committed state.
+    func applyInOrder(
+        _ request: ChangeRequest, _ store: any AnyStateStore, _ prepared: PreparedChange, reply: StoredReply,
+        remembered: (String, StoredReply)?, chain: CommitChain, attempt: Int, release: ChangeRelease?,
+        finish: @escaping @Sendable (ChangeOutcome) -> Void
+    ) {
+        let encoded = prepared.encoded
+        // The store's head moved since the change was computed: a commit failed meanwhile and
+        // the store went back to its committed state. Computed again on that (it was not
+        // handed to storage); a second time only when something else moves the store.
+        guard prepared.advance() else {
+            if attempt < 2 { return apply(request, store, attempt: attempt + 1, release: release, finish: finish) }
+            return finish(.failed(.store(StoreError(
+                .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
+        }
+        let (seq, generation) = chain.next(after: hub.seq)
+        let base = chain.handedState(encoded.feature, version: prepared.baseVersion)
+        let batch = writes(prepared, store: store, seq: seq, key: remembered?.0, base: base)
+        chain.handed(encoded.feature, version: encoded.version, state: encoded.state)
+        let journaled: StateDelta? = if case .append(let entry, _)? = batch.first { entry.delta } else { nil }
+        let startsWork: Bool = if case .replay = request.kind { false } else { true }
+        pipeline.commitStarted()
+        journal.record({ batch }) { [self] result in
+            switch result {
+            case .success:
+                if store.commit(prepared, startWork: startsWork) {
+                    publish(encoded, seq: seq, delta: journaled)
+                    if let remembered { idempotency.remember(remembered.0, remembered.1) }
+                    recount()
+                    finish(.applied(encoded, reply: reply))
+                } else {
+                    finish(.failed(.store(StoreError(
+                        .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
+                }
+            case .failure(let error):
+                let (cause, ended) = chain.failed(generation: generation, error)
+                if ended { for store in stores.all { store.dropAhead() } }
+                if cause.kind == .sessionGone {
+                    markGone()
+                    finish(.failed(.sessionGone))
+                } else {
+                    finish(.failed(.storage(cause)))
+                }
+            }
+            if let parked = pipeline.commitEnded() { drain(parked) }
+        }
+        release?.fire()
+    }
+
     /// Shared storage without owners: catches up with the journal, then runs the change again
     /// (try number `attempt`) on the fresh state.
     func retryAfterCatchUp(_ request: ChangeRequest, attempt: Int, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
@@ -243,7 +306,9 @@ extension Session {
     /// `snapshotEvery`, and whenever the entries since the last snapshot outgrow the state and
     /// ``snapshotSlack``), and the session's activity at most once a minute. Called before the
     /// change is applied: the store is still at the change's base version.
-    func writes(_ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?) -> [StorageWrite] {
+    func writes(
+        _ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?, base: [UInt8]? = nil
+    ) -> [StorageWrite] {
         let now = WallClock.now
         let encoded = prepared.encoded
         // The append moves the session's stored activity too.
@@ -258,7 +323,9 @@ extension Session {
                     action: encoded.action, effect: encoded.effect, delta: .state(encoded.state), time: now),
                 idempotencyKey: nil)]
         }
-        let previous = prepared.baseVersion == 0 ? nil : (try? store.currentJSON()).flatMap { $0.version == prepared.baseVersion ? $0.state : nil }
+        let previous =
+            prepared.baseVersion == 0
+            ? nil : base ?? (try? store.currentJSON()).flatMap { $0.version == prepared.baseVersion ? $0.state : nil }
         let entry = JournalEntry(
             session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
             action: encoded.action, effect: encoded.effect, delta: StateDelta.between(previous, encoded.state), time: now)
@@ -291,7 +358,8 @@ extension Session {
     /// `journaled` (the journal's last seq, when the caller read it). Every change this node
     /// makes is numbered here; changes of other nodes keep the number they were journaled with.
     func nextSeq(journaled: Int = 0) -> Int {
-        max(hub.seq, journaled) + 1
+        if let chain { return chain.next(after: max(hub.seq, journaled)).seq }
+        return max(hub.seq, journaled) + 1
     }
 
     /// Publishes a change at `seq`; a number the hub refuses (not after its last one) is

@@ -28,6 +28,8 @@ extension Session {
     func drain(_ first: SessionPipeline.Job) {
         var job = first
         while true {
+            // Only a plain change runs while changes commit; any other job waits for them.
+            if chain != nil, !commitsAhead(job), pipeline.park(job) { return }
             let handoff = Handoff()
             run(job) { [self] in
                 // Finished after `run` returned: this completion carries the pipeline on.
@@ -73,12 +75,15 @@ extension Session {
             // A delete is heard as a notice of its own: one read, not two.
             catchUpThen(checkingExistence: false, completion: completion, done: done)
         case .change(let request, let done):
-            execute(request) { [self] outcome in
+            // Over a journal that commits in order, a plain change hands the pipeline on once
+            // it is handed to storage; its caller is answered after its own commit.
+            let release = commitsAhead(job) ? ChangeRelease(completion) : nil
+            execute(request, release: release) { [self] outcome in
                 // A change counts as use when it ends, not only when its request looked the
                 // session up: one that waited or committed slowly must not leave the session
                 // looking idle (the TTL sweep judges loaded sessions by this time).
                 lastUsed.store(WallClock.now, ordering: .relaxed)
-                completion()
+                if let release { release.fire() } else { completion() }
                 done(outcome)
             }
         case .delete(let done):
@@ -88,6 +93,19 @@ extension Session {
                 completion()
                 done(result.mapError { .storage($0) })
             }
+        }
+    }
+
+    /// Whether `job` may run while earlier changes commit, and commit while later jobs run: a
+    /// change with no idempotency key (a key must be answered by the change that made it) and
+    /// no middleware (which reads the committed version), of a kind computed on the store's
+    /// head, over a journal that commits in order.
+    func commitsAhead(_ job: SessionPipeline.Job) -> Bool {
+        guard chain != nil, case .change(let request, _) = job, request.idempotencyKey == nil, settings.middleware.isEmpty
+        else { return false }
+        switch request.kind {
+        case .dispatch, .rehydrate, .reset, .followUp: return true
+        case .travel, .replay, .importStart, .recovery: return false
         }
     }
 

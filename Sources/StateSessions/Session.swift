@@ -70,6 +70,9 @@ public final class Session: Sendable {
     let idempotency: IdempotencyCache
     /// Its jobs, one at a time in arrival order (``SessionPipeline``).
     let pipeline = SessionPipeline()
+    /// A journal that commits in order (SQLite): the changes handed to it and not answered yet
+    /// (``CommitChain``); nil otherwise (each change waits for its commit).
+    let chain: CommitChain?
     let notify: @Sendable (SessionNotice) -> Void
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
     let lastUsed: Atomic<Int64>
@@ -127,6 +130,7 @@ public final class Session: Sendable {
         self.registry = registry
         self.settings = settings
         self.journal = journal
+        self.chain = journal.pipelines ? CommitChain() : nil
         self.hub = EventHub(
             features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
             startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)

@@ -36,6 +36,12 @@ final class SessionPipeline: Sendable {
         var deleted = false
         /// Evicted from memory: requests are refused with `.retired` (the caller loads again).
         var retired = false
+        /// Changes handed to storage and not answered yet (``CommitChain``): the pipeline went
+        /// on to the next job without waiting for their commits.
+        var committing = 0
+        /// A job that must not run while changes commit (anything but a plain change): it waits
+        /// here, holding the pipeline, until the last of them is answered.
+        var parked: Job?
     }
 
     private let state = Mutex(State())
@@ -68,8 +74,32 @@ final class SessionPipeline: Sendable {
         }
     }
 
-    /// A job running or waiting.
-    var isRunning: Bool { state.withLock { $0.running } }
+    /// A job running or waiting, or a change committing.
+    var isRunning: Bool { state.withLock { $0.running || $0.committing > 0 } }
+
+    /// A change was handed to storage: the pipeline may go on before its commit is answered.
+    func commitStarted() { state.withLock { $0.committing += 1 } }
+
+    /// A change handed to storage was answered. Returns the parked job when it was the last
+    /// (the caller runs it: the pipeline is still running).
+    func commitEnded() -> Job? {
+        state.withLock { p -> Job? in
+            p.committing -= 1
+            guard p.committing == 0, let job = p.parked else { return nil }
+            p.parked = nil
+            return job
+        }
+    }
+
+    /// Parks `job` while changes commit (`true`: the runner leaves, and the answer of the last
+    /// commit runs it); `false` when none does (the runner runs it now).
+    func park(_ job: Job) -> Bool {
+        state.withLock { p in
+            guard p.committing > 0 else { return false }
+            p.parked = job
+            return true
+        }
+    }
 
     var isDeleted: Bool { state.withLock { $0.deleted } }
 
@@ -81,7 +111,7 @@ final class SessionPipeline: Sendable {
     /// pipeline's lock, so no job can arrive meanwhile) says nothing else uses the session.
     func retire(if idle: () -> Bool) -> Bool {
         state.withLock { p in
-            guard !p.running, !p.deleted, !p.retired, idle() else { return false }
+            guard !p.running, p.committing == 0, !p.deleted, !p.retired, idle() else { return false }
             p.retired = true
             return true
         }

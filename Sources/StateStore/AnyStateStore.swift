@@ -83,6 +83,9 @@ public protocol AnyStateStore: AnyObject, Sendable {
     /// version.
     @discardableResult
     func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool
+    /// Forgets the changes held ahead (``PreparedChange/advance()``): the next change is
+    /// computed on the committed state again. After a failed commit.
+    func dropAhead()
     /// Sends follow-up actions of asynchronous work through `route` instead of applying them
     /// directly. The `prepare` handed to the route throws `.workCancelled` when the work was
     /// cancelled meanwhile (drop it silently), and a prepared follow-up commits only while its
@@ -204,6 +207,13 @@ extension DefaultStateStore: AnyStateStore {
     @discardableResult
     public func commit(_ prepared: PreparedChange, startWork: Bool) -> Bool {
         prepared.apply(startWork)
+    }
+
+    public func dropAhead() {
+        inner.withLock { inner in
+            inner.ahead = nil
+            inner.aheadVersion = 0
+        }
     }
 
     public func routeFollowUps(_ route: @escaping FollowUpRoute) {

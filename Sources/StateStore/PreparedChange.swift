@@ -7,6 +7,16 @@ public struct PreparedChange: Sendable {
     /// The version the change was computed on (`encoded.version - 1`).
     public var baseVersion: Int { encoded.version - 1 }
     let apply: @Sendable (_ startWork: Bool) -> Bool
+    let holdAhead: @Sendable () -> Bool
+
+    /// Holds the change as the store's change ahead: handed to storage, not committed. The
+    /// store's next change is computed on top of it, while reads and observers still see the
+    /// committed state until ``AnyStateStore/commit(_:startWork:)`` applies it (in order), or
+    /// ``AnyStateStore/dropAhead()`` returns the store to its committed state after a failed
+    /// commit. Returns `false`, holding nothing, when the store's head is no longer the change's
+    /// base version. For owners that commit changes to storage in the order they were computed.
+    @discardableResult
+    public func advance() -> Bool { holdAhead() }
 
     /// What replays the change from a journal: the public action for a dispatch, the state
     /// for a rehydrate, a travel or an import, nothing for a reset.
@@ -50,14 +60,24 @@ extension DefaultStateStore {
             try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, next)
         }
         let declared = dispatcher?.take() ?? Declarations()
-        return PreparedChange(encoded: encoded) { [self] startWork in
-            let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
-                guard inner.version == change.version - 1 else { return (false, []) }
-                if let work, inner.works[work] == nil { return (false, []) }
-                return (true, install(&inner, change, encoded, declared: declared, startWork: startWork))
-            }
-            for task in cancelled { task.cancel() }
-            return applied
-        }
+        return PreparedChange(
+            encoded: encoded,
+            apply: { [self] startWork in
+                let (applied, cancelled) = inner.withLock { inner -> (Bool, [Task<Void, Never>]) in
+                    guard inner.version == change.version - 1 else { return (false, []) }
+                    if let work, inner.works[work] == nil { return (false, []) }
+                    return (true, install(&inner, change, encoded, declared: declared, startWork: startWork))
+                }
+                for task in cancelled { task.cancel() }
+                return applied
+            },
+            holdAhead: { [self] in
+                inner.withLock { inner in
+                    guard inner.headVersion == change.version - 1 else { return false }
+                    inner.ahead = change.state
+                    inner.aheadVersion = change.version
+                    return true
+                }
+            })
     }
 }

@@ -140,6 +140,15 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         /// Live work by token. A follow-up is applied only while its work's token is here.
         var works: [UInt64: LiveWork] = [:]
         var nextWorkToken: UInt64 = 0
+        /// The change computed and handed to storage but not committed yet
+        /// (``PreparedChange/advance()``): the next change is computed on top of it, while
+        /// reads and observers still see `state` and `version`, the committed change.
+        /// Its state (nil when no change is ahead) and version (0 when none is).
+        var ahead: F.State?
+        var aheadVersion = 0
+
+        /// The version the next change is computed on: the change ahead's, else the committed one's.
+        var headVersion: Int { aheadVersion != 0 ? aheadVersion : version }
     }
 
     public let feature: F
@@ -317,29 +326,31 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         if let work, inner.works[work] == nil {
             throw StoreError(
                 .workCancelled, "the work that sent this follow-up was cancelled or has returned",
-                currentVersion: inner.version)
+                currentVersion: inner.headVersion)
         }
-        if let ifVersion, ifVersion != inner.version {
+        let headVersion = inner.headVersion
+        if let ifVersion, ifVersion != headVersion {
             throw StoreError(
-                .versionConflict, "the store is at version \(inner.version), not \(ifVersion)",
-                currentVersion: inner.version)
+                .versionConflict, "the store is at version \(headVersion), not \(ifVersion)",
+                currentVersion: headVersion)
         }
-        guard inner.version < StoreVersion.max else {
+        guard headVersion < StoreVersion.max else {
             throw StoreError(
-                .invalidState, "the store is at version \(inner.version), the last a store can reach: it accepts no change",
-                currentVersion: inner.version)
+                .invalidState, "the store is at version \(headVersion), the last a store can reach: it accepts no change",
+                currentVersion: headVersion)
         }
-        let (state, effect, cause) = try next(inner.state, inner.version)
-        let change = Change(version: inner.version + 1, cause: cause, state: state, effect: effect)
+        let (state, effect, cause) =
+            if inner.aheadVersion != 0, let ahead = inner.ahead { try next(ahead, headVersion) } else { try next(inner.state, headVersion) }
+        let change = Change(version: headVersion + 1, cause: cause, state: state, effect: effect)
         let encoded = try EncodedChange(
-            feature: feature.name, change: change, currentVersion: inner.version, publicAction: feature.publicAction)
+            feature: feature.name, change: change, currentVersion: headVersion, publicAction: feature.publicAction)
         if enforceCeiling, encoded.state.count > feature.maxStateBytes {
             let kind: StoreError.Kind = if case .dispatch = cause { .actionRejected } else { .invalidState }
             throw StoreError(
                 kind,
                 "the state of \(feature.name) would take \(encoded.state.count) bytes as JSON, "
                     + "more than its limit of \(feature.maxStateBytes)",
-                currentVersion: inner.version)
+                currentVersion: headVersion)
         }
         return (change, encoded)
     }
@@ -354,6 +365,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ) -> [Task<Void, Never>] {
         inner.state = change.state
         inner.version = change.version
+        if inner.aheadVersion != 0, inner.aheadVersion <= change.version {
+            inner.ahead = nil
+            inner.aheadVersion = 0
+        }
         versionNow.store(change.version, ordering: .releasing)
         published.withLock { $0 = PublishedState(state: encoded.state, version: change.version) }
         for observer in inner.observers { observer.call(change) }
