@@ -249,9 +249,12 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             context.phase.withLock { $0 = .answered }
             return server.queue(HTTPResponse(status: 503, headers: [("Connection", "close")], route: "-"), on: connection, context: context)
         }
-        Task.detached {
-            let response = await result.value()
-            server.answer(context, with: response)
+        // Answered from whatever gives the response (a task for pending work; the thread that
+        // fills a promised one), which resumes the connection.
+        result.whenReady { result in
+            switch result {
+            case .success(let response): server.answer(context, with: response)
+            }
         }
         return MHD_Result.YES
     case .ready(let response):

@@ -12,6 +12,10 @@ public enum NowOrLater<Value: Sendable, Failure: Error>: Sendable {
     /// is a `Result`, not a closure that throws: Swift 6.3 crashes lowering a closure that
     /// `throws(Never)` out of an enum's payload.
     case pending(@Sendable () async -> Result<Value, Failure>)
+    /// A value that something else gives later, through a callback: `subscribe(done)` calls
+    /// `done` once, when the value is there (maybe at once). No task: the thread that gives the
+    /// value (a storage's answer queue) carries it to whoever waits (``whenReady(_:)``).
+    case promised(@Sendable (_ done: @escaping @Sendable (Result<Value, Failure>) -> Void) -> Void)
 
     /// Work that gives the value later.
     @inlinable
@@ -31,6 +35,21 @@ public enum NowOrLater<Value: Sendable, Failure: Error>: Sendable {
         switch self {
         case .now(let value): return value
         case .pending(let work): return try await work().get()
+        case .promised(let subscribe):
+            return try await withCheckedContinuation { continuation in
+                subscribe { continuation.resume(returning: $0) }
+            }.get()
+        }
+    }
+
+    /// Calls `done` with the result: at once when it is here now, from a task for pending
+    /// work, from the thread that gives a promised value.
+    @inlinable
+    public func whenReady(_ done: @escaping @Sendable (Result<Value, Failure>) -> Void) {
+        switch self {
+        case .now(let value): done(.success(value))
+        case .pending(let work): Task { done(await work()) }
+        case .promised(let subscribe): subscribe(done)
         }
     }
 
@@ -49,6 +68,7 @@ public enum NowOrLater<Value: Sendable, Failure: Error>: Sendable {
         switch self {
         case .now(let value): .now(transform(value))
         case .pending(let work): .pending { await work().map(transform) }
+        case .promised(let subscribe): .promised { done in subscribe { done($0.map(transform)) } }
         }
     }
 
@@ -63,6 +83,15 @@ public enum NowOrLater<Value: Sendable, Failure: Error>: Sendable {
                 switch await work() {
                 case .success(let value): .success(value)
                 case .failure(let error): .success(handle(error))
+                }
+            }
+        case .promised(let subscribe):
+            .promised { done in
+                subscribe { result in
+                    switch result {
+                    case .success(let value): done(.success(value))
+                    case .failure(let error): done(.success(handle(error)))
+                    }
                 }
             }
         }

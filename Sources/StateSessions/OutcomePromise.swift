@@ -3,7 +3,7 @@ import Synchronization
 
 /// A change's outcome, given once by the change path (``fill(_:)``, from any thread) and read
 /// once by the caller of ``Session/submit(_:)`` (``outcome``): `now` when it was given before
-/// it is read, else `later`, awaited.
+/// it is read, else `promised`: the thread that fills it calls the waiter (no task).
 ///
 /// Not generic: a generic class's storage and deinit run unspecialized in their own module,
 /// where its metadata was looked up on every request.
@@ -13,7 +13,7 @@ final class OutcomePromise: Sendable {
     private enum State {
         case empty
         case filled(Value)
-        case waiting(CheckedContinuation<Value, Never>)
+        case waiting(@Sendable (Result<Value, Never>) -> Void)
         case taken
     }
 
@@ -23,19 +23,19 @@ final class OutcomePromise: Sendable {
 
     /// Gives the value; only the first call counts.
     func fill(_ value: Value) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
+        let waiter = state.withLock { state -> (@Sendable (Result<Value, Never>) -> Void)? in
             switch state {
             case .empty:
                 state = .filled(value)
                 return nil
-            case .waiting(let continuation):
+            case .waiting(let done):
                 state = .taken
-                return continuation
+                return done
             case .filled, .taken:
                 return nil
             }
         }
-        waiter?.resume(returning: value)
+        waiter?(.success(value))
     }
 
     /// The value: now if it was given already, else later. Read it once.
@@ -47,20 +47,19 @@ final class OutcomePromise: Sendable {
         }) {
             return .now(value)
         }
-        return .later { [self] in await wait() }
+        return .promised { [self] done in wait(done) }
     }
 
-    private func wait() async -> Value {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Value, Never>) in
-            let ready = state.withLock { state -> Value? in
-                if case .filled(let value) = state {
-                    state = .taken
-                    return value
-                }
-                state = .waiting(continuation)
-                return nil
+    /// Calls `done` with the value once it is given (at once when it is).
+    private func wait(_ done: @escaping @Sendable (Result<Value, Never>) -> Void) {
+        let ready = state.withLock { state -> Value? in
+            if case .filled(let value) = state {
+                state = .taken
+                return value
             }
-            if let ready { continuation.resume(returning: ready) }
+            state = .waiting(done)
+            return nil
         }
+        if let ready { done(.success(ready)) }
     }
 }

@@ -2,6 +2,7 @@
 // when it is here before the caller looks, later otherwise.
 
 import NowOrLater
+import Synchronization
 @testable import StateSessions
 import Testing
 
@@ -59,4 +60,40 @@ struct NowOrLaterTests {
         await #expect(throws: Refused(code: 409)) { try await failing.map { $0 + 1 }.value() }
         #expect(await failing.recover { $0.code }.value() == 409)
     }
+
+    @Test("a promised value reaches whenReady from the thread that gives it, once, through map and recover")
+    func promisedValue() async throws {
+        let promise = OutcomePromise()
+        let outcome = promise.outcome
+        guard case .promised = outcome else {
+            Issue.record("an outcome not given yet is promised, not pending work")
+            return
+        }
+        let seen = Seen()
+        outcome.map { Self.failure($0) ?? "applied" }.whenReady { result in
+            switch result {
+            case .success(let value): seen.add(value)
+            }
+        }
+        #expect(seen.values.isEmpty, "nothing before the value is given")
+        promise.fill(.failed(.sessionGone))
+        promise.fill(.failed(.retired))
+        #expect(seen.values == ["sessionGone"], "given on the filling thread, once")
+        // Read after the fill: at once.
+        let filled = OutcomePromise()
+        let later = filled.outcome
+        filled.fill(.failed(.retired))
+        #expect(Self.failure(await later.value()) == "retired")
+
+        let refused = NowOrLater<Int, Refused>.promised { done in done(.failure(Refused(code: 503))) }
+        #expect(await refused.recover { $0.code }.value() == 503)
+        await #expect(throws: Refused(code: 503)) { try await refused.map { $0 + 1 }.value() }
+    }
+}
+
+/// Values seen by a callback, from any thread.
+private final class Seen: Sendable {
+    private let list = Mutex<[String]>([])
+    func add(_ value: String) { list.withLock { $0.append(value) } }
+    var values: [String] { list.withLock { $0 } }
 }

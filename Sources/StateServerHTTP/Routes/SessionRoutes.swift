@@ -195,32 +195,57 @@ extension StateServerResponder {
                 return .now(error.response(route: route, log))
             }
         }
-        return .later { [self] () throws(APIError) in
-            var outcome = await submitted.value()
-            if outcome.isRetired {
-                // Evicted meanwhile, or (several nodes) owned by another node now.
-                let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
-                // A JWT was verified already; any other token is checked again.
-                let verified = settings.jwt != nil && JWTVerifier.looksLikeJWT(token)
-                let again: SessionManager.Resubmitted
-                do throws(SessionFailure) {
-                    again = try await sessions.submitAgain(change, id: session.id, token: token, admin: verified)
-                } catch {
-                    throw .session(error)
+        // Answered from the thread that gives the outcome (a storage's answer queue): no task,
+        // unless the session was retired meanwhile.
+        return .promised { [self] done in
+            submitted.whenReady { result in
+                let outcome: ChangeOutcome
+                switch result {
+                case .success(let value): outcome = value
                 }
-                switch again {
-                case .outcome(let found): outcome = found
-                case .notFound: throw .sessionNotFound
-                case .elsewhere:
-                    // Forwarded to the owner (which looks the session up as every node does).
-                    switch try await find(request, id: session.id, token: token, admin: verified) {
-                    case .forwarded(let response): return response
-                    case .session(let found): outcome = await found.submit(change).value()
+                guard outcome.isRetired else {
+                    do throws(APIError) {
+                        done(.success(try StateServerResponder.reply(outcome, route: route)))
+                    } catch {
+                        done(.failure(error))
+                    }
+                    return
+                }
+                Task {
+                    do throws(APIError) {
+                        done(.success(try await self.resubmit(session, change, request: request)))
+                    } catch {
+                        done(.failure(error))
                     }
                 }
             }
-            return try StateServerResponder.reply(outcome, route: route)
         }
+    }
+
+    /// A change whose session was evicted meanwhile, or (several nodes) is owned by another
+    /// node now: submitted again where the session is.
+    func resubmit(_ session: Session, _ change: ChangeRequest, request: RouteRequest) async throws(APIError) -> HTTPResponse {
+        let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
+        // A JWT was verified already; any other token is checked again.
+        let verified = settings.jwt != nil && JWTVerifier.looksLikeJWT(token)
+        let again: SessionManager.Resubmitted
+        do throws(SessionFailure) {
+            again = try await sessions.submitAgain(change, id: session.id, token: token, admin: verified)
+        } catch {
+            throw .session(error)
+        }
+        let outcome: ChangeOutcome
+        switch again {
+        case .outcome(let found): outcome = found
+        case .notFound: throw .sessionNotFound
+        case .elsewhere:
+            // Forwarded to the owner (which looks the session up as every node does).
+            switch try await find(request, id: session.id, token: token, admin: verified) {
+            case .forwarded(let response): return response
+            case .session(let found): outcome = await found.submit(change).value()
+            }
+        }
+        return try StateServerResponder.reply(outcome, route: request.template)
     }
 
     static func reply(_ outcome: ChangeOutcome, route: String) throws(APIError) -> HTTPResponse {
