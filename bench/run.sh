@@ -59,6 +59,21 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
     fi
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+# Nchan beside the server in the fan-out test (issue 28): Debian's module for that nginx.
+NCHAN_MODULE=/usr/lib/nginx/modules/ngx_nchan_module.so
+if want sse && [ ! -f "$NCHAN_MODULE" ]; then
+    echo "installing: libnginx-mod-nchan"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libnginx-mod-nchan; } \
+        || echo "bench: WARNING: cannot install libnginx-mod-nchan: the fan-out runs without Nchan" >&2
+fi
+# The fan-out floor (bench/tools/floor.c) and pgbench need a C compiler and PostgreSQL's client.
+CC=$(command -v cc || command -v gcc || true)
+if want sse && [ -z "$CC" ]; then
+    echo "installing: gcc"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gcc libc6-dev; } \
+        || echo "bench: WARNING: cannot install gcc: the fan-out runs without the floor" >&2
+    CC=$(command -v cc || command -v gcc || true)
+fi
 
 PY=python3
 PEER_MODULES="import fastapi, uvicorn, sse_starlette, uvloop, httptools"
@@ -176,6 +191,10 @@ shown() {
     local i
     for i in "${!NODE_PORTS[@]}"; do sub="$sub; s#:${NODE_PORTS[$i]}\b#:\$NODE$((i + 1))_PORT#g"; done
     [ -n "${CLUSTER_URL:-}" ] && sub="$sub; s#${CLUSTER_URL}\b#http://127.0.0.1:\$CLUSTER_NGINX_PORT#g"
+    [ -n "${FLOOR_PORT:-}" ] && sub="$sub; s#:$FLOOR_PORT\b#:\$FLOOR_PORT#g"
+    [ -n "${FLOOR_PID:-}" ] && sub="$sub; s#--pid $FLOOR_PID\b#--pid \$FLOOR_PID#g"
+    [ -n "${NCHAN_PORT:-}" ] && sub="$sub; s#:$NCHAN_PORT\b#:\$NCHAN_PORT#g"
+    [ -n "${NCHAN_PIDS:-}" ] && sub="$sub; s#--pid $NCHAN_PIDS\b#--pid \$NCHAN_PIDS#g"
     echo "$*" | sed "$sub"
 }
 
@@ -319,11 +338,68 @@ keys = ("streams_ready", "p50_ms", "p99_ms", "max_ms", "client_cpu_ms_per_round"
 print("   %-22s " % r["name"] + "  ".join("%s=%s" % (k, r[k]) for k in keys if k in r))'
 }
 
+# The fan-out floor and Nchan (the sse phase).
+FLOOR_PID=""; FLOOR_PORT=""
+NCHAN_PID=""; NCHAN_PORT=""; NCHAN_PIDS=""; NCHAN_WORKER_PIDS=()
+NCHAN_WORKERS=${BENCH_NCHAN_WORKERS:-2}
+start_floor() {
+    local out=$RAW/floor.out i
+    echo "\$TMP/bin/floor 0   # -> \$FLOOR_PORT, \$FLOOR_PID" >> "$TMP/commands.txt"
+    "$FLOOR_BIN" 0 > "$out" 2> "$RAW/floor.err" &
+    FLOOR_PID=$!
+    PIDS+=("$FLOOR_PID")
+    FLOOR_PORT=""
+    for ((i = 0; i < 50; i++)); do
+        FLOOR_PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$out" 2>/dev/null | tail -1)
+        [ -n "$FLOOR_PORT" ] && break
+        sleep 0.1
+    done
+    [ -n "$FLOOR_PORT" ] || { warn "the floor did not start: $(tail -3 "$RAW/floor.err")"; return 1; }
+    echo "floor pid $FLOOR_PID on port $FLOOR_PORT"
+}
+start_nchan() {
+    local dir=$TMP/nchan i
+    NCHAN_PORT=$(free_port)
+    mkdir -p "$dir"
+    # Connections per worker: every stream may land on one worker, plus the client's others.
+    sed -e "s#@DIR@#$dir#g" -e "s#@PORT@#$NCHAN_PORT#g" -e "s#@WORKERS@#$NCHAN_WORKERS#g" \
+        -e "s#@NOFILE@#$NOFILE#g" -e "s#@CONNECTIONS@#$((BIG_FANOUT + 1000))#g" \
+        bench/nginx/nchan.conf.in > "$dir/nginx.conf"
+    echo "nginx -c \$TMP/nchan/nginx.conf -p \$TMP/nchan   # from bench/nginx/nchan.conf.in, $NCHAN_WORKERS worker(s) -> \$NCHAN_PORT" >> "$TMP/commands.txt"
+    "$NGINX" -c "$dir/nginx.conf" -p "$dir" -e "$dir/error.log" 2> "$RAW/nchan.err" &
+    NCHAN_PID=$!
+    PIDS+=("$NCHAN_PID")
+    for ((i = 0; i < 50; i++)); do
+        curl -sf -m 2 "http://127.0.0.1:$NCHAN_PORT/healthz" >/dev/null && break
+        sleep 0.1
+    done
+    if ! curl -sf -m 2 "http://127.0.0.1:$NCHAN_PORT/healthz" >/dev/null; then
+        warn "Nchan did not start: $(tail -3 "$RAW/nchan.err") $(tail -3 "$dir/error.log" 2>/dev/null)"
+        stop_nchan
+        return 1
+    fi
+    # CPU and RSS of the master and its workers (sse.py adds them up).
+    NCHAN_WORKER_PIDS=($(pgrep -P "$NCHAN_PID"))
+    PIDS+=("${NCHAN_WORKER_PIDS[@]}")  # cleanup() stops them too, should the master not
+    NCHAN_PIDS=$(echo "$NCHAN_PID" "${NCHAN_WORKER_PIDS[@]}" | tr ' ' ',')
+    echo "nchan pids $NCHAN_PIDS on port $NCHAN_PORT"
+}
+stop_nchan() {
+    local p
+    [ -n "$NCHAN_PID" ] && stop_pid "$NCHAN_PID" 5
+    for p in "${NCHAN_WORKER_PIDS[@]}"; do stop_pid "$p" 2; done
+    NCHAN_PID=""; NCHAN_WORKER_PIDS=()
+    # The shared memory and its workers go with the master; nothing of it is left.
+    [ -s "$TMP/nchan/error.log" ] && cp "$TMP/nchan/error.log" "$RAW/nchan-error-$(date +%s).log"
+    : > "$TMP/nchan/error.log" 2>/dev/null || true
+}
+
 # ---------------------------------------------------------------------------------------------
 log "machine"
 {
     echo "start: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "cores: $(nproc)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(git status --porcelain -- Sources Package.swift Package.resolved 2>/dev/null | wc -l) uncommitted file(s) under Sources/ and Package.*"
     echo "binary: $SOURCE_BIN built $(date -u -d "@$(stat -c %Y "$SERVER_BIN")" '+%Y-%m-%d %H:%M:%S UTC'), sha256 $(sha256sum "$SERVER_BIN" | cut -c1-12)"
 } > "$TMP/run-info.txt"
@@ -389,14 +465,56 @@ sse_run fanout-100x10 "$URL" "$(pick 2,101 b)" --n-sessions 100 --subs 10 --roun
 sse_run fanout-1x10 "$URL" "$(pick 102 c)" --n-sessions 1 --subs 10 --rounds 50 --pid "$SERVER_PID"
 sse_run fanout-1x100 "$URL" "$(pick 103 d)" --n-sessions 1 --subs 100 --rounds 50 --pid "$SERVER_PID"
 stop_server
-# The largest fan-out on its own server: the earlier tests' closed streams would still hold
-# descriptors (the server notices a closed stream at its next write or heartbeat).
-start_server sse-big || exit 1
-URL=http://127.0.0.1:$SERVER_PORT
-mksessions "$URL" 1 "$TMP/sessions-big.txt" sse-big
-sse_run "fanout-1x$BIG_FANOUT" "$URL" "$TMP/sessions-big.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
-    --rounds 20 --pid "$SERVER_PID" --rss
-stop_server
+# The largest fan-out (issue 28, item 3): the server, the floor (bench/tools/floor.c: one epoll
+# loop writing the same bytes, one write() per stream) and Nchan (bench/nginx/nchan.conf.in),
+# BIG_FANOUT subscribers on one session each, the same client (sse.py), the same 20 rounds, in
+# BENCH_ROUNDS repetitions interleaved (server, floor, Nchan; then the other way round), each on a
+# fresh process: the earlier tests' closed streams would still hold descriptors (the server
+# notices a closed stream at its next write or heartbeat). CPU per delivery = the process's CPU
+# per round (/proc) / subscribers.
+log "fan-out at $BIG_FANOUT subscribers: the server, the floor and Nchan ($NCHAN_WORKERS worker(s)), $ROUNDS repetition(s) interleaved"
+FLOOR_BIN=""
+if [ -n "$CC" ]; then
+    echo "$CC -O2 -o \$TMP/bin/floor bench/tools/floor.c" >> "$TMP/commands.txt"
+    "$CC" -O2 -o "$TMP/bin/floor" bench/tools/floor.c 2> "$RAW/floor-cc.err" && FLOOR_BIN=$TMP/bin/floor \
+        || warn "bench/tools/floor.c did not compile: $(tail -3 "$RAW/floor-cc.err")"
+fi
+[ -f "$NCHAN_MODULE" ] || warn "no Nchan ($NCHAN_MODULE missing): the fan-out runs without it"
+# Sessions of the floor and Nchan: any id names one (a fresh one per repetition).
+big_fanout() {  # big_fanout WHICH SUFFIX
+    local which=$1 sfx=$2 name file
+    case $which in
+    server)
+        start_server "sse-big$sfx" || return 1
+        URL=http://127.0.0.1:$SERVER_PORT
+        mksessions "$URL" 1 "$TMP/sessions-big$sfx.txt" "sse-big$sfx"
+        sse_run "fanout-1x$BIG_FANOUT$sfx" "$URL" "$TMP/sessions-big$sfx.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$SERVER_PID" --rss --target server
+        stop_server ;;
+    floor)
+        [ -n "$FLOOR_BIN" ] || return 0
+        start_floor || return 1
+        file=$TMP/sessions-floor$sfx.txt
+        echo "floor$sfx-session floor-token" > "$file"
+        sse_run "floor-1x$BIG_FANOUT$sfx" "http://127.0.0.1:$FLOOR_PORT" "$file" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$FLOOR_PID" --rss --target floor
+        stop_pid "$FLOOR_PID" 5; FLOOR_PID="" ;;
+    nchan)
+        [ -f "$NCHAN_MODULE" ] || return 0
+        start_nchan || return 1
+        file=$TMP/sessions-nchan$sfx.txt
+        echo "nchan$sfx-session nchan-token" > "$file"
+        sse_run "nchan-1x$BIG_FANOUT$sfx" "http://127.0.0.1:$NCHAN_PORT" "$file" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$NCHAN_PIDS" --rss --target nchan --ready head --publish-event
+        stop_nchan ;;
+    esac
+}
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    sfx=""; [ "$ROUND" = 1 ] || sfx=-r$ROUND
+    order="server floor nchan"; [ $((ROUND % 2)) = 0 ] && order="nchan floor server"
+    for which in $order; do big_fanout "$which" "$sfx"; done
+done
+ROUND=1
 fi  # sse
 
 # ---------------------------------------------------------------------------------------------
@@ -806,5 +924,6 @@ log "report"
 stop_pid "$NGINX_PID" 5
 echo "end: $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >> "$TMP/run-info.txt"
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$TMP/run-info.txt"
+echo "nchan workers: $NCHAN_WORKERS" >> "$TMP/run-info.txt"
 echo "seconds: $(( $(date +%s) - T_START ))" >> "$TMP/run-info.txt"
 $PY bench/report.py --dir "$TMP" ${DOC:+--doc "$DOC"} --nginx "$NGINX" --python "$PY" --phases "$PHASES"
