@@ -646,7 +646,7 @@ def main():
     notes28 = []
     if nu is not None and fu:
         notes28.append(f"Nchan ({run_info.get('nchan workers', '?')} worker(s)): {nu:.2f} µs CPU per delivery, "
-                       f"{fmt_ratio(nu / fu)} the floor's" + (f", {fmt_ratio(su / nu)} is the server's ÷ Nchan's" if su else ""))
+                       f"{fmt_ratio(nu / fu)} the floor's" + (f"; the server's is {fmt_ratio(su / nu)} Nchan's" if su else ""))
     for label, scen in (("1,000 sessions", "durable-dispatch-1000"), ("one hot session", "durable-dispatch-hot")):
         c = commits(scen)
         if c:
@@ -815,7 +815,9 @@ def main():
                "serves the same paths: EventSource subscribers on `GET .../events`, `nchan_publisher` on "
                "`POST .../dispatch`, whose body is the `data:` JSON the server would send (`sse.py "
                "--publish-event`), sent as an event named `state`. *CPU per delivery* = the process's CPU time "
-               "per round (`/proc`, all threads; for Nchan master and workers) ÷ subscribers. Latency as above; "
+               "per round (`/proc`, all threads; for Nchan master and workers) ÷ subscribers. *RSS per open stream* = "
+               "RSS growth while the streams were opened ÷ streams (for Nchan the master's and workers' RSS added up, "
+               "so shared memory a worker touched counts in each). Latency as above; "
                "with this many streams it is mostly the Python client reading them (*client CPU per round*).", "",
                table(fan_headers, fan_rows), ""]
     if idle:
