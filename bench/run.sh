@@ -10,14 +10,15 @@
 # Knobs (environment): BENCH_DURATION (wrk seconds, default 8), BENCH_ROUNDS (wrk runs of each
 # main scenario, interleaved with nginx, default 2), BENCH_RATE_DURATION (seconds of each
 # constant-rate run after 1 s of warm-up, default 5), BENCH_RATE (constant-rate
-# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 900),
+# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 1200),
 # BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_BIN (the server binary,
 # default .build/release/state-server), BENCH_PHASES (which groups to
 # run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs;
 # with only some phases, BENCH_DOC gets only the several-node section if postgres is one of
 # them, and is left alone otherwise: see bench/report.py),
 # BENCH_NODE_CPU (the postgres phase: each node's CPU quota in CPUs through a cgroup v1 `cpu`
-# group of its own, default 0.10; 0 = no quota).
+# group of its own, default 0.10; 0 = no quota), BENCH_NCHAN_WORKERS (the sse phase: Nchan's
+# worker processes beside the server and the floor, default 2: see bench/README.md).
 #
 #   make bench-cluster = BENCH_PHASES=postgres bash bench/run.sh (the several-node section only)
 
@@ -31,7 +32,7 @@ DURATION=${BENCH_DURATION:-8}
 ROUNDS=${BENCH_ROUNDS:-2}
 RATE=${BENCH_RATE:-1000}
 RATE_DURATION=${BENCH_RATE_DURATION:-5}
-BUDGET=${BENCH_BUDGET:-900}
+BUDGET=${BENCH_BUDGET:-1200}
 DOC=${BENCH_DOC-docs/PERFORMANCE.md}
 PHASES=${BENCH_PHASES:-http sse idle scale durable postgres peer}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
