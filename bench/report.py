@@ -688,10 +688,11 @@ def main():
     if not partial or any(g[2] != "not measured" for g in goals):
         print()
         print(plain_table(goal_headers, goals))
-    if any(g[2] != "not measured" for g in goals28):
+    if any(g[2] != "not measured" for g in goals28) or notes28:
         print()
         print("Goals (issue 28)")
-        print(plain_table(goal_headers, goals28))
+        if any(g[2] != "not measured" for g in goals28):
+            print(plain_table(goal_headers, goals28))
         print(machine_line)
         for line in notes28:
             print(line)
