@@ -202,6 +202,7 @@ def main():
         ("POST dispatch, 1,000 sessions", "dispatch-1000"),
         ("POST dispatch, one hot session", "dispatch-hot"),
         ("durable dispatch (SQLite), 1,000 sessions", "durable-dispatch-1000"),
+        ("durable dispatch (SQLite), one hot session", "durable-dispatch-hot"),
         ("peer (FastAPI): POST dispatch, 1,000 sessions", "peer-dispatch-1000"),
         ("peer (FastAPI): GET state, 1,000 sessions", "peer-state-1000"),
     ]
@@ -244,7 +245,10 @@ def main():
                     "service p50 / p99", "generator lag p99", "non-2xx / errors"]
 
     # ---- SSE -----------------------------------------------------------------------------------
-    sse_names = sorted([n for n, r in by.items() if r["kind"] == "sse" and r.get("rounds") and not n.startswith("pg-")],
+    # The floor's and Nchan's runs, and the server's repetitions of the largest fan-out (-r2, ...),
+    # have a table of their own (issue 28 below).
+    sse_names = sorted([n for n, r in by.items() if r["kind"] == "sse" and r.get("rounds") and not n.startswith("pg-")
+                        and r.get("target") not in ("floor", "nchan") and not re.search(r"-r\d+$", n)],
                        key=lambda n: (n.startswith("peer"), by[n]["sessions"] > 1, by[n]["streams"]))
     sse_rows = []
     for n in sse_names:
@@ -492,6 +496,168 @@ def main():
                       bs is not None and bs <= 2048, f"{fmt_int(bs)} B"))
     goal_headers = ["goal", "target", "measured", "verdict"]
 
+    # ---- issue 28: fan-out against the floor and Nchan ----------------------------------------
+    big = {}  # target -> its records at the largest fan-out, one per repetition
+    for n, r in by.items():
+        if r["kind"] == "sse" and r.get("target") in ("server", "floor", "nchan") and r.get("sessions") == 1:
+            big.setdefault(r["target"], []).append(r)
+    big_n = max((r["streams"] for rs in big.values() for r in rs), default=None)
+    for t in list(big):
+        big[t] = sorted([r for r in big[t] if r["streams"] == big_n], key=lambda r: r["name"])
+
+    def per_delivery(rs):
+        vals = [r.get("server_cpu_us_per_delivery") for r in rs if r.get("server_cpu_us_per_delivery") is not None]
+        return (sum(vals) / len(vals), vals) if vals else (None, [])
+
+    floor_us, _ = per_delivery(big.get("floor", []))
+    fan_rows = []
+    fan_label = {"server": "StateServer", "floor": "the floor (bench/tools/floor.c)",
+                 "nchan": f"Nchan ({run_info.get('nchan workers', '?')} worker(s))"}
+    for t in ("server", "floor", "nchan"):
+        rs = big.get(t)
+        if not rs:
+            continue
+        us, vals = per_delivery(rs)
+        done = sum(r.get("rounds_done", 0) for r in rs)
+        asked = sum(r.get("rounds") or 0 for r in rs)
+        fan_rows.append((fan_label[t], f"{len(rs)} × {done // max(len(rs), 1)} ({done}/{asked})",
+                         f"{us:.2f} µs" if us is not None else "–",
+                         " / ".join(f"{v:.2f}" for v in vals) or "–",
+                         fmt_ratio(us / floor_us) if us is not None and floor_us else "–",
+                         fmt_ms(mean(r.get("server_cpu_ms_per_round") for r in rs)),
+                         fmt_ms(mean(r.get("p50_ms") for r in rs)),
+                         fmt_ms(max((r.get("p99_ms") for r in rs if r.get("p99_ms") is not None), default=None)),
+                         fmt_ms(mean(r.get("first_p50_ms") for r in rs)),
+                         fmt_ms(mean(r.get("client_cpu_ms_per_round") for r in rs)),
+                         fmt_int(mean(r.get("bytes_per_stream") for r in rs)),
+                         sum(r.get("error_count", 0) for r in rs)))
+    fan_headers = ["process", "repetitions × rounds", "CPU per delivery (mean)", "each repetition, µs",
+                   "÷ the floor's", "CPU per round", "latency p50 (last subscriber)", "p99 (worst repetition)",
+                   "first subscriber p50", "client CPU per round", "RSS per open stream, bytes", "errors"]
+
+    # ---- issue 28: durable beside memory, commit latency ----------------------------------------
+    def same_phase_ratio(a_scen, b_scen):
+        """a/b from runs in the same phase (the durable phase runs memory beside SQLite)."""
+        x, y = rps(a_scen), rps(b_scen)
+        return x / y if x and y else None
+
+    def durable_vs_memory(dur, mem_same, mem_http):
+        q = same_phase_ratio(dur, mem_same)
+        if q is not None:
+            return q, f"{fmt_int(rps(dur))} vs {fmt_int(rps(mem_same))} req/s, interleaved in the same minutes"
+        qd, qm = ratio_of(dur), ratio_of(mem_http)
+        if qd and qm:
+            return qd / qm, f"{fmt_int(rps(dur))} vs {fmt_int(rps(mem_http))} req/s, each ÷ its phase's nginx"
+        return None, ""
+
+    commit_recs = [r for r in recs if r["kind"] == "commit"]
+
+    def commits(scen):
+        rs = [r for r in commit_recs if r.get("scenario") == scen and r.get("commits")]
+        if not rs:
+            return None
+        n = sum(r["commits"] for r in rs)
+        return {"commits": n, "batches": sum(r.get("batches") or 0 for r in rs),
+                "commit_mean_ms": sum(r["commit_mean_ms"] * r["commits"] for r in rs) / n,
+                "mean_batch": sum(r.get("batches") or 0 for r in rs) / n,
+                "latency_mean_ms": mean(r.get("latency_mean_ms") for r in rs),
+                "commit_p99_le_ms": max((r.get("commit_p99_le_ms") or 0 for r in rs), default=None),
+                "latency_p99_le_ms": max((r.get("latency_p99_le_ms") or 0 for r in rs), default=None)}
+
+    dur_rows = []
+    for label, dur, mem_same, mem_http in (("1,000 sessions", "durable-dispatch-1000", "mem-dispatch-1000", "dispatch-1000"),
+                                           ("one hot session", "durable-dispatch-hot", "mem-dispatch-hot", "dispatch-hot")):
+        gd, gm = agg(dur), agg(mem_same)
+        if not gd:
+            continue
+        q, how = durable_vs_memory(dur, mem_same, mem_http)
+        c = commits(dur)
+        dur_rows.append((label, fmt_int(gd["rps"]), fmt_int(gm["rps"]) if gm else "–", fmt_ratio(q),
+                         f"{fmt_ms_from_us(gd['p50_us'])} / {fmt_ms_from_us(gd['p99_us'])}",
+                         fmt_int(c["commits"]) if c else "–",
+                         f"{c['commit_mean_ms']:.3f} ms" if c else "–",
+                         f"≤ {c['commit_p99_le_ms']:g} ms" if c and c["commit_p99_le_ms"] else "–",
+                         f"{c['mean_batch']:.1f}" if c else "–",
+                         f"{c['latency_mean_ms']:.3f} ms" if c and c["latency_mean_ms"] is not None else "–",
+                         runs_text(gd["runs"]) + (f" (memory {runs_text(gm['runs'])})" if gm else ""),
+                         f"{gd['non2xx']} / {gd['sock']}"))
+    dur_headers = ["durable dispatch (SQLite, sync full)", "requests/s", "memory, same minutes", "durable ÷ memory",
+                   "p50 / p99", "group commits", "commit time (mean, BEGIN..COMMIT)", "commit p99 (bucket)",
+                   "changes per commit (mean)", "wait until durable (mean)", "each run, req/s", "non-2xx / socket errors"]
+
+    # ---- issue 28: one node against pgbench -------------------------------------------------------
+    solo = agg("pg-solo-dispatch")
+    pgb = [r for r in recs if r["kind"] == "pgbench" and r.get("tps")]
+    pgb_tps = mean(r["tps"] for r in pgb)
+    pgb_rows = []
+    if solo or pgb:
+        cpu = [r for r in recs if r["kind"] == "cpu" and r.get("scenario") == "pg-solo-dispatch"]
+        done = sum(r.get("requests", 0) for r in runs("pg-solo-dispatch"))
+        if solo:
+            pgb_rows.append(("one node, no CPU quota: POST dispatch, 1,000 sessions (wrk -t2 -c64)",
+                             fmt_int(solo["rps"]), runs_text(solo["runs"]),
+                             f"{fmt_ms_from_us(solo['p50_us'])} / {fmt_ms_from_us(solo['p99_us'])}",
+                             (f"{1000 * sum(r['nodes_cpu_s'] for r in cpu) / done:.3f} / "
+                              f"{1000 * sum(r['pg_cpu_s'] for r in cpu) / done:.3f} ms") if cpu and done else "–",
+                             "1.00×" if pgb_tps is None else fmt_ratio(solo["rps"] / pgb_tps)))
+        if pgb:
+            tx = sum(r.get("transactions") or 0 for r in pgb)
+            pgb_rows.append(("pgbench -N (simple update), -c64 -j2, same duration", fmt_int(pgb_tps),
+                             runs_text([r["tps"] for r in pgb]),
+                             f"{mean(r.get('latency_avg_ms') for r in pgb):.2f} ms (mean)" if mean(r.get('latency_avg_ms') for r in pgb) else "–",
+                             f"– / {1000 * sum(r['pg_cpu_s'] for r in pgb) / tx:.3f} ms" if tx else "–",
+                             "1.00×"))
+    pgb_headers = ["PostgreSQL, same server, same minutes", "per second (mean)", "each round",
+                   "latency p50 / p99", "CPU per request: node / PostgreSQL", "÷ pgbench"]
+    solo_ratio = solo["rps"] / pgb_tps if solo and pgb_tps else None
+
+    # ---- goals (issue 28) ---------------------------------------------------------------------------
+    goals28 = []
+    for label, scen, target in (("dispatch (memory, 1,000 sessions) vs nginx", "dispatch-1000", 0.6),
+                                ("dispatch on one hot session vs nginx", "dispatch-hot", 0.5),
+                                ("GET state vs nginx", "state-1000", 0.85)):
+        q = ratio_of(scen)
+        goals28.append(goal(label, f"≥ {target:.2f}×", q, q is not None and q >= target, fmt_ratio(q)))
+    for label, dur, mem_same, mem_http, target in (
+            ("durable (SQLite, sync full) vs memory dispatch, 1,000 sessions", "durable-dispatch-1000",
+             "mem-dispatch-1000", "dispatch-1000", 0.6),
+            ("durable (SQLite, sync full) vs memory dispatch, one hot session", "durable-dispatch-hot",
+             "mem-dispatch-hot", "dispatch-hot", 0.3)):
+        q, how = durable_vs_memory(dur, mem_same, mem_http)
+        c = commits(dur)
+        extra = (f"; commit {c['commit_mean_ms']:.2f} ms mean, {c['mean_batch']:.1f} changes per commit" if c else "")
+        goals28.append(goal(label, f"≥ {target:.2f}×", q, q is not None and q >= target,
+                            f"{fmt_ratio(q)} ({how}{extra})"))
+    su, fu = per_delivery(big.get("server", []))[0], floor_us
+    fq = su / fu if su is not None and fu else None
+    goals28.append(goal(f"fan-out: server CPU per delivery at {big_n or 10000:,} subscribers vs the floor's",
+                        "≤ 1.50×", fq, fq is not None and fq <= 1.5,
+                        f"{fmt_ratio(fq)} ({su:.2f} vs {fu:.2f} µs)" if fq is not None else ""))
+    nu = per_delivery(big.get("nchan", []))[0]
+    idle_b = idle.get("bytes_per_stream") if idle else None
+    idle_src = f"{idle['streams']:,} idle streams on {idle['sessions']:,} sessions" if idle else ""
+    if idle_b is None and big.get("server"):
+        idle_b = mean(r.get("bytes_per_stream") for r in big["server"])
+        idle_src = f"{big_n:,} streams on one session"
+    goals28.append(goal("idle stream: server RSS per open stream", "≤ 4 KB (4,096 B)", idle_b,
+                        idle_b is not None and idle_b <= 4096, f"{fmt_int(idle_b)} B ({idle_src})"))
+    machine_line = (f"machine: {cores if cores else '?'} cores (nproc); load average {run_info.get('loadavg at start', '?')} "
+                    f"at the start, {run_info.get('loadavg at end', '?')} at the end")
+    notes28 = []
+    if nu is not None and fu:
+        notes28.append(f"Nchan ({run_info.get('nchan workers', '?')} worker(s)): {nu:.2f} µs CPU per delivery, "
+                       f"{fmt_ratio(nu / fu)} the floor's" + (f"; the server's is {fmt_ratio(su / nu)} Nchan's" if su else ""))
+    for label, scen in (("1,000 sessions", "durable-dispatch-1000"), ("one hot session", "durable-dispatch-hot")):
+        c = commits(scen)
+        if c:
+            notes28.append(f"commit latency during the durable run on {label}: {fmt_int(c['commits'])} group commits, "
+                           f"{c['commit_mean_ms']:.3f} ms each (mean, BEGIN..COMMIT with the fsync), "
+                           f"{c['mean_batch']:.1f} changes per commit, a change waited {c['latency_mean_ms']:.3f} ms "
+                           "(mean) to be durable")
+    if solo_ratio is not None:
+        notes28.append(f"PostgreSQL: one node {fmt_int(solo['rps'])} dispatches/s against pgbench -N "
+                       f"{fmt_int(pgb_tps)} transactions/s on the same server in the same minutes: {fmt_ratio(solo_ratio)}")
+
     # ---- health --------------------------------------------------------------------------------
     health = []
     for r in recs:
@@ -522,6 +688,24 @@ def main():
     if not partial or any(g[2] != "not measured" for g in goals):
         print()
         print(plain_table(goal_headers, goals))
+    if any(g[2] != "not measured" for g in goals28) or notes28:
+        print()
+        print("Goals (issue 28)")
+        if any(g[2] != "not measured" for g in goals28):
+            print(plain_table(goal_headers, goals28))
+        print(machine_line)
+        for line in notes28:
+            print(line)
+    if dur_rows:
+        print()
+        print(plain_table(dur_headers[:11], [r[:11] for r in dur_rows]))
+    if fan_rows:
+        print()
+        print(f"fan-out at {big_n:,} subscribers on one session")
+        print(plain_table(fan_headers, fan_rows))
+    if pgb_rows:
+        print()
+        print(plain_table(pgb_headers, pgb_rows))
     if rate_rows:
         print()
         print(plain_table(rate_headers, rate_rows))
@@ -577,7 +761,27 @@ def main():
            "(64 connections in a closed loop): they show queueing, not the latency at a normal load — "
            "see the constant-rate table for that.", "",
            table(main_headers, main_rows), "",
+           "## Goals (issue 28)", "",
+           f"Measured on this machine's {cores if cores else '?'} cores (`nproc`), load average "
+           f"{run_info.get('loadavg at start', '?')} at the start of the run and {run_info.get('loadavg at end', '?')} "
+           "at its end (1, 5 and 15 minutes). Every figure is a ratio within this one run: to the nginx runs "
+           "interleaved with it, to the in-memory server run beside the durable one, to the floor and Nchan run "
+           "in the same minutes.", "",
+           table(goal_headers, goals28), ""] + [f"- {line}" for line in notes28] + ([""] if notes28 else []) + [
            "## Goals (issue 4)", "", table(goal_headers, goals), ""]
+    if dur_rows:
+        md += ["## Durable dispatch beside memory, and the commit latency (issue 28)", "",
+               "`--storage sqlite:$TMP/bench.db` with `STATE_SERVER_PERSISTENCE_SYNC=full` (every acknowledged "
+               "change fsynced, group commit), 1,000 sessions and one hot session, each wrk run interleaved with "
+               "the same scenario on an in-memory server started beside it (idle while the other is measured), "
+               "so *durable ÷ memory* compares runs of the same minutes. The commit figures are the differences of "
+               "the server's `/metrics` read just before and just after each durable run "
+               "(`bench/tools/commitstats.py`): `stateserver_storage_commit_duration_seconds` (each group commit, "
+               "BEGIN to the end of COMMIT with its fsync; p99 = the histogram bucket that holds it), "
+               "`stateserver_storage_commit_batches` (changes per commit) and "
+               "`stateserver_storage_commit_latency_seconds` (how long a change waited until it was durable, "
+               "queueing for a group commit included).", "",
+               table(dur_headers, dur_rows), ""]
     if rate_rows:
         md += ["## Latency at a constant, moderate rate", "",
                "wrk2 is not packaged in Debian 12, so `bench/tools/rate.py` does what it does: request *i* is "
@@ -600,6 +804,23 @@ def main():
                "streams were opened ÷ streams (includes libmicrohttpd's per-connection buffer, "
                "`http.connectionMemoryLimit`; small counts are within RSS noise).", "",
                table(sse_headers, sse_rows), ""]
+    if fan_rows:
+        md += [f"### Fan-out at {big_n:,} subscribers: the server, the floor and Nchan (issue 28)", "",
+               f"One session, {big_n:,} subscribers, the same client (`bench/tools/sse.py`) and the same rounds for "
+               "each, every process fresh, the repetitions interleaved (server, floor, Nchan, then the other way "
+               "round). **The floor** (`bench/tools/floor.c`, `cc -O2`) is the cheapest server doing the same "
+               "syscalls: one thread, one epoll loop, the server's response head and snapshot event byte for byte, "
+               "and on each dispatch the same `state` event bytes (one HTTP chunk, the incrementing id and "
+               "version) written to every stream with one `write()` each. **Nchan** (Debian's "
+               f"`libnginx-mod-nchan`, `bench/nginx/nchan.conf.in`, {run_info.get('nchan workers', '?')} worker(s)) "
+               "serves the same paths: EventSource subscribers on `GET .../events`, `nchan_publisher` on "
+               "`POST .../dispatch`, whose body is the `data:` JSON the server would send (`sse.py "
+               "--publish-event`), sent as an event named `state`. *CPU per delivery* = the process's CPU time "
+               "per round (`/proc`, all threads; for Nchan master and workers) ÷ subscribers. *RSS per open stream* = "
+               "RSS growth while the streams were opened ÷ streams (for Nchan the master's and workers' RSS added up, "
+               "so shared memory a worker touched counts in each). Latency as above; "
+               "with this many streams it is mostly the Python client reading them (*client CPU per round*).", "",
+               table(fan_headers, fan_rows), ""]
     if idle:
         md += ["## Idle event streams", "",
                table(["streams", "sessions", "server RSS before", "RSS with the streams open", "bytes per stream",
@@ -628,7 +849,7 @@ def main():
                "replay (up to `replayBuffer` per session) × bytes per change + open streams × bytes per "
                "stream. RSS is what the process holds, so freed memory the allocator keeps counts too.", ""]
     pg_md = []
-    if pg_rows or lat_rows or cost_rows or cluster_rows:
+    if pg_rows or lat_rows or cost_rows or cluster_rows or pgb_rows:
         quota_text = (f"Each node runs in a cgroup v1 `cpu` group of its own with a quota of {quota:g} CPU "
                       f"(`cpu.cfs_quota_us` {setup.get('quota_us')} per `cpu.cfs_period_us` {setup.get('period_us')}; "
                       "`BENCH_NODE_CPU`), so that the nodes, not the 2 cores that PostgreSQL, nginx, wrk and the "
@@ -683,6 +904,15 @@ def main():
                       + (", the nodes under their CPU quota: a node that has used up its quota of a 100 ms CFS "
                          "period waits for the next one, and the tail shows it." if quota else "."), "",
                       table(lat_headers, lat_rows), ""]
+        if pgb_rows:
+            pg_md += ["### One node against pgbench (issue 28)", "",
+                      "On the same PostgreSQL in the same minutes, interleaved: one node *without* a CPU quota on a "
+                      "database of its own with 1,000 sessions, wrk dispatching as above (`-t2 -c64`, the same "
+                      "duration), and `pgbench -N` (the simple-update transaction: UPDATE pgbench_accounts, SELECT, "
+                      "INSERT pgbench_history, in BEGIN..END) with the same 64 clients (`-j2`) and duration on another "
+                      "database (`pgbench -i -s 1`). PostgreSQL's CPU: postmaster, its live children and those it "
+                      "reaped meanwhile (pgbench's backends end with its run).", "",
+                      table(pgb_headers, pgb_rows), ""]
         if cost_rows:
             pg_md += ["What one request costs PostgreSQL, counted by `pg_stat_statements` (`bench/tools/pgcost.py`: "
                       f"{cost['scenarios'][0]['requests']} requests one after another, statistics reset before each "

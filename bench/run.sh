@@ -10,14 +10,15 @@
 # Knobs (environment): BENCH_DURATION (wrk seconds, default 8), BENCH_ROUNDS (wrk runs of each
 # main scenario, interleaved with nginx, default 2), BENCH_RATE_DURATION (seconds of each
 # constant-rate run after 1 s of warm-up, default 5), BENCH_RATE (constant-rate
-# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 900),
+# requests/s, default 1000), BENCH_BUDGET (seconds before the watchdog stops the run, 1200),
 # BENCH_DOC (default docs/PERFORMANCE.md; empty = do not write it), BENCH_BIN (the server binary,
 # default .build/release/state-server), BENCH_PHASES (which groups to
 # run, default all: "http sse idle scale durable postgres peer"; the nginx baseline always runs;
 # with only some phases, BENCH_DOC gets only the several-node section if postgres is one of
 # them, and is left alone otherwise: see bench/report.py),
 # BENCH_NODE_CPU (the postgres phase: each node's CPU quota in CPUs through a cgroup v1 `cpu`
-# group of its own, default 0.10; 0 = no quota).
+# group of its own, default 0.10; 0 = no quota), BENCH_NCHAN_WORKERS (the sse phase: Nchan's
+# worker processes beside the server and the floor, default 2: see bench/README.md).
 #
 #   make bench-cluster = BENCH_PHASES=postgres bash bench/run.sh (the several-node section only)
 
@@ -31,7 +32,7 @@ DURATION=${BENCH_DURATION:-8}
 ROUNDS=${BENCH_ROUNDS:-2}
 RATE=${BENCH_RATE:-1000}
 RATE_DURATION=${BENCH_RATE_DURATION:-5}
-BUDGET=${BENCH_BUDGET:-900}
+BUDGET=${BENCH_BUDGET:-1200}
 DOC=${BENCH_DOC-docs/PERFORMANCE.md}
 PHASES=${BENCH_PHASES:-http sse idle scale durable postgres peer}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
@@ -59,6 +60,21 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
     fi
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+# Nchan beside the server in the fan-out test (issue 28): Debian's module for that nginx.
+NCHAN_MODULE=/usr/lib/nginx/modules/ngx_nchan_module.so
+if want sse && [ ! -f "$NCHAN_MODULE" ]; then
+    echo "installing: libnginx-mod-nchan"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libnginx-mod-nchan; } \
+        || echo "bench: WARNING: cannot install libnginx-mod-nchan: the fan-out runs without Nchan" >&2
+fi
+# The fan-out floor (bench/tools/floor.c) and pgbench need a C compiler and PostgreSQL's client.
+CC=$(command -v cc || command -v gcc || true)
+if want sse && [ -z "$CC" ]; then
+    echo "installing: gcc"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gcc libc6-dev; } \
+        || echo "bench: WARNING: cannot install gcc: the fan-out runs without the floor" >&2
+    CC=$(command -v cc || command -v gcc || true)
+fi
 
 PY=python3
 PEER_MODULES="import fastapi, uvicorn, sse_starlette, uvloop, httptools"
@@ -176,6 +192,11 @@ shown() {
     local i
     for i in "${!NODE_PORTS[@]}"; do sub="$sub; s#:${NODE_PORTS[$i]}\b#:\$NODE$((i + 1))_PORT#g"; done
     [ -n "${CLUSTER_URL:-}" ] && sub="$sub; s#${CLUSTER_URL}\b#http://127.0.0.1:\$CLUSTER_NGINX_PORT#g"
+    [ -n "${MEM_PORT:-}" ] && sub="$sub; s#:$MEM_PORT\b#:\$MEM_PORT#g; s#--pid $MEM_PID\b#--pid \$MEM_PID#g"
+    [ -n "${FLOOR_PORT:-}" ] && sub="$sub; s#:$FLOOR_PORT\b#:\$FLOOR_PORT#g"
+    [ -n "${FLOOR_PID:-}" ] && sub="$sub; s#--pid $FLOOR_PID\b#--pid \$FLOOR_PID#g"
+    [ -n "${NCHAN_PORT:-}" ] && sub="$sub; s#:$NCHAN_PORT\b#:\$NCHAN_PORT#g"
+    [ -n "${NCHAN_PIDS:-}" ] && sub="$sub; s#--pid $NCHAN_PIDS\b#--pid \$NCHAN_PIDS#g"
     echo "$*" | sed "$sub"
 }
 
@@ -213,9 +234,10 @@ SERVER_NAME=""
 start_server() {  # start_server NAME [extra flags...]
     SERVER_NAME=$1; shift
     local out=$RAW/server-$SERVER_NAME.out err=$RAW/server-$SERVER_NAME.err i
-    shown "env $SERVER_ENV_SHOWN .build/release/state-server --port 0 $*   # -> \$SERVER_PORT, \$SERVER_PID" \
+    # START_ENV: one more VAR=value for this server (the durable one's sync mode).
+    shown "env $SERVER_ENV_SHOWN ${START_ENV:+$START_ENV }.build/release/state-server --port 0 $*   # -> \$SERVER_PORT, \$SERVER_PID" \
         >> "$TMP/commands.txt"
-    env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 "$@" > "$out" 2> "$err" &
+    env "${SERVER_ENV[@]}" ${START_ENV:+"$START_ENV"} "$SERVER_BIN" --port 0 "$@" > "$out" 2> "$err" &
     SERVER_PID=$!
     PIDS+=("$SERVER_PID")
     SERVER_PORT=""
@@ -319,11 +341,68 @@ keys = ("streams_ready", "p50_ms", "p99_ms", "max_ms", "client_cpu_ms_per_round"
 print("   %-22s " % r["name"] + "  ".join("%s=%s" % (k, r[k]) for k in keys if k in r))'
 }
 
+# The fan-out floor and Nchan (the sse phase).
+FLOOR_PID=""; FLOOR_PORT=""
+NCHAN_PID=""; NCHAN_PORT=""; NCHAN_PIDS=""; NCHAN_WORKER_PIDS=()
+NCHAN_WORKERS=${BENCH_NCHAN_WORKERS:-2}
+start_floor() {
+    local out=$RAW/floor.out i
+    echo "\$TMP/bin/floor 0   # -> \$FLOOR_PORT, \$FLOOR_PID" >> "$TMP/commands.txt"
+    "$FLOOR_BIN" 0 > "$out" 2> "$RAW/floor.err" &
+    FLOOR_PID=$!
+    PIDS+=("$FLOOR_PID")
+    FLOOR_PORT=""
+    for ((i = 0; i < 50; i++)); do
+        FLOOR_PORT=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$out" 2>/dev/null | tail -1)
+        [ -n "$FLOOR_PORT" ] && break
+        sleep 0.1
+    done
+    [ -n "$FLOOR_PORT" ] || { warn "the floor did not start: $(tail -3 "$RAW/floor.err")"; return 1; }
+    echo "floor pid $FLOOR_PID on port $FLOOR_PORT"
+}
+start_nchan() {
+    local dir=$TMP/nchan i
+    NCHAN_PORT=$(free_port)
+    mkdir -p "$dir"
+    # Connections per worker: every stream may land on one worker, plus the client's others.
+    sed -e "s#@DIR@#$dir#g" -e "s#@PORT@#$NCHAN_PORT#g" -e "s#@WORKERS@#$NCHAN_WORKERS#g" \
+        -e "s#@NOFILE@#$NOFILE#g" -e "s#@CONNECTIONS@#$((BIG_FANOUT + 1000))#g" \
+        bench/nginx/nchan.conf.in > "$dir/nginx.conf"
+    echo "nginx -c \$TMP/nchan/nginx.conf -p \$TMP/nchan   # from bench/nginx/nchan.conf.in, $NCHAN_WORKERS worker(s) -> \$NCHAN_PORT" >> "$TMP/commands.txt"
+    "$NGINX" -c "$dir/nginx.conf" -p "$dir" -e "$dir/error.log" 2> "$RAW/nchan.err" &
+    NCHAN_PID=$!
+    PIDS+=("$NCHAN_PID")
+    for ((i = 0; i < 50; i++)); do
+        curl -sf -m 2 "http://127.0.0.1:$NCHAN_PORT/healthz" >/dev/null && break
+        sleep 0.1
+    done
+    if ! curl -sf -m 2 "http://127.0.0.1:$NCHAN_PORT/healthz" >/dev/null; then
+        warn "Nchan did not start: $(tail -3 "$RAW/nchan.err") $(tail -3 "$dir/error.log" 2>/dev/null)"
+        stop_nchan
+        return 1
+    fi
+    # CPU and RSS of the master and its workers (sse.py adds them up).
+    NCHAN_WORKER_PIDS=($(pgrep -P "$NCHAN_PID"))
+    PIDS+=("${NCHAN_WORKER_PIDS[@]}")  # cleanup() stops them too, should the master not
+    NCHAN_PIDS=$(echo "$NCHAN_PID" "${NCHAN_WORKER_PIDS[@]}" | tr ' ' ',')
+    echo "nchan pids $NCHAN_PIDS on port $NCHAN_PORT"
+}
+stop_nchan() {
+    local p
+    [ -n "$NCHAN_PID" ] && stop_pid "$NCHAN_PID" 5
+    for p in "${NCHAN_WORKER_PIDS[@]}"; do stop_pid "$p" 2; done
+    NCHAN_PID=""; NCHAN_WORKER_PIDS=()
+    # The shared memory and its workers go with the master; nothing of it is left.
+    [ -s "$TMP/nchan/error.log" ] && cp "$TMP/nchan/error.log" "$RAW/nchan-error-$(date +%s).log"
+    : > "$TMP/nchan/error.log" 2>/dev/null || true
+}
+
 # ---------------------------------------------------------------------------------------------
 log "machine"
 {
     echo "start: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "cores: $(nproc)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(git status --porcelain -- Sources Package.swift Package.resolved 2>/dev/null | wc -l) uncommitted file(s) under Sources/ and Package.*"
     echo "binary: $SOURCE_BIN built $(date -u -d "@$(stat -c %Y "$SERVER_BIN")" '+%Y-%m-%d %H:%M:%S UTC'), sha256 $(sha256sum "$SERVER_BIN" | cut -c1-12)"
 } > "$TMP/run-info.txt"
@@ -389,14 +468,56 @@ sse_run fanout-100x10 "$URL" "$(pick 2,101 b)" --n-sessions 100 --subs 10 --roun
 sse_run fanout-1x10 "$URL" "$(pick 102 c)" --n-sessions 1 --subs 10 --rounds 50 --pid "$SERVER_PID"
 sse_run fanout-1x100 "$URL" "$(pick 103 d)" --n-sessions 1 --subs 100 --rounds 50 --pid "$SERVER_PID"
 stop_server
-# The largest fan-out on its own server: the earlier tests' closed streams would still hold
-# descriptors (the server notices a closed stream at its next write or heartbeat).
-start_server sse-big || exit 1
-URL=http://127.0.0.1:$SERVER_PORT
-mksessions "$URL" 1 "$TMP/sessions-big.txt" sse-big
-sse_run "fanout-1x$BIG_FANOUT" "$URL" "$TMP/sessions-big.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
-    --rounds 20 --pid "$SERVER_PID" --rss
-stop_server
+# The largest fan-out (issue 28, item 3): the server, the floor (bench/tools/floor.c: one epoll
+# loop writing the same bytes, one write() per stream) and Nchan (bench/nginx/nchan.conf.in),
+# BIG_FANOUT subscribers on one session each, the same client (sse.py), the same 20 rounds, in
+# BENCH_ROUNDS repetitions interleaved (server, floor, Nchan; then the other way round), each on a
+# fresh process: the earlier tests' closed streams would still hold descriptors (the server
+# notices a closed stream at its next write or heartbeat). CPU per delivery = the process's CPU
+# per round (/proc) / subscribers.
+log "fan-out at $BIG_FANOUT subscribers: the server, the floor and Nchan ($NCHAN_WORKERS worker(s)), $ROUNDS repetition(s) interleaved"
+FLOOR_BIN=""
+if [ -n "$CC" ]; then
+    echo "$CC -O2 -o \$TMP/bin/floor bench/tools/floor.c" >> "$TMP/commands.txt"
+    "$CC" -O2 -o "$TMP/bin/floor" bench/tools/floor.c 2> "$RAW/floor-cc.err" && FLOOR_BIN=$TMP/bin/floor \
+        || warn "bench/tools/floor.c did not compile: $(tail -3 "$RAW/floor-cc.err")"
+fi
+[ -f "$NCHAN_MODULE" ] || warn "no Nchan ($NCHAN_MODULE missing): the fan-out runs without it"
+# Sessions of the floor and Nchan: any id names one (a fresh one per repetition).
+big_fanout() {  # big_fanout WHICH SUFFIX
+    local which=$1 sfx=$2 name file
+    case $which in
+    server)
+        start_server "sse-big$sfx" || return 1
+        URL=http://127.0.0.1:$SERVER_PORT
+        mksessions "$URL" 1 "$TMP/sessions-big$sfx.txt" "sse-big$sfx"
+        sse_run "fanout-1x$BIG_FANOUT$sfx" "$URL" "$TMP/sessions-big$sfx.txt" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$SERVER_PID" --rss --target server
+        stop_server ;;
+    floor)
+        [ -n "$FLOOR_BIN" ] || return 0
+        start_floor || return 1
+        file=$TMP/sessions-floor$sfx.txt
+        echo "floor$sfx-session floor-token" > "$file"
+        sse_run "floor-1x$BIG_FANOUT$sfx" "http://127.0.0.1:$FLOOR_PORT" "$file" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$FLOOR_PID" --rss --target floor
+        stop_pid "$FLOOR_PID" 5; FLOOR_PID="" ;;
+    nchan)
+        [ -f "$NCHAN_MODULE" ] || return 0
+        start_nchan || return 1
+        file=$TMP/sessions-nchan$sfx.txt
+        echo "nchan$sfx-session nchan-token" > "$file"
+        sse_run "nchan-1x$BIG_FANOUT$sfx" "http://127.0.0.1:$NCHAN_PORT" "$file" --n-sessions 1 --subs "$BIG_FANOUT" \
+            --rounds 20 --pid "$NCHAN_PIDS" --rss --target nchan --ready head --publish-event
+        stop_nchan ;;
+    esac
+}
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    sfx=""; [ "$ROUND" = 1 ] || sfx=-r$ROUND
+    order="server floor nchan"; [ $((ROUND % 2)) = 0 ] && order="nchan floor server"
+    for which in $order; do big_fanout "$which" "$sfx"; done
+done
+ROUND=1
 fi  # sse
 
 # ---------------------------------------------------------------------------------------------
@@ -428,21 +549,65 @@ fi  # scale
 
 # ---------------------------------------------------------------------------------------------
 if want durable; then
-log "durable dispatch (--storage sqlite:\$TMP/bench.db)"
-start_server durable --storage "sqlite:$TMP/bench.db" || true
-if [ -n "$SERVER_PORT" ]; then
+# Durable dispatch (issue 28): SQLite with `persistence.sync: full` (every acknowledged change
+# fsynced, group commit), over 1,000 sessions and on one hot session, interleaved with the same
+# two scenarios on an in-memory server running beside it (idle while the other is measured), so
+# that the durable/memory ratios come from the same minutes. Around each durable run the
+# server's /metrics gives the group commits meanwhile (bench/tools/commitstats.py): mean commit
+# time (BEGIN..COMMIT, the fsync), mean batch size, mean time a change waited to be durable.
+log "durable dispatch (--storage sqlite:\$TMP/bench.db, sync full) beside memory, 1,000 sessions and one hot session"
+MEM_URL=""; MEM_PID=""; MEM_PORT=""
+if start_server durable-mem; then
+    MEM_URL=http://127.0.0.1:$SERVER_PORT; MEM_PID=$SERVER_PID; MEM_PORT=$SERVER_PORT
+    mksessions "$MEM_URL" 1000 "$TMP/sessions-durable-mem.txt" durable-mem-1000
+    head -1 "$TMP/sessions-durable-mem.txt" > "$TMP/sessions-durable-mem-hot.txt"
+fi
+START_ENV=STATE_SERVER_PERSISTENCE_SYNC=full start_server durable --storage "sqlite:$TMP/bench.db" || true
+if [ -n "$SERVER_PORT" ] && [ "$SERVER_PORT" != "$MEM_PORT" ]; then
     URL=http://127.0.0.1:$SERVER_PORT
     mksessions "$URL" 1000 "$TMP/sessions-durable.txt" durable-1000
+    head -1 "$TMP/sessions-durable.txt" > "$TMP/sessions-durable-hot.txt"
     PHASE=durable
+    COMMIT_SCEN=""
+    commit_since() {
+        timeout 30 $PY bench/tools/commitstats.py --url "$URL" --since "$TMP/commit-mark.json" \
+            --name "durable-$COMMIT_SCEN-r$ROUND-commit" --scenario "$COMMIT_SCEN" --round "$ROUND" \
+            --results "$RES" > "$RAW/commit-$COMMIT_SCEN-r$ROUND.txt" 2>&1 \
+            || warn "commitstats.py failed: $(tail -c 300 "$RAW/commit-$COMMIT_SCEN-r$ROUND.txt")"
+        tail -1 "$RAW/commit-$COMMIT_SCEN-r$ROUND.txt" | $PY -c 'import json,sys
+try:
+    r = json.loads(sys.stdin.read())
+except ValueError:
+    sys.exit(0)
+print("   %-22s %s group commits, %s ms each (mean), %s changes per commit, a change waited %s ms (mean) to be durable" % (
+    r["scenario"], r["commits"], r["commit_mean_ms"], r["mean_batch"], r["latency_mean_ms"]))'
+    }
+    durable_wrk() {  # durable_wrk SCENARIO SESSIONS_FILE
+        COMMIT_SCEN=$1
+        timeout 30 $PY bench/tools/commitstats.py --url "$URL" --mark "$TMP/commit-mark.json" \
+            > "$RAW/commit-mark.txt" 2>&1 || warn "commitstats.py --mark failed: $(tail -c 300 "$RAW/commit-mark.txt")"
+        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$SERVER_PID WRK_AFTER=commit_since \
+            wrk_run "$1" durable "$URL" -- dispatch "$2"
+    }
     for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
         wrk_run nginx nginx "$NGINX_URL"
-        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$SERVER_PID \
-            wrk_run durable-dispatch-1000 durable "$URL" -- dispatch "$TMP/sessions-durable.txt"
+        durable_wrk durable-dispatch-1000 "$TMP/sessions-durable.txt"
+        if [ -n "$MEM_URL" ]; then
+            WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$MEM_PID \
+                wrk_run mem-dispatch-1000 server "$MEM_URL" -- dispatch "$TMP/sessions-durable-mem.txt"
+            WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=$MEM_PID \
+                wrk_run mem-dispatch-hot server "$MEM_URL" -- dispatch "$TMP/sessions-durable-mem-hot.txt"
+        fi
+        durable_wrk durable-dispatch-hot "$TMP/sessions-durable-hot.txt"
     done
     ROUND=1
     rate_run rate-durable-dispatch durable "$URL" --mode dispatch --sessions "$TMP/sessions-durable.txt"
     stop_server
     ls -l "$TMP"/bench.db* > "$RAW/durable-files.txt" 2>&1
+fi
+if [ -n "$MEM_PID" ]; then
+    SERVER_NAME=durable-mem; SERVER_PID=$MEM_PID; SERVER_PORT=$MEM_PORT
+    stop_server
 fi
 fi  # durable
 
@@ -536,14 +701,15 @@ make_node_cgroup() {
 start_node() {  # start_node I: node I of the cluster on $PG_URL, in its cgroup
     local i=$1 out=$RAW/node$1.out err=$RAW/node$1.err port="" pid k
     make_node_cgroup "$i"
-    shown "env $SERVER_ENV_SHOWN .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/$PG_DB?sslmode=disable'   # node $i${NODE_CG:+, in a cgroup v1 cpu group of its own: cpu.cfs_quota_us=$QUOTA_US, cpu.cfs_period_us=100000}" \
+    local url=${NODE_PG_URL:-$PG_URL}  # NODE_PG_URL: another database of the same PostgreSQL
+    shown "env $SERVER_ENV_SHOWN .build/release/state-server --port 0 --storage 'postgres://stateserver:***@127.0.0.1:\$PG_PORT/${url##*/}?sslmode=disable'   # node $i${NODE_CG:+, in a cgroup v1 cpu group of its own: cpu.cfs_quota_us=$QUOTA_US, cpu.cfs_period_us=100000}" \
         >> "$TMP/commands.txt"
     if [ -n "$NODE_CG" ]; then
         # The shell joins the group, then becomes the server: every thread it starts is in it.
         env "${SERVER_ENV[@]}" bash -c 'echo $$ > "$1/cgroup.procs" || exit 97; shift; exec "$@"' cgroup-join \
-            "$NODE_CG" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+            "$NODE_CG" "$SERVER_BIN" --port 0 --storage "$url?sslmode=disable" > "$out" 2> "$err" &
     else
-        env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 --storage "$PG_URL?sslmode=disable" > "$out" 2> "$err" &
+        env "${SERVER_ENV[@]}" "$SERVER_BIN" --port 0 --storage "$url?sslmode=disable" > "$out" 2> "$err" &
     fi
     pid=$!
     PIDS+=("$pid")
@@ -704,6 +870,74 @@ wrk_parallel() {
     done
 }
 
+# One node against pgbench (issue 28): on the same PostgreSQL, in the same minutes, one node
+# WITHOUT a CPU quota on a database of its own (1,000 sessions), wrk dispatching as in the
+# one-node run (-t2 -c64, BENCH_DURATION), and pgbench's simple-update transaction (-N: UPDATE
+# pgbench_accounts, SELECT, INSERT pgbench_history, in BEGIN..END) with the same client count
+# and duration (-c64 -j2 -T BENCH_DURATION) on another database (pgbench -i -s 1), interleaved,
+# BENCH_ROUNDS times. PostgreSQL's CPU is read around each (postmaster, its live children, and
+# the children it reaped meanwhile: pgbench's backends end with the run).
+pg_ticks_all() {
+    local pm; pm=$(head -1 "$PG_DIR/data/postmaster.pid" 2>/dev/null) || { echo 0; return; }
+    echo $(( $(ticks $(pgrep -P "$pm")) + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat" 2>/dev/null || echo 0) ))
+}
+pgbench_phase() {
+    local pgbench solo_url pgb_url pgb_pass pgb_conn out c0 c1 saveq
+    log "one node (no CPU quota) against pgbench -N on the same PostgreSQL, $ROUNDS round(s) interleaved"
+    pgbench=$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -V | tail -1)
+    [ -x "$pgbench" ] || { warn "no pgbench: the node-against-pgbench runs are skipped"; return 0; }
+    solo_url=$(timeout 60 bash scripts/postgres-test-server.sh createdb "$PG_DIR" stateserver_solo 2>> "$RAW/pg-createdb.err") \
+        && pgb_url=$(timeout 60 bash scripts/postgres-test-server.sh createdb "$PG_DIR" pgbench 2>> "$RAW/pg-createdb.err") \
+        || { warn "cannot create the databases for the pgbench runs: $(tail -2 "$RAW/pg-createdb.err")"; return 0; }
+    echo "bash scripts/postgres-test-server.sh createdb \$PG_DIR stateserver_solo; bash scripts/postgres-test-server.sh createdb \$PG_DIR pgbench" >> "$TMP/commands.txt"
+    # postgres://USER:PASSWORD@127.0.0.1:PORT/DB -> a conninfo without the password (PGPASSWORD).
+    pgb_pass=$(echo "$pgb_url" | sed -n 's#^postgres://[^:]*:\([^@]*\)@.*#\1#p')
+    pgb_conn=$(echo "$pgb_url" | sed -n 's#^postgres://\([^:]*\):[^@]*@\([^:/]*\):\([0-9]*\)/\(.*\)#host=\2 port=\3 user=\1 dbname=\4 sslmode=disable#p')
+    shown "PGPASSWORD=*** pgbench -i -s 1 -q '$(echo "$pgb_conn" | sed 's/port=[0-9]*/port=$PG_PORT/')'" >> "$TMP/commands.txt"
+    bg timeout 180 env PGPASSWORD="$pgb_pass" "$pgbench" -i -s 1 -q "$pgb_conn" > "$RAW/pgbench-init.txt" 2>&1 \
+        || { warn "pgbench -i failed: $(tail -c 300 "$RAW/pgbench-init.txt")"; return 0; }
+    saveq=$QUOTA_US; QUOTA_US=0
+    NODE_PG_URL=$solo_url start_node solo || { QUOTA_US=$saveq; return 0; }
+    QUOTA_US=$saveq
+    mksessions "http://127.0.0.1:${NODE_PORTS[0]}" 1000 "$TMP/sessions-solo.txt" pg-solo-1000 \
+        || { warn "no sessions for the one-node run"; return 0; }
+    PHASE=pg-solo
+    for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+        cpu_start
+        WRK_SCRIPT=bench/wrk/sessions.lua WRK_PID=${NODE_PIDS[0]} \
+            wrk_run pg-solo-dispatch postgres "http://127.0.0.1:${NODE_PORTS[0]}" -- dispatch "$TMP/sessions-solo.txt"
+        cpu_record pg-solo-dispatch
+        out=$RAW/pgbench-r$ROUND.txt
+        shown "PGPASSWORD=*** pgbench -N -n -c 64 -j 2 -T $DURATION '$(echo "$pgb_conn" | sed 's/port=[0-9]*/port=$PG_PORT/')'" >> "$TMP/commands.txt"
+        c0=$(pg_ticks_all)
+        bg timeout $((DURATION + 60)) env PGPASSWORD="$pgb_pass" "$pgbench" -N -n -c 64 -j 2 -T "$DURATION" "$pgb_conn" > "$out" 2>&1 \
+            || warn "pgbench -N (round $ROUND) failed: $(tail -c 300 "$out")"
+        c1=$(pg_ticks_all)
+        $PY - "$RES" "$out" "$ROUND" "$((c1 - c0))" "$(getconf CLK_TCK)" "$DURATION" <<'PYEOF'
+import json, re, sys
+res, out, rnd, ticks, hz, duration = sys.argv[1:]
+text = open(out, errors="replace").read()
+def num(pattern):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+rec = {"kind": "pgbench", "name": f"pg-solo-pgbench-r{rnd}", "scenario": "pgbench-simple-update", "phase": "pg-solo",
+       "round": int(rnd), "clients": 64, "threads": 2, "duration_s": float(duration),
+       "tps": num(r"tps = ([0-9.]+) \(without initial connection time\)"),
+       "latency_avg_ms": num(r"latency average = ([0-9.]+) ms"),
+       "transactions": num(r"number of transactions actually processed: ([0-9]+)"),
+       "failed": num(r"number of failed transactions: ([0-9]+)"),
+       "pg_cpu_s": int(ticks) / int(hz)}
+open(res, "a").write(json.dumps(rec, sort_keys=True) + "\n")
+print("   %-22s %s transactions/s (simple update), latency average %s ms, PostgreSQL CPU %.2f s" % (
+    rec["name"], rec["tps"], rec["latency_avg_ms"], rec["pg_cpu_s"]))
+PYEOF
+    done
+    ROUND=1
+    kill -0 "${NODE_PIDS[0]}" 2>/dev/null || warn "the one node exited on its own: $(tail -3 "$RAW/nodesolo.err" | tr '\n' ' ')"
+    stop_pid "${NODE_PIDS[0]}" 10
+    NODE_PIDS=(); NODE_PORTS=(); NODE_CGS=()
+}
+
 if [ -n "$PG_URL" ]; then
     A=""
     sed_sessions() { sed -n "$1p" "$TMP/sessions-pg.txt" > "$2"; }
@@ -757,6 +991,8 @@ if [ -n "$PG_URL" ]; then
         kill -0 "${NODE_PIDS[$i]}" 2>/dev/null || warn "node $((i + 1)) exited on its own during the PostgreSQL phase: $(tail -3 "$RAW/node$((i + 1)).err" | tr '\n' ' ')"
         stop_pid "${NODE_PIDS[$i]}" 10
     done
+    NODE_PIDS=(); NODE_PORTS=(); NODE_CGS=(); CLUSTER_NGINX_PID=""; CLUSTER_URL=""
+    pgbench_phase
     bash scripts/postgres-test-server.sh destroy "$PG_DIR" >/dev/null 2>&1 || true
 fi
 for cg in "${NODE_CGROUPS[@]}"; do remove_cgroup "$cg"; done
@@ -806,5 +1042,6 @@ log "report"
 stop_pid "$NGINX_PID" 5
 echo "end: $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >> "$TMP/run-info.txt"
 echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$TMP/run-info.txt"
+echo "nchan workers: $NCHAN_WORKERS" >> "$TMP/run-info.txt"
 echo "seconds: $(( $(date +%s) - T_START ))" >> "$TMP/run-info.txt"
 $PY bench/report.py --dir "$TMP" ${DOC:+--doc "$DOC"} --nginx "$NGINX" --python "$PY" --phases "$PHASES"

@@ -4,6 +4,7 @@
     sse.py --url http://127.0.0.1:PORT --sessions FILE --n-sessions S --subs K
            [--rounds R] [--hold SECONDS] [--pid SERVER_PID] [--name N --results F]
            [--dispatch-url http://127.0.0.1:OTHER_PORT]
+           [--target server|floor|nchan] [--ready snapshot|head] [--publish-event]
 
 Opens K event streams (GET /v1/sessions/{id}/events?feature=counter) on each of S sessions and
 waits for every stream's snapshot. Then:
@@ -18,6 +19,19 @@ The time includes this client reading S*K sockets one after another in Python (a
 microseconds each), so it is an upper bound of the server's own fan-out time.
 With --dispatch-url the dispatches go to another server (another node of a cluster on shared
 storage) than the streams: the latency is then from a change on one node to its event on another.
+
+The same client drives the fan-out floor (bench/tools/floor.c) and Nchan (bench/nginx/nchan.conf.in)
+at 10,000 subscribers (issue 28):
+  * --pid takes several pids separated by commas (nginx's master and workers): CPU and RSS are
+    their sum;
+  * --ready head: a stream counts as open once its response head arrived (Nchan sends no
+    `snapshot` event; the server and the floor do, and the default waits for it);
+  * --publish-event: each dispatch's body is the `data:` JSON of the `state` event the server
+    would send for it (feature, version, cause, action, state, effect), so that a publisher
+    (Nchan's nchan_publisher) that sends its body as the event's data sends the same bytes;
+  * any 2xx answers a dispatch (Nchan's publisher answers 201);
+  * server_cpu_us_per_delivery = server CPU per round / streams (the figure the issue's
+    fan-out goal compares with the floor's).
 """
 
 import argparse
@@ -55,7 +69,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--pause", type=float, default=0.02)
     ap.add_argument("--hold", type=float, default=0)
-    ap.add_argument("--pid", type=int, help="server pid: CPU per round, idle CPU")
+    ap.add_argument("--pid", help="server pid (or pids, comma-separated: their sum): CPU per round, idle CPU")
     ap.add_argument("--rss", action="store_true",
                     help="also read the server's RSS before/after opening (use on a fresh server only)")
     ap.add_argument("--batch", type=int, default=500)
@@ -63,7 +77,20 @@ def main():
     ap.add_argument("--name")
     ap.add_argument("--results")
     ap.add_argument("--dispatch-url", help="send the dispatches here (default: --url)")
+    ap.add_argument("--target", help="what is measured (server, floor, nchan), stored in the record")
+    ap.add_argument("--ready", choices=("snapshot", "head"), default="snapshot",
+                    help="a stream is open once its snapshot event arrived (default) or its response head")
+    ap.add_argument("--publish-event", action="store_true",
+                    help="dispatch body = the data of the state event the server would send")
     a = ap.parse_args()
+    pids = [int(x) for x in a.pid.split(",") if x.strip()] if a.pid else []
+
+    def cpu_now():
+        return sum(rawhttp.cpu_seconds(p) for p in pids)
+
+    def rss_now():
+        vals = [rawhttp.rss_kib(p) for p in pids]
+        return None if any(v is None for v in vals) else sum(vals)
 
     host, port = rawhttp.split_url(a.url)
     dispatch_host, dispatch_port = rawhttp.split_url(a.dispatch_url or a.url)
@@ -76,6 +103,8 @@ def main():
     errors = []
     rec = {"kind": "sse", "name": a.name or f"sse-{a.n_sessions}x{a.subs}",
            "sessions": a.n_sessions, "subs_per_session": a.subs, "streams": a.n_sessions * a.subs}
+    if a.target:
+        rec["target"] = a.target
 
     def pump(timeout):
         """Reads whatever is ready; returns the time of this read."""
@@ -103,6 +132,8 @@ def main():
                 s.status = int(data[9:12])
                 if s.status != 200:
                     errors.append(f"events -> {s.status} {data[:200]!r}")
+                elif a.ready == "head":
+                    s.snap = True
             buf = s.tail + data
             if not s.snap and SNAP in buf:
                 s.snap = True
@@ -126,11 +157,11 @@ def main():
             return
         for status, body in c["parser"].feed(data):
             ctl_resp.append(status)
-            if status != 200:
+            if not 200 <= status < 300:
                 errors.append(f"dispatch -> {status} {body[:200]!r}")
 
     arrivals = []
-    rss0 = rawhttp.rss_kib(a.pid) if a.pid and a.rss else None
+    rss0 = rss_now() if pids and a.rss else None
     t_open = time.monotonic()
     plan = [(j, sid, tok) for j, (sid, tok) in enumerate(sessions) for _ in range(a.subs)]
     for b in range(0, len(plan), a.batch):
@@ -158,19 +189,19 @@ def main():
     rec["streams_ready"] = ready
     time.sleep(1.0)
     pump(0)
-    if a.pid and a.rss:
-        rss1 = rawhttp.rss_kib(a.pid)
+    if pids and a.rss:
+        rss1 = rss_now()
         rec.update(rss_before_kib=rss0, rss_after_kib=rss1)
         if rss0 and rss1 and ready:
             rec["bytes_per_stream"] = round((rss1 - rss0) * 1024 / ready, 1)
-    if a.hold and a.pid and not errors:
-        c0 = rawhttp.cpu_seconds(a.pid)
+    if a.hold and pids and not errors:
+        c0 = cpu_now()
         t0 = time.monotonic()
         while time.monotonic() - t0 < a.hold:
             pump(0.2)
-        rec["idle_cpu_percent"] = round(100 * (rawhttp.cpu_seconds(a.pid) - c0) / (time.monotonic() - t0), 2)
+        rec["idle_cpu_percent"] = round(100 * (cpu_now() - c0) / (time.monotonic() - t0), 2)
         rec["hold_seconds"] = a.hold
-        rec["rss_after_hold_kib"] = rawhttp.rss_kib(a.pid)
+        rec["rss_after_hold_kib"] = rss_now()
 
     lat_last, lat_first, round_wall = [], [], []
     failed_rounds = 0
@@ -186,7 +217,7 @@ def main():
             per_session[s.session].append(s)
         base = {id(s): s.states for s in subs.values()}
         client_cpu0 = time.process_time()
-        server_cpu0 = rawhttp.cpu_seconds(a.pid) if a.pid else None
+        server_cpu0 = cpu_now() if pids else None
         for r in range(1, a.rounds + 1):
             if time.monotonic() > deadline:
                 errors.append("time budget used up")
@@ -198,6 +229,14 @@ def main():
             last = [None] * len(sessions)
             remaining = [a.subs] * len(sessions)
             left = len(sessions)
+            if a.publish_event:
+                # Round r on a fresh channel: version r, the server's event data for it.
+                data = ('{"feature":"counter","version":%d,"cause":"dispatch","action":{"by":1,"type":"increment"},'
+                        '"state":{"count":%d},"effect":null}' % (r, r))
+                for c in ctl.values():
+                    sid, tok = sessions[c["j"]]
+                    c["req"] = rawhttp.request("POST", f"/v1/sessions/{sid}/dispatch",
+                                               {"Authorization": f"Bearer {tok}"}, data)
             t_start = time.monotonic()
             for c in ctl.values():
                 sent[c["j"]] = time.monotonic()
@@ -232,8 +271,10 @@ def main():
             # what one fan-out costs the server (idle between rounds, so nearly all of it is that).
             rec["client_cpu_ms_per_round"] = round(1000 * (time.process_time() - client_cpu0) / len(round_wall), 3)
             if server_cpu0 is not None:
-                rec["server_cpu_ms_per_round"] = round(
-                    1000 * (rawhttp.cpu_seconds(a.pid) - server_cpu0) / len(round_wall), 3)
+                used = cpu_now() - server_cpu0
+                rec["server_cpu_ms_per_round"] = round(1000 * used / len(round_wall), 3)
+                # Per delivery: one event written to one stream.
+                rec["server_cpu_us_per_delivery"] = round(1e6 * used / len(round_wall) / (a.n_sessions * a.subs), 3)
 
     for s in subs.values():
         s.sock.close()
