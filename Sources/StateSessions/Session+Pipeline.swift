@@ -97,15 +97,17 @@ extension Session {
     }
 
     /// Whether `job` may run while earlier changes commit, and commit while later jobs run: a
-    /// change with no idempotency key (a key must be answered by the change that made it) and
-    /// no middleware (which reads the committed version), of a kind computed on the store's
-    /// head, over a journal that commits in order.
+    /// client's dispatch, rehydrate or reset with no idempotency key (a key must be answered by
+    /// the change that made it) and no middleware (which reads the committed version), over a
+    /// journal that commits in order. A follow-up of asynchronous work waits: whether its work
+    /// is still live is judged when it is computed and again when it is applied, and a reset
+    /// or rehydrate committing ahead of it would cancel the work in between.
     func commitsAhead(_ job: SessionPipeline.Job) -> Bool {
         guard chain != nil, case .change(let request, _) = job, request.idempotencyKey == nil, settings.middleware.isEmpty
         else { return false }
         switch request.kind {
-        case .dispatch, .rehydrate, .reset, .followUp: return true
-        case .travel, .replay, .importStart, .recovery: return false
+        case .dispatch, .rehydrate, .reset: return true
+        case .followUp, .travel, .replay, .importStart, .recovery: return false
         }
     }
 
