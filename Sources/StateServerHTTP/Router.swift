@@ -148,6 +148,27 @@ struct PathSegments {
 /// contract's error body here, in one place.
 struct Router: Sendable {
     let routes: [Route]
+    /// The indices of the routes with each number of segments, in table order: a path is
+    /// matched only against templates of its own length (matching every template in turn,
+    /// copying each row, cost thousands of instructions a request).
+    /// Indexed by the number of segments (an array, not a dictionary: no hashing).
+    private let byLength: [[Int]]
+
+    init(routes: [Route]) {
+        self.routes = routes
+        var byLength = [[Int]](repeating: [], count: (routes.map(\.segments.count).max() ?? 0) + 1)
+        for index in routes.indices { byLength[routes[index].segments.count].append(index) }
+        self.byLength = byLength
+    }
+
+    /// The first route whose template matches `path`, with the parameter values.
+    func find(_ path: PathSegments) -> (route: Int, parameters: [String])? {
+        guard path.count < byLength.count else { return nil }
+        for index in byLength[path.count] {
+            if let parameters = routes[index].match(path) { return (index, parameters) }
+        }
+        return nil
+    }
 
     /// Also the abuse limits (docs/API.md, "Order of checks": requests per address before the
     /// path, session creation after the method) and CORS (a preflight instead of the 405, the
@@ -163,25 +184,24 @@ struct Router: Sendable {
         } catch {
             return .now(error.response(route: "-", logger))
         }
-        let path = PathSegments(request.path)
-        for route in routes {
-            guard let parameters = route.match(path) else { continue }
-            guard route.methods.contains(request.method) else {
-                if CORSPolicy.isPreflight(request) { return .now(responder.cors.preflight(request, route: route, logger)) }
-                return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
-            }
-            let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
-            do throws(APIError) {
-                try responder.limits.checkCreation(request, route: route.template)
-                let answer = try route.handler(responder, routed)
-                // Now: as it is, without making the closure for a failure that cannot come.
-                if let response = answer.now { return .now(response) }
-                return answer.recover { $0.response(route: route.template, logger) }
-            } catch {
-                return .now(error.response(route: route.template, logger))
-            }
+        guard let (index, parameters) = find(PathSegments(request.path)) else {
+            return .now(APIError.notFound.response(route: "-", logger))
         }
-        return .now(APIError.notFound.response(route: "-", logger))
+        let route = routes[index]
+        guard route.methods.contains(request.method) else {
+            if CORSPolicy.isPreflight(request) { return .now(responder.cors.preflight(request, route: route, logger)) }
+            return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
+        }
+        let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
+        do throws(APIError) {
+            try responder.limits.checkCreation(request, route: route.template)
+            let answer = try route.handler(responder, routed)
+            // Now: as it is, without making the closure for a failure that cannot come.
+            if let response = answer.now { return .now(response) }
+            return answer.recover { $0.response(route: route.template, logger) }
+        } catch {
+            return .now(error.response(route: route.template, logger))
+        }
     }
 
     /// What can be refused before the body of a request with `Expect: 100-continue` is read,
@@ -190,10 +210,10 @@ struct Router: Sendable {
     /// or the session already in memory), an unknown session or wrong token (404).
     func refusalBeforeBody(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResponse? {
         let logger = responder.log
-        let path = PathSegments(request.path)
-        guard let (route, parameters) = routes.lazy.compactMap({ route in route.match(path).map { (route, $0) } }).first else {
+        guard let (index, parameters) = find(PathSegments(request.path)) else {
             return APIError.notFound.response(route: "-", logger)
         }
+        let route = routes[index]
         guard route.methods.contains(request.method) else {
             return APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger)
         }
