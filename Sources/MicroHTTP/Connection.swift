@@ -239,6 +239,9 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
         let request = HTTPRequest(
             method: head.method, path: head.path, headers: head.headers, query: RequestFields.query(connection),
             body: body, bodyTooLarge: tooLarge, peer: head.peer)
+        // The request has its own copy: the context, which lives as long as the request (an
+        // event stream's whole life), keeps only what the access log needs.
+        context.head.withLock { $0.headers = [] }
         let result = server.responder.respond(to: request)
         if let response = result.now {
             context.phase.withLock { $0 = .answered }

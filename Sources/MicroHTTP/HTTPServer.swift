@@ -47,9 +47,14 @@ public final class HTTPServer: Sendable {
         public init() {}
     }
 
-    /// Bytes libmicrohttpd buffers per event stream (it allocates this per response). Larger
-    /// events are sent in several chunks; idle streams cost this much less memory each.
-    static let streamBlockSize = 2048
+    /// The block size of a streaming response (MHD_create_response_from_callback). libmicrohttpd
+    /// 0.9.75 callocs it with every response and keeps it for the response's life, but uses it
+    /// only for a body without chunked coding (an HTTP/1.0 client: the body is read into it a
+    /// block at a time); a chunked body (HTTP/1.1) is written straight into the connection's
+    /// memory pool, whatever this size. So it is memory every open stream holds for nothing
+    /// in the usual case: kept small (issue 28: 2048 cost about 2 KB per idle stream). Events
+    /// larger than a block reach an HTTP/1.0 client in several reads.
+    static let streamBlockSize = 256
 
     public struct StartError: Error, CustomStringConvertible {
         public let description: String
