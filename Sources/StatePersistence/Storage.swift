@@ -269,14 +269,16 @@ public enum StorageLifetime: Sendable, Equatable {
 /// throws, none of it is (whatever happened to other batches of the same group commit).
 /// Writes for a session that does not exist fail with `.sessionGone`; `deleteSession`
 /// removes every row of the session in every table.
-/// A storage that commits batches in the order they were submitted and answers them in that
-/// order, from one queue: a session may then hand it change N+1, computed on top of N, while N
+/// A storage that commits each session's batches in the order they were submitted and answers
+/// them in that order: a session may then hand it change N+1, computed on top of N, while N
 /// commits (its appends are fenced, so when N fails N+1 fails too, and nothing is stored out of
-/// order). ``commit(_:done:)`` takes no task and no thread of the caller's.
+/// order). ``commit(_:done:)`` takes no task and no thread of the caller's. SQLite commits and
+/// answers every batch in order from one queue; PostgreSQL runs one commit per session at a
+/// time and commits the batches that waited behind it together.
 public protocol OrderedCommits: SessionStorage {
     /// Commits `batch` like ``SessionStorage/commit(_:)``; `done` is called once, after every
-    /// batch submitted before it was answered, never on the caller's thread before `commit`
-    /// returns (a batch refused at once is answered on the same queue, in its turn).
+    /// batch of the same session submitted before it was answered, never on the caller's thread
+    /// before `commit` returns (a batch refused at once is answered in its turn).
     func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
 }
 

@@ -54,6 +54,8 @@ public final class PostgresStorage: SessionStorage {
     /// one caller is trying again meanwhile (see ``perform(_:writes:bounded:_:)``).
     let unreachableSince = Mutex<ContinuousClock.Instant?>(nil)
     let probing = Flag()
+    /// Each session's batches in the order they were handed over (``commit(_:done:)``).
+    let ordered = OrderedCommitQueues()
 
     /// Connects, creates or migrates the schema, and returns a storage ready to serve.
     ///

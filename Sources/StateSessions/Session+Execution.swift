@@ -262,10 +262,34 @@ extension Session {
             case .failure(let error):
                 let (cause, ended) = chain.failed(generation: generation, error)
                 if ended { for store in stores.all { store.dropAhead() } }
-                if cause.kind == .sessionGone {
+                switch cause.kind {
+                case .sessionGone:
                     markGone()
                     finish(.failed(.sessionGone))
-                } else {
+                case .notOwner, .conflict where ownerEpoch != 0:
+                    // Another node owns the session now, or this copy is behind the journal:
+                    // nothing of this change was written. This copy goes (as for a change that
+                    // waited for its commit); the caller reaches the owner or a fresh copy.
+                    abandon()
+                    finish(.failed(.retired))
+                case .uncertain where ended:
+                    // The connection broke after the commit was sent: the journal says whether it
+                    // landed (the stores went back to what was committed before it).
+                    Task { [self] in
+                        let landed: Bool? = if case .append(let entry, _)? = batch.first { await landed(entry) } else { nil }
+                        // Landed or unknown: this copy is behind the journal, or may be.
+                        if landed != false { abandon() }
+                        switch landed {
+                        case true?: finish(.applied(encoded, reply: reply))
+                        case false?: finish(.failed(.storage(StorageError(.unavailable, cause.message))))
+                        case nil: finish(.failed(.outcomeUnknown))
+                        }
+                    }
+                case .uncertain:
+                    // Committed with the one that ended the chain, or never sent: not known here.
+                    if ownerEpoch != 0 { abandon() }
+                    finish(.failed(.outcomeUnknown))
+                default:
                     finish(.failed(.storage(cause)))
                 }
             }

@@ -70,8 +70,11 @@ public final class Session: Sendable {
     let idempotency: IdempotencyCache
     /// Its jobs, one at a time in arrival order (``SessionPipeline``).
     let pipeline = SessionPipeline()
-    /// A journal that commits in order (SQLite): the changes handed to it and not answered yet
-    /// (``CommitChain``); nil otherwise (each change waits for its commit).
+    /// A journal that commits in order (SQLite; PostgreSQL when this node owns the session): the
+    /// changes handed to it and not answered yet (``CommitChain``); nil otherwise (each change
+    /// waits for its commit). Shared storage without owners has none: a change there may have
+    /// to catch up with other nodes' and be computed again, which one computed on top of it
+    /// could not follow.
     let chain: CommitChain?
     let notify: @Sendable (SessionNotice) -> Void
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
@@ -130,7 +133,7 @@ public final class Session: Sendable {
         self.registry = registry
         self.settings = settings
         self.journal = journal
-        self.chain = journal.pipelines ? CommitChain() : nil
+        self.chain = journal.pipelines && (ownerEpoch != 0 || !journal.storage.isShared) ? CommitChain() : nil
         self.hub = EventHub(
             features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
             startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)
