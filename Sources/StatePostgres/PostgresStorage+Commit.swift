@@ -200,6 +200,9 @@ extension PostgresStorage {
 struct AppendStatement: PostgresPreparedStatement {
     typealias Row = (Int, Int, Bool, Bool)
 
+    /// Its name on each connection (tests-faults' proxy spots an append by it in a Bind message).
+    static let name = "state_append"
+
     static let sql = """
         WITH live AS (
             SELECT id FROM state_sessions WHERE id = $1 AND head_seq = $2::bigint - 1

@@ -15,7 +15,7 @@ is busy, or blocked in a subprocess call, never stalls the traffic it is not fau
   Connections that only listen (a LISTEN connection hearing NOTIFYs) are not affected.
 - ``swallow_commits(n, then)``: PostgreSQL-aware. The proxy frames the server's messages and
   drops the next n answers to a write (the CommandComplete answering a request that
-  carried the journal's INSERT or a COMMIT), closing that connection: exactly "the commit landed, the node never heard
+  carried the journal's INSERT, the prepared append `state_append`, or a COMMIT), closing that connection: exactly "the commit landed, the node never heard
   it". ``then="refuse"`` also closes every other connection and refuses new ones afterwards
   (PostgreSQL unreachable right after the commit) until healed.
 - ``blackhole_after(pattern)``: the first request bytes containing `pattern` are forwarded,
@@ -180,7 +180,7 @@ class Proxy:
                 data = await reader.read(65536)
                 if not data:
                     break
-                if not from_server and self.postgres and (b"INSERT INTO state_changes" in data or b"COMMIT" in data):
+                if not from_server and self.postgres and (b"INSERT INTO state_changes" in data or b"state_append" in data or b"COMMIT" in data):
                     self._writing.add(id(pair))
                 if from_server and self.postgres:
                     data, pending = _complete_messages(pending + data)
