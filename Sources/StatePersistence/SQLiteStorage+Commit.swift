@@ -83,8 +83,27 @@ extension SQLiteStorage {
         /// this (milliseconds): at most one session-row write a minute for a busy session.
         static let activityInterval: Int64 = 60_000
 
-        init(connection: SQLiteConnection) {
+        /// Rows in `recent_changes` (writer thread only; an over-count after a rollback only
+        /// brings the next merge forward).
+        private var unmerged = 0
+        /// When the next merge is due (``SQLiteStorage/mergeEvery`` rows, later after a failed one).
+        private var mergeAt: Int
+        private let mergeEvery: Int
+        /// The stores with rows in `recent_changes`, keyed `session NUL feature`, and a lower
+        /// bound of their versions there: compaction looks in the log only for these.
+        private var recentStores: [String: Int] = [:]
+
+        init(connection: SQLiteConnection, mergeEvery: Int) throws(StorageError) {
             self.connection = connection
+            self.mergeEvery = max(1, mergeEvery)
+            self.mergeAt = self.mergeEvery
+            let logged = try connection.query(
+                "SELECT session, feature, min(version), count(*) FROM recent_changes GROUP BY session, feature", []
+            ) { ($0.text(0), $0.text(1), Int($0.int(2)), Int($0.int(3))) }
+            for (session, feature, version, count) in logged {
+                recentStores[Self.storeKey(session, feature)] = version
+                unmerged += count
+            }
             let thread = Thread { [self] in loop() }
             thread.name = "sqlite-writer"
             thread.start()
@@ -142,6 +161,7 @@ extension SQLiteStorage {
                     return (Array(q.jobs), q.stopping, q.onStopped)
                 }
                 if !jobs.isEmpty { commit(jobs) }
+                if unmerged >= mergeAt { merge() }
                 if stopping && queue.withLock({ $0.jobs.isEmpty }) {
                     // After the last answers.
                     answers.async { onStopped?() }
@@ -157,8 +177,7 @@ extension SQLiteStorage {
         private func commit(_ jobs: [(batch: [StorageWrite], done: Completion)]) {
             let started = ContinuousClock.now
             defer {
-                let elapsed = ContinuousClock.now - started
-                commitTimer.recordNanoseconds(elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000)
+                commitTimer.recordNanoseconds(Self.nanoseconds(since: started))
                 groupSize.record(jobs.count)
             }
             let results: [Result<Void, StorageError>]
@@ -180,6 +199,41 @@ extension SQLiteStorage {
                 for (job, result) in zip(jobs, results) { job.done(result) }
             }
         }
+
+        /// Moves every row of `recent_changes` into `changes`, sorted by session and seq so each
+        /// session's rows land on its pages together, in one transaction (the rows are in one
+        /// table or the other, never both). A failure leaves them in the log, where reads find
+        /// them, and tries again after another ``SQLiteStorage/mergeEvery`` changes.
+        private func merge() {
+            let started = ContinuousClock.now
+            endTransaction()
+            do {
+                try connection.run("BEGIN IMMEDIATE", [])
+                let columns = SQLiteStorage.changeColumns
+                try connection.run(
+                    "INSERT INTO changes (\(columns)) SELECT \(columns) FROM recent_changes ORDER BY session, seq", [])
+                try connection.run("DELETE FROM recent_changes", [])
+                try connection.run("COMMIT", [])
+                unmerged = 0
+                mergeAt = mergeEvery
+                recentStores.removeAll(keepingCapacity: true)
+                mergeTimer.recordNanoseconds(Self.nanoseconds(since: started))
+            } catch {
+                endTransaction()
+                mergeAt = unmerged + mergeEvery
+                mergeFailures.increment()
+            }
+        }
+
+        private let mergeTimer = Timer(label: "stateserver_storage_merge_duration_seconds")
+        private let mergeFailures = Counter(label: "stateserver_storage_merge_failures_total")
+
+        static func nanoseconds(since start: ContinuousClock.Instant) -> Int64 {
+            let elapsed = ContinuousClock.now - start
+            return elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+        }
+
+        static func storeKey(_ session: String, _ feature: String) -> String { session + "\u{0}" + feature }
 
         private enum GroupOutcome {
             /// COMMIT succeeded: one result per batch (failed ones were rolled back to their
@@ -303,7 +357,7 @@ extension SQLiteStorage {
                     [.text(s.id), .blob(s.tokenHash), .int(s.createdAt), .int(s.lastActiveAt)])
                 heads.set(s.id, SQLiteHeads.Head(seq: 0, stores: [:], storedActivity: s.lastActiveAt))
             case .deleteSession(let id):
-                for table in ["changes", "stores", "bases", "remembered_keys", "tokens"] {
+                for table in ["changes", "recent_changes", "stores", "bases", "remembered_keys", "tokens"] {
                     try db.run("DELETE FROM \(table) WHERE session = ?", [.text(id)])
                 }
                 try db.run("DELETE FROM sessions WHERE id = ?", [.text(id)])
@@ -316,7 +370,7 @@ extension SQLiteStorage {
                 guard try e.version == storeVersion(e.session, e.feature) + 1 else { throw Self.notNext(e) }
                 try db.run(
                     """
-                    INSERT INTO changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+                    INSERT INTO recent_changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
@@ -324,6 +378,9 @@ extension SQLiteStorage {
                         e.action.map { .blob($0) } ?? .null, e.effect.map { .blob($0) } ?? .null,
                         .int(e.delta.isPatch ? 1 : 0), .blob(e.delta.bytes), .int(e.time),
                     ])
+                unmerged += 1
+                let store = Self.storeKey(e.session, e.feature)
+                recentStores[store] = min(recentStores[store] ?? e.version, e.version)
                 if let key {
                     try db.run(
                         "INSERT INTO remembered_keys (session, key, feature, version, time) VALUES (?, ?, ?, ?, ?)",
@@ -370,20 +427,20 @@ extension SQLiteStorage {
                     DELETE FROM remembered_keys WHERE session = ? AND key NOT IN (
                         SELECT key FROM remembered_keys WHERE session = ? ORDER BY time DESC, key DESC LIMIT ?)
                     """, [.text(session), .text(session), .int(Int64(max(0, maxKeys)))])
-                // The oldest version still needed: of the entries in the replay window, of the
-                // remembered keys, or just after the snapshot.
+                // The oldest version still needed: of the entries in the replay window (in the
+                // log too when the store has rows there), of the remembered keys, or just after
+                // the snapshot.
+                let store = Self.storeKey(session, feature)
+                let inLog = recentStores[store] != nil
                 let needFrom = try db.query(
                     """
                     SELECT min(v) FROM (
-                        SELECT ? AS v
-                        UNION ALL SELECT min(version) FROM changes WHERE session = ? AND feature = ?
-                            AND seq > ?
-                        UNION ALL SELECT min(version) FROM remembered_keys WHERE session = ? AND feature = ?)
+                        SELECT ?1 AS v
+                        UNION ALL SELECT min(version) FROM changes WHERE session = ?2 AND feature = ?3 AND seq > ?4
+                        \(inLog ? "UNION ALL SELECT min(version) FROM recent_changes WHERE session = ?2 AND feature = ?3 AND seq > ?4" : "")
+                        UNION ALL SELECT min(version) FROM remembered_keys WHERE session = ?2 AND feature = ?3)
                     """,
-                    [
-                        .int(Int64(upToVersion + 1)), .text(session), .text(feature), .int(Int64(headSeq - keepLast)),
-                        .text(session), .text(feature),
-                    ]
+                    [.int(Int64(upToVersion + 1)), .text(session), .text(feature), .int(Int64(headSeq - keepLast))]
                 ) { $0.int(0) }.first ?? Int64(upToVersion + 1)
                 let base = try db.query(
                     "SELECT max(version) FROM bases WHERE session = ? AND feature = ? AND version <= ?",
@@ -392,6 +449,14 @@ extension SQLiteStorage {
                 guard base > 0 else { return }
                 try db.run("DELETE FROM bases WHERE session = ? AND feature = ? AND version < ?", [.text(session), .text(feature), .int(base)])
                 try db.run("DELETE FROM changes WHERE session = ? AND feature = ? AND version <= ?", [.text(session), .text(feature), .int(base)])
+                if let lowest = recentStores[store], lowest <= base {
+                    // A busy store: what compaction drops may not be merged yet (a scan of the log).
+                    try db.run(
+                        "DELETE FROM recent_changes WHERE session = ? AND feature = ? AND version <= ?",
+                        [.text(session), .text(feature), .int(base)])
+                    unmerged -= db.changes
+                    recentStores[store] = Int(base) + 1
+                }
             case .createGrant(let g):
                 try db.run(
                     "INSERT INTO tokens (session, id, token_hash, grant_json, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -435,6 +500,7 @@ extension SQLiteStorage {
             try db.query(
                 """
                 SELECT max(coalesce((SELECT max(version) FROM changes WHERE session = ?1 AND feature = ?2), 0),
+                    coalesce((SELECT max(version) FROM recent_changes WHERE session = ?1 AND feature = ?2), 0),
                     coalesce((SELECT max(version) FROM bases WHERE session = ?1 AND feature = ?2), 0))
                 """, [.text(session), .text(feature)]
             ) { Int($0.int(0)) }.first ?? 0

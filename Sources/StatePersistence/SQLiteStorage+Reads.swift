@@ -57,7 +57,11 @@ extension SQLiteStorage {
             try db.query(
                 """
                 SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
-                WHERE session = ? AND feature = ? AND version > ? AND version <= ? ORDER BY version
+                WHERE session = ?1 AND feature = ?2 AND version > ?3 AND version <= ?4
+                UNION ALL
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM recent_changes
+                WHERE session = ?1 AND feature = ?2 AND version > ?3 AND version <= ?4
+                ORDER BY version
                 """, [.text(session), .text(feature), .int(Int64(afterVersion)), .int(Int64(clamping: through))]
             ) { Self.entry(session, $0) }
         }
@@ -68,7 +72,11 @@ extension SQLiteStorage {
             try db.query(
                 """
                 SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
-                WHERE session = ? AND seq > ? ORDER BY seq LIMIT ?
+                WHERE session = ?1 AND seq > ?2
+                UNION ALL
+                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM recent_changes
+                WHERE session = ?1 AND seq > ?2
+                ORDER BY seq LIMIT ?3
                 """, [.text(session), .int(Int64(afterSeq)), .int(Int64(limit))]
             ) { Self.entry(session, $0) }
         }

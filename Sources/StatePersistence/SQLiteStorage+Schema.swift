@@ -37,6 +37,18 @@ extension SQLiteStorage {
             PRIMARY KEY (session, seq)
         ) WITHOUT ROWID;
         CREATE UNIQUE INDEX IF NOT EXISTS changes_by_store ON changes (session, feature, version);
+        CREATE TABLE IF NOT EXISTS recent_changes (
+            session TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            feature TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            cause TEXT NOT NULL,
+            action BLOB,
+            effect BLOB,
+            is_patch INTEGER NOT NULL,
+            delta BLOB NOT NULL,
+            time INTEGER NOT NULL
+        );
         CREATE TABLE IF NOT EXISTS stores (
             session TEXT NOT NULL,
             feature TEXT NOT NULL,
