@@ -77,6 +77,13 @@ enum MetricCatalog {
         Entry(
             name: "stateserver_storage_commit_batches", kind: .histogram,
             help: "SQLite storage: batches (changes) written by each group commit.", valueBuckets: batchBuckets),
+        Entry(
+            name: "stateserver_storage_merge_duration_seconds", kind: .histogram,
+            help: "SQLite storage: seconds of each move of the journal's log (recent_changes) into changes, commit included.",
+            durationBuckets: latencyBuckets),
+        Entry(
+            name: "stateserver_storage_merge_failures_total", kind: .counter,
+            help: "SQLite storage: moves of the journal's log into changes that failed (the rows stay in the log; tried again later)."),
     ] + ProcessMetrics.entries
 
     private static let byName: [String: Entry] = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0) })
