@@ -89,6 +89,8 @@ extension SQLiteStorage {
         /// When the next merge is due (``SQLiteStorage/mergeEvery`` rows, later after a failed one).
         private var mergeAt: Int
         private let mergeEvery: Int
+        /// The next part of the merge under way (``mergeNextPart()``); nil: none under way.
+        private var mergeStep: Int?
         /// The stores with rows in `recent_changes`, keyed `session NUL feature`, and a lower
         /// bound of their versions there: compaction looks in the log only for these.
         private var recentStores: [String: Int] = [:]
@@ -161,7 +163,7 @@ extension SQLiteStorage {
                     return (Array(q.jobs), q.stopping, q.onStopped)
                 }
                 if !jobs.isEmpty { commit(jobs) }
-                if unmerged >= mergeAt { merge() }
+                if mergeStep != nil || unmerged >= mergeAt { mergeNextPart() }
                 if stopping && queue.withLock({ $0.jobs.isEmpty }) {
                     // After the last answers.
                     answers.async { onStopped?() }
@@ -200,29 +202,45 @@ extension SQLiteStorage {
             }
         }
 
-        /// Moves every row of `recent_changes` into `changes`, sorted by session and seq so each
-        /// session's rows land on its pages together, in one transaction (the rows are in one
-        /// table or the other, never both). A failure leaves them in the log, where reads find
-        /// them, and tries again after another ``SQLiteStorage/mergeEvery`` changes.
-        private func merge() {
+        /// Moves the rows of `recent_changes` into `changes`, in ``mergeParts`` parts (by the
+        /// first character of the session id), one after each group commit, so commits wait for
+        /// an eighth of the work at a time. Each part is one transaction that inserts its rows,
+        /// sorted by session and seq so each session's rows land on its pages together, and
+        /// deletes them from the log (a row is in one table or the other, never both). A failure
+        /// leaves the rows in the log, where reads find them, and tries again after another
+        /// ``SQLiteStorage/mergeEvery`` changes.
+        private func mergeNextPart() {
             let started = ContinuousClock.now
+            let part = mergeStep ?? 0
+            let inPart = "coalesce(unicode(session), 0) % \(Self.mergeParts) = \(part)"
             endTransaction()
             do {
                 try connection.run("BEGIN IMMEDIATE", [])
                 let columns = SQLiteStorage.changeColumns
                 try connection.run(
-                    "INSERT INTO changes (\(columns)) SELECT \(columns) FROM recent_changes ORDER BY session, seq", [])
-                try connection.run("DELETE FROM recent_changes", [])
+                    "INSERT INTO changes (\(columns)) SELECT \(columns) FROM recent_changes WHERE \(inPart) ORDER BY session, seq", [])
+                try connection.run("DELETE FROM recent_changes WHERE \(inPart)", [])
+                let moved = connection.changes
                 try connection.run("COMMIT", [])
-                unmerged = 0
-                mergeAt = mergeEvery
-                recentStores.removeAll(keepingCapacity: true)
+                unmerged = max(0, unmerged - moved)
+                recentStores = recentStores.filter { Self.mergePart(ofKey: $0.key) != part }
+                mergeStep = part + 1 < Self.mergeParts ? part + 1 : nil
+                if mergeStep == nil { mergeAt = mergeEvery }
                 mergeTimer.recordNanoseconds(Self.nanoseconds(since: started))
             } catch {
                 endTransaction()
+                mergeStep = nil
                 mergeAt = unmerged + mergeEvery
                 mergeFailures.increment()
             }
+        }
+
+        /// The parts a merge moves the log in, one per group commit.
+        static let mergeParts = 8
+
+        /// The part of ``mergeNextPart()`` a store's rows belong to (`unicode(session) % parts`).
+        static func mergePart(ofKey key: String) -> Int {
+            Int(key.unicodeScalars.first?.value ?? 0) % mergeParts
         }
 
         private let mergeTimer = Timer(label: "stateserver_storage_merge_duration_seconds")
