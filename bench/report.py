@@ -918,7 +918,7 @@ def main():
             pg_md += ["### One node against pgbench (issue 28)", "",
                       "On the same PostgreSQL in the same minutes, interleaved: one node *without* a CPU quota on a "
                       "database of its own with 1,000 sessions, wrk dispatching as above (`-t2 -c64`, the same "
-                      "duration), and `pgbench -N` (the simple-update transaction: UPDATE pgbench_accounts, SELECT, "
+                      "duration) over the 1,000 sessions and then on one of them, and `pgbench -N` (the simple-update transaction: UPDATE pgbench_accounts, SELECT, "
                       "INSERT pgbench_history, in BEGIN..END) with the same 64 clients (`-j2`) and duration on another "
                       "database (`pgbench -i -s 1`). PostgreSQL's CPU: postmaster, its live children and those it "
                       "reaped meanwhile (pgbench's backends end with its run).", "",
