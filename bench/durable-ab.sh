@@ -10,6 +10,7 @@
 # to compare the memory path). Only 127.0.0.1; every server it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 A=$(realpath "$1"); B=$(realpath "$2"); N=${3:-1000}; ROUNDS=${4:-2}
 D=${DURABLE_AB_DURATION:-8}; STORAGE=${DURABLE_AB_STORAGE:-sqlite}
 command -v wrk >/dev/null || { echo "durable-ab: wrk missing (make deps)" >&2; exit 1; }
@@ -31,13 +32,7 @@ one() {  # one LABEL BIN ROUND
         STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=1000000 STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=1000000 \
         "$bin" "${args[@]}" > "$W/out" 2> "$W/err" &
     SERVER=$!
-    for _ in $(seq 300); do
-        port=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$W/out" | head -1)
-        [ -n "$port" ] && break
-        kill -0 "$SERVER" 2>/dev/null || { echo "durable-ab: $label did not start: $(tail -3 "$W/err")" >&2; exit 1; }
-        sleep 0.1
-    done
-    [ -n "$port" ] || { echo "durable-ab: $label did not start listening" >&2; exit 1; }
+    port=$(wait_listening "$SERVER" "$W/out" "$W/err" "$label") || exit 1
     python3 bench/tools/mksessions.py --url "http://127.0.0.1:$port" --count "$N" --out "$W/s.txt" --dispatch > /dev/null
     t0=$(awk '{print $14+$15}' "/proc/$SERVER/stat"); w0=$(awk '/^wchar/ {print $2}' "/proc/$SERVER/io")
     wrk -t2 -c64 -d"${D}s" -s bench/wrk/sessions.lua "http://127.0.0.1:$port" -- dispatch "$W/s.txt" > "$W/wrk.txt" 2>&1

@@ -10,3 +10,15 @@ stop_pid() {  # stop_pid PID [seconds]: TERM, wait, then KILL
     done
     kill -KILL "$pid" 2>/dev/null
 }
+
+wait_listening() {  # wait_listening PID OUT ERR LABEL: prints the port the server says it listens on
+    local pid=$1 out=$2 err=$3 label=$4 port _
+    for _ in $(seq 300); do
+        port=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$out" | head -1)
+        [ -n "$port" ] && { echo "$port"; return 0; }
+        kill -0 "$pid" 2>/dev/null || { echo "$label did not start: $(tail -3 "$err")" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "$label did not start listening within 30 s" >&2
+    return 1
+}

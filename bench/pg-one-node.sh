@@ -10,6 +10,7 @@
 # nodes it starts are stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 A=$(realpath "$1"); B=$(realpath "$2"); N=${3:-1000}; ROUNDS=${4:-2}; D=${PG_ONE_DURATION:-6}
 command -v wrk >/dev/null || { echo "pg-one-node: wrk missing (make deps)" >&2; exit 1; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/pg-one-node.XXXXXX")
@@ -39,13 +40,7 @@ one() {  # one LABEL BIN ROUND
         STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=1000000 STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=1000000 \
         "$bin" --port 0 --storage "$url?sslmode=disable" > "$W/out" 2> "$W/err" &
     NODE=$!
-    for _ in $(seq 300); do
-        port=$(sed -n 's#^listening on http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$W/out" | head -1)
-        [ -n "$port" ] && break
-        kill -0 "$NODE" 2>/dev/null || { echo "pg-one-node: $label did not start: $(tail -3 "$W/err")" >&2; exit 1; }
-        sleep 0.1
-    done
-    [ -n "$port" ] || { echo "pg-one-node: $label did not start listening" >&2; exit 1; }
+    port=$(wait_listening "$NODE" "$W/out" "$W/err" "$label") || exit 1
     python3 bench/tools/mksessions.py --url "http://127.0.0.1:$port" --count "$N" --out "$W/s.txt" --dispatch --timeout 180 > /dev/null
     sql "$db" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()" > /dev/null
     t0=$(awk '{print $14+$15}' "/proc/$NODE/stat"); g0=$(pg_ticks)

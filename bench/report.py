@@ -591,25 +591,21 @@ def main():
     pgb_tps = mean(r["tps"] for r in pgb)
     pgb_rows = []
     if solo or pgb:
-        cpu = [r for r in recs if r["kind"] == "cpu" and r.get("scenario") == "pg-solo-dispatch"]
-        done = sum(r.get("requests", 0) for r in runs("pg-solo-dispatch"))
+        def node_row(label, scenario, agg_):
+            cpu = [r for r in recs if r["kind"] == "cpu" and r.get("scenario") == scenario]
+            done = sum(r.get("requests", 0) for r in runs(scenario))
+            return (label, fmt_int(agg_["rps"]), runs_text(agg_["runs"]),
+                    f"{fmt_ms_from_us(agg_['p50_us'])} / {fmt_ms_from_us(agg_['p99_us'])}",
+                    (f"{1000 * sum(r['nodes_cpu_s'] for r in cpu) / done:.3f} / "
+                     f"{1000 * sum(r['pg_cpu_s'] for r in cpu) / done:.3f} ms") if cpu and done else "–",
+                    "–" if pgb_tps is None else fmt_ratio(agg_["rps"] / pgb_tps))
         if solo:
-            pgb_rows.append(("one node, no CPU quota: POST dispatch, 1,000 sessions (wrk -t2 -c64)",
-                             fmt_int(solo["rps"]), runs_text(solo["runs"]),
-                             f"{fmt_ms_from_us(solo['p50_us'])} / {fmt_ms_from_us(solo['p99_us'])}",
-                             (f"{1000 * sum(r['nodes_cpu_s'] for r in cpu) / done:.3f} / "
-                              f"{1000 * sum(r['pg_cpu_s'] for r in cpu) / done:.3f} ms") if cpu and done else "–",
-                             "1.00×" if pgb_tps is None else fmt_ratio(solo["rps"] / pgb_tps)))
+            pgb_rows.append(node_row("one node, no CPU quota: POST dispatch, 1,000 sessions (wrk -t2 -c64)",
+                                     "pg-solo-dispatch", solo))
         hot = agg("pg-solo-hot")
         if hot:
-            hot_cpu = [r for r in recs if r["kind"] == "cpu" and r.get("scenario") == "pg-solo-hot"]
-            hot_done = sum(r.get("requests", 0) for r in runs("pg-solo-hot"))
-            pgb_rows.append(("one node, no CPU quota: POST dispatch, one hot session (wrk -t2 -c64)",
-                             fmt_int(hot["rps"]), runs_text(hot["runs"]),
-                             f"{fmt_ms_from_us(hot['p50_us'])} / {fmt_ms_from_us(hot['p99_us'])}",
-                             (f"{1000 * sum(r['nodes_cpu_s'] for r in hot_cpu) / hot_done:.3f} / "
-                              f"{1000 * sum(r['pg_cpu_s'] for r in hot_cpu) / hot_done:.3f} ms") if hot_cpu and hot_done else "–",
-                             "–" if pgb_tps is None else fmt_ratio(hot["rps"] / pgb_tps)))
+            pgb_rows.append(node_row("one node, no CPU quota: POST dispatch, one hot session (wrk -t2 -c64)",
+                                     "pg-solo-hot", hot))
         if pgb:
             tx = sum(r.get("transactions") or 0 for r in pgb)
             pgb_rows.append(("pgbench -N (simple update), -c64 -j2, same duration", fmt_int(pgb_tps),

@@ -8,6 +8,14 @@ import StateStore
 import Synchronization
 
 extension SQLiteStorage {
+    /// A change's columns, the same in `changes` (keyed by session and seq) and in the log
+    /// `recent_changes` (no key: rows in commit order).
+    static let changeColumnDefinitions = """
+        session TEXT NOT NULL, seq INTEGER NOT NULL, feature TEXT NOT NULL, version INTEGER NOT NULL,
+        cause TEXT NOT NULL, action BLOB, effect BLOB, is_patch INTEGER NOT NULL, delta BLOB NOT NULL,
+        time INTEGER NOT NULL
+        """
+
     static let schema = """
         PRAGMA page_size = 4096;
         PRAGMA journal_mode = WAL;
@@ -23,32 +31,9 @@ extension SQLiteStorage {
             head_seq INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS sessions_by_activity ON sessions (last_active);
-        CREATE TABLE IF NOT EXISTS changes (
-            session TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            feature TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            cause TEXT NOT NULL,
-            action BLOB,
-            effect BLOB,
-            is_patch INTEGER NOT NULL,
-            delta BLOB NOT NULL,
-            time INTEGER NOT NULL,
-            PRIMARY KEY (session, seq)
-        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS changes (\(changeColumnDefinitions), PRIMARY KEY (session, seq)) WITHOUT ROWID;
         CREATE UNIQUE INDEX IF NOT EXISTS changes_by_store ON changes (session, feature, version);
-        CREATE TABLE IF NOT EXISTS recent_changes (
-            session TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            feature TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            cause TEXT NOT NULL,
-            action BLOB,
-            effect BLOB,
-            is_patch INTEGER NOT NULL,
-            delta BLOB NOT NULL,
-            time INTEGER NOT NULL
-        );
+        CREATE TABLE IF NOT EXISTS recent_changes (\(changeColumnDefinitions));
         CREATE TABLE IF NOT EXISTS stores (
             session TEXT NOT NULL,
             feature TEXT NOT NULL,
