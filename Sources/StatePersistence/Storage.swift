@@ -259,16 +259,6 @@ public enum StorageLifetime: Sendable, Equatable {
     case durable
 }
 
-/// Where sessions, journals, snapshots and idempotency replies live.
-///
-/// Writes are submitted in order and committed in that order; `commit` returns once the batch
-/// is durable (for SQLite: in the WAL and fsynced). Concurrent batches share commits (group
-/// commit). Reads may block on I/O: call them from tasks, never from an event thread.
-///
-/// The answer of `commit` is exact: when it returns, all of the batch is stored; when it
-/// throws, none of it is (whatever happened to other batches of the same group commit).
-/// Writes for a session that does not exist fail with `.sessionGone`; `deleteSession`
-/// removes every row of the session in every table.
 /// A storage that commits each session's batches in the order they were submitted and answers
 /// them in that order: a session may then hand it change N+1, computed on top of N, while N
 /// commits (its appends are fenced, so when N fails N+1 fails too, and nothing is stored out of
@@ -282,6 +272,16 @@ public protocol OrderedCommits: SessionStorage {
     func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
 }
 
+/// Where sessions, journals, snapshots and idempotency replies live.
+///
+/// Writes are submitted in order and committed in that order; `commit` returns once the batch
+/// is durable (for SQLite: in the WAL and fsynced). Concurrent batches share commits (group
+/// commit). Reads may block on I/O: call them from tasks, never from an event thread.
+///
+/// The answer of `commit` is exact: when it returns, all of the batch is stored; when it
+/// throws, none of it is (whatever happened to other batches of the same group commit).
+/// Writes for a session that does not exist fail with `.sessionGone`; `deleteSession`
+/// removes every row of the session in every table.
 public protocol SessionStorage: Sendable {
     /// `memory` or `sqlite:PATH`, for logs and errors.
     var name: String { get }
