@@ -266,12 +266,17 @@ extension Session {
                 case .sessionGone:
                     markGone()
                     finish(.failed(.sessionGone))
-                case .notOwner, .conflict where ownerEpoch != 0:
-                    // Another node owns the session now, or this copy is behind the journal:
-                    // nothing of this change was written. This copy goes (as for a change that
-                    // waited for its commit); the caller reaches the owner or a fresh copy.
-                    abandon()
-                    finish(.failed(.retired))
+                case .notOwner, .conflict:
+                    // With one owner per session: another node owns it now, or this copy is
+                    // behind the journal; nothing of this change was written. This copy goes (as
+                    // for a change that waited for its commit); the caller reaches the owner or
+                    // a fresh copy.
+                    if ownerEpoch != 0 {
+                        abandon()
+                        finish(.failed(.retired))
+                    } else {
+                        finish(.failed(.storage(cause)))
+                    }
                 case .uncertain where ended:
                     // The connection broke after the commit was sent: the journal says whether it
                     // landed (the stores went back to what was committed before it).
