@@ -120,7 +120,7 @@ struct SeveralNodesTests {
         let (_, a, b) = try await Self.twoNodes()
         let sink = RecordingSink()
         _ = b.hub.subscribe(features: nil, lastEventID: nil, sink: sink)
-        let storage = try #require(a.journal.storage)
+        let storage = a.journal.storage
         try await storage.commit([.deleteSession(id: a.id)])
         let failure = await sessionFailure { () async throws(SessionFailure) in try await b.refresh() }
         #expect({ if case .sessionGone? = failure { true } else { false } }(), "\(String(describing: failure))")
