@@ -91,9 +91,9 @@ extension SQLiteStorage {
         private let mergeEvery: Int
         /// The next part of the merge under way (``mergeNextPart()``); nil: none under way.
         private var mergeStep: Int?
-        /// The stores with rows in `recent_changes`, keyed `session NUL feature`, and a lower
-        /// bound of their versions there: compaction looks in the log only for these.
-        private var recentStores: [String: Int] = [:]
+        /// The stores with rows in `recent_changes`, and a lower bound of their versions there:
+        /// compaction looks in the log only for these.
+        private var recentStores: [StoreKey: Int] = [:]
 
         init(connection: SQLiteConnection, mergeEvery: Int) throws(StorageError) {
             self.connection = connection
@@ -103,7 +103,7 @@ extension SQLiteStorage {
                 "SELECT session, feature, min(version), count(*) FROM recent_changes GROUP BY session, feature", []
             ) { ($0.text(0), $0.text(1), Int($0.int(2)), Int($0.int(3))) }
             for (session, feature, version, count) in logged {
-                recentStores[Self.storeKey(session, feature)] = version
+                recentStores[StoreKey(session: session, feature: feature)] = version
                 unmerged += count
             }
             let thread = Thread { [self] in loop() }
@@ -223,7 +223,7 @@ extension SQLiteStorage {
                 let moved = connection.changes
                 try connection.run("COMMIT", [])
                 unmerged = max(0, unmerged - moved)
-                recentStores = recentStores.filter { Self.mergePart(ofKey: $0.key) != part }
+                recentStores = recentStores.filter { Self.mergePart(of: $0.key.session) != part }
                 mergeStep = part + 1 < Self.mergeParts ? part + 1 : nil
                 if mergeStep == nil { mergeAt = mergeEvery }
                 mergeTimer.recordNanoseconds(Self.nanoseconds(since: started))
@@ -238,9 +238,9 @@ extension SQLiteStorage {
         /// The parts a merge moves the log in, one per group commit.
         static let mergeParts = 8
 
-        /// The part of ``mergeNextPart()`` a store's rows belong to (`unicode(session) % parts`).
-        static func mergePart(ofKey key: String) -> Int {
-            Int(key.unicodeScalars.first?.value ?? 0) % mergeParts
+        /// The part of ``mergeNextPart()`` a session's rows belong to (`unicode(session) % parts`).
+        static func mergePart(of session: String) -> Int {
+            Int(session.unicodeScalars.first?.value ?? 0) % mergeParts
         }
 
         private let mergeTimer = Timer(label: "stateserver_storage_merge_duration_seconds")
@@ -251,7 +251,10 @@ extension SQLiteStorage {
             return elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
         }
 
-        static func storeKey(_ session: String, _ feature: String) -> String { session + "\u{0}" + feature }
+        struct StoreKey: Hashable {
+            let session: String
+            let feature: String
+        }
 
         private enum GroupOutcome {
             /// COMMIT succeeded: one result per batch (failed ones were rolled back to their
@@ -388,7 +391,7 @@ extension SQLiteStorage {
                 guard try e.version == storeVersion(e.session, e.feature) + 1 else { throw Self.notNext(e) }
                 try db.run(
                     """
-                    INSERT INTO recent_changes (session, seq, feature, version, cause, action, effect, is_patch, delta, time)
+                    INSERT INTO recent_changes (\(SQLiteStorage.changeColumns))
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [
@@ -397,7 +400,7 @@ extension SQLiteStorage {
                         .int(e.delta.isPatch ? 1 : 0), .blob(e.delta.bytes), .int(e.time),
                     ])
                 unmerged += 1
-                let store = Self.storeKey(e.session, e.feature)
+                let store = StoreKey(session: e.session, feature: e.feature)
                 recentStores[store] = min(recentStores[store] ?? e.version, e.version)
                 if let key {
                     try db.run(
@@ -448,7 +451,7 @@ extension SQLiteStorage {
                 // The oldest version still needed: of the entries in the replay window (in the
                 // log too when the store has rows there), of the remembered keys, or just after
                 // the snapshot.
-                let store = Self.storeKey(session, feature)
+                let store = StoreKey(session: session, feature: feature)
                 let inLog = recentStores[store] != nil
                 let needFrom = try db.query(
                     """
@@ -472,7 +475,7 @@ extension SQLiteStorage {
                     try db.run(
                         "DELETE FROM recent_changes WHERE session = ? AND feature = ? AND version <= ?",
                         [.text(session), .text(feature), .int(base)])
-                    unmerged -= db.changes
+                    unmerged = max(0, unmerged - db.changes)
                     recentStores[store] = Int(base) + 1
                 }
             case .createGrant(let g):

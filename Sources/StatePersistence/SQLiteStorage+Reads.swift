@@ -56,10 +56,10 @@ extension SQLiteStorage {
         try await reader.read { db throws(StorageError) in
             try db.query(
                 """
-                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
+                SELECT \(Self.entryColumns) FROM changes
                 WHERE session = ?1 AND feature = ?2 AND version > ?3 AND version <= ?4
                 UNION ALL
-                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM recent_changes
+                SELECT \(Self.entryColumns) FROM recent_changes
                 WHERE session = ?1 AND feature = ?2 AND version > ?3 AND version <= ?4
                 ORDER BY version
                 """, [.text(session), .text(feature), .int(Int64(afterVersion)), .int(Int64(clamping: through))]
@@ -71,10 +71,10 @@ extension SQLiteStorage {
         try await reader.read { db throws(StorageError) in
             try db.query(
                 """
-                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM changes
+                SELECT \(Self.entryColumns) FROM changes
                 WHERE session = ?1 AND seq > ?2
                 UNION ALL
-                SELECT seq, feature, version, cause, action, effect, is_patch, delta, time FROM recent_changes
+                SELECT \(Self.entryColumns) FROM recent_changes
                 WHERE session = ?1 AND seq > ?2
                 ORDER BY seq LIMIT ?3
                 """, [.text(session), .int(Int64(afterSeq)), .int(Int64(limit))]

@@ -53,7 +53,9 @@ public final class SQLiteStorage: SessionStorage {
         + "coalesce((SELECT max(seq) FROM recent_changes WHERE recent_changes.session = ?1), 0))"
 
     /// The columns of a change, in `changes` and `recent_changes` alike.
-    static let changeColumns = "session, seq, feature, version, cause, action, effect, is_patch, delta, time"
+    static let changeColumns = "session, \(entryColumns)"
+    /// What a read of the journal takes of a change (``entry(_:_:)``: the session is known).
+    static let entryColumns = "seq, feature, version, cause, action, effect, is_patch, delta, time"
 
     /// The schema version this code writes (`PRAGMA user_version`).
     static let schemaVersion = 3
