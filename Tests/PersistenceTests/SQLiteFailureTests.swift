@@ -1,6 +1,7 @@
 import Foundation
 import TestSupport
 @testable import StatePersistence
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -230,6 +231,29 @@ struct SQLiteFailureTests {
             #expect(error?.message.contains("(pid \(getpid()))") == true, "\(String(describing: error))")
             let second = try await database.reopen()
             #expect(try await second.session(id: "s") != nil)
+        }
+    }
+
+    @Test("a lock released while another thread spawns a child process is taken again, not refused")
+    func reopenWhileSpawning() async throws {
+        try await withSQLiteStorage { first, database in
+            try await first.commit([.createSession(Rows.session("s"))])
+            // A child between fork and exec holds a copy of every descriptor, the lock's too.
+            let spawning = Atomic<Bool>(true)
+            let spawner = Thread {
+                while spawning.load(ordering: .relaxed) {
+                    let child = Process()
+                    child.executableURL = URL(fileURLWithPath: "/bin/true")
+                    try? child.run()
+                    child.waitUntilExit()
+                }
+            }
+            spawner.start()
+            defer { spawning.store(false, ordering: .relaxed) }
+            for round in 0..<150 {
+                let storage = try await database.reopen()
+                #expect(try await storage.session(id: "s") != nil, "round \(round)")
+            }
         }
     }
 }

@@ -29,30 +29,11 @@ package final class SQLiteDatabase: Sendable {
         await storage?.close()
     }
 
-    /// Opens the file again after a close. The lock file's `flock` is dropped when its
-    /// descriptor closes — unless a child process being spawned by another test at that moment
-    /// still holds a copy of the descriptor (until its exec closes it): then this process's own
-    /// lock is seen for a moment, and the open is tried again, for up to 30 s.
-    static func open(path: String, maxBytes: Int?) async throws -> SQLiteStorage {
-        var refusal: StorageError?
-        let opened = try await poll(timeout: .seconds(30), every: .milliseconds(20)) { () throws -> SQLiteStorage? in
-            do throws(StorageError) {
-                return try SQLiteStorage(path: path, maxBytes: maxBytes)
-            } catch {
-                guard error.message.contains("another storage of this process") else { throw error }
-                refusal = error
-                return nil
-            }
-        }
-        guard let opened else { throw refusal ?? StorageError(.unusable, "\(path) could not be opened") }
-        return opened
-    }
-
     /// Closes the storage and opens the file again.
     @discardableResult
     package func reopen() async throws -> SQLiteStorage {
         await close()
-        let fresh = try await Self.open(path: path, maxBytes: maxBytes)
+        let fresh = try SQLiteStorage(path: path, maxBytes: maxBytes)
         current.withLock { $0 = (fresh, true) }
         return fresh
     }
