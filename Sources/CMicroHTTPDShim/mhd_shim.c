@@ -1,6 +1,7 @@
 #include "mhd_shim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <netdb.h>
@@ -10,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <netinet/tcp.h>
+#include <time.h>
 #include <unistd.h>
 
 static int ss_hex(char c) {
@@ -214,6 +219,7 @@ struct MHD_Daemon *ss_start_daemon(const ss_daemon_config *config,
     memset(&address, 0, sizeof address);
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC;
     if (tls) flags |= MHD_USE_TLS;
+    if (config->detach_streams && !tls) flags |= MHD_USE_TURBO;
     if (found->ai_family == AF_INET6) {
         struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&address;
         memcpy(in6, found->ai_addr, sizeof *in6);
@@ -717,4 +723,116 @@ int ss_epoll_wait_ids(int epoll_fd, uint64_t *ids, int max, int timeout_ms) {
     int count = epoll_wait(epoll_fd, events, max, timeout_ms);
     for (int i = 0; i < count; i++) ids[i] = events[i].data.u64;
     return count;
+}
+
+int ss_epoll_watch_stream(int epoll_fd, int fd, uint64_t id, int want_write, int modify) {
+    struct epoll_event event;
+    memset(&event, 0, sizeof event);
+    event.events = EPOLLIN | EPOLLRDHUP | (want_write ? EPOLLOUT : 0);
+    event.data.u64 = id;
+    return epoll_ctl(epoll_fd, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &event);
+}
+
+int ss_epoll_wait_events(int epoll_fd, uint64_t *ids, uint32_t *events, int max, int timeout_ms) {
+    struct epoll_event ready[256];
+    if (max > 256) max = 256;
+    int count = epoll_wait(epoll_fd, ready, max, timeout_ms);
+    for (int i = 0; i < count; i++) {
+        ids[i] = ready[i].data.u64;
+        uint32_t bits = 0;
+        if (ready[i].events & EPOLLIN) bits |= ss_stream_readable;
+        if (ready[i].events & EPOLLOUT) bits |= ss_stream_writable;
+        if (ready[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) bits |= ss_stream_hangup;
+        events[i] = bits;
+    }
+    return count;
+}
+
+int ss_stream_socket(int fd) {
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return -1;
+    int off = 0, on = 1;
+    (void)setsockopt(copy, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    (void)setsockopt(copy, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    return copy;
+}
+
+ssize_t ss_stream_send(int fd, const void *bytes, size_t count) {
+    return send(fd, bytes, count, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static size_t ss_chunk_header(size_t count, char header[24]) {
+    int written = snprintf(header, 24, "%zx\r\n", count);
+    return written < 0 ? 0 : (size_t)written;
+}
+
+size_t ss_chunk_wire_length(size_t count, int chunked) {
+    if (!chunked) return count;
+    char header[24];
+    return ss_chunk_header(count, header) + count + 2;
+}
+
+ssize_t ss_stream_send_chunk(int fd, const void *bytes, size_t count, size_t offset, int chunked) {
+    char header[24];
+    size_t header_length = chunked ? ss_chunk_header(count, header) : 0;
+    struct iovec parts[3];
+    const void *bases[3] = {header, bytes, "\r\n"};
+    size_t lengths[3] = {header_length, count, chunked ? 2 : 0};
+    int used = 0;
+    for (int i = 0; i < 3; i++) {
+        if (offset >= lengths[i]) {
+            offset -= lengths[i];
+            continue;
+        }
+        parts[used].iov_base = (char *)bases[i] + offset;
+        parts[used].iov_len = lengths[i] - offset;
+        offset = 0;
+        used++;
+    }
+    if (used == 0) return 0;
+    struct msghdr message;
+    memset(&message, 0, sizeof message);
+    message.msg_iov = parts;
+    message.msg_iovlen = (size_t)used;
+    return sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+int ss_stream_drain(int fd) {
+    char buffer[1024];
+    for (;;) {
+        ssize_t got = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+        if (got > 0) continue;
+        if (got == 0) return 0;
+        if (errno == EINTR) continue;
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 1 : 0;
+    }
+}
+
+int ss_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
+void ss_eventfd_signal(int fd) {
+    uint64_t one = 1;
+    (void)!write(fd, &one, sizeof one);
+}
+
+void ss_eventfd_drain(int fd) {
+    uint64_t value;
+    (void)!read(fd, &value, sizeof value);
+}
+
+size_t ss_http_date(char *text, size_t size) {
+    time_t now = time(NULL);
+    struct tm parts;
+    if (gmtime_r(&now, &parts) == NULL) return 0;
+    /* Not strftime: its %a and %b follow the locale. */
+    static const char *days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char *months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    int written = snprintf(text, size, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[parts.tm_wday % 7], parts.tm_mday,
+                           months[parts.tm_mon % 12], parts.tm_year + 1900, parts.tm_hour, parts.tm_min, parts.tm_sec);
+    return (written < 0 || (size_t)written >= size) ? 0 : (size_t)written;
+}
+
+const char *ss_reason_phrase(unsigned int status) {
+    const char *phrase = MHD_get_reason_phrase_for(status);
+    return (phrase == NULL || phrase[0] == '\0') ? "Unknown" : phrase;
 }

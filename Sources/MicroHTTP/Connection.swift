@@ -37,6 +37,8 @@ final class RequestContext: Sendable {
         var refusal: String?
         /// The connection's peer address.
         var peer: IPAddress?
+        /// An HTTP/1.0 request (its reply cannot be chunked).
+        var http10 = false
     }
 
     /// Address just past the request target as libmicrohttpd first saw it (its first NUL), or
@@ -84,17 +86,28 @@ let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, length in
     guard let cls else { return MHD_Result.NO }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
     guard server.accepting.load(ordering: .sequentiallyConsistent) else { return MHD_Result.NO }
+    if let sockets = server.sockets {
+        // Streams on their own sockets are connections too.
+        let streams = sockets.count
+        if streams > 0, streams + server.daemonConnections.load(ordering: .relaxed) >= server.configuration.connectionLimit {
+            return MHD_Result.NO
+        }
+    }
     guard let counts = server.addressConnections else { return MHD_Result.YES }
     guard let client = IPAddress.reading({ ss_address_bytes(address, Int(length), $0) == 1 }) else { return MHD_Result.YES }
     return counts.mayAccept(client) ? MHD_Result.YES : MHD_Result.NO
 }
 
-/// libmicrohttpd's connection notifications (only with a per-address connection limit): a
-/// connection that started is counted for its address, and uncounted when it closes.
+/// libmicrohttpd's connection notifications (with a per-address connection limit, or streams on
+/// their own sockets): a connection that started is counted (for its address), and uncounted
+/// when it closes.
 /// `socketContext` marks the connections that were counted (not those from exempt addresses).
 let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
     guard let cls, let connection, let socketContext else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    if server.sockets != nil {
+        server.daemonConnections.add(code == .CONNECTION_NOTIFY_STARTED ? 1 : -1, ordering: .relaxed)
+    }
     guard let counts = server.addressConnections, let address = connectionAddress(connection) else { return }
     if code == .CONNECTION_NOTIFY_STARTED {
         if counts.opened(address) { socketContext.pointee = UnsafeMutableRawPointer(bitPattern: 1) }
@@ -165,7 +178,9 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
             problem = RequestFraming.queryTargetTooLong
         }
         let peer = connectionAddress(connection)
+        let http10 = version.map { strcmp($0, "HTTP/1.0") == 0 } ?? false
         context.head.withLock {
+            $0.http10 = http10
             $0.method = methodText
             $0.path = path
             $0.headers = headers
@@ -329,6 +344,9 @@ extension HTTPServer {
                 stream.finish()
                 return queue(HTTPResponse(status: 503, route: response.route), on: connection, context: context)
             }
+            if stream.carriesEvents, let sockets, let detached = detach(stream, response, from: connection, context: context, to: sockets) {
+                return detached
+            }
             stream.attach(connection)
             context.stream.withLock { $0 = stream }
             if let watcher = hangups {
@@ -362,5 +380,66 @@ extension HTTPServer {
             method: context.method, route: response.route, status: response.status,
             nanoseconds: Int64(clamping: DispatchTime.now().uptimeNanoseconds &- context.started), refusal: context.head.withLock { $0.refusal }))
         return result
+    }
+
+    /// Moves an event stream to its own socket (``StreamSockets``): writes the access log
+    /// record and returns `MHD_NO`, for libmicrohttpd to close its descriptor of the socket
+    /// without a byte written. Nil when the stream stays in libmicrohttpd (the connection
+    /// limit is reached by streams already, or the socket could not be taken).
+    private func detach(
+        _ stream: EventStream, _ response: HTTPResponse, from connection: OpaquePointer, context: RequestContext,
+        to sockets: StreamSockets
+    ) -> MHD_Result? {
+        guard sockets.count < configuration.connectionLimit, context.method != "HEAD" else { return nil }
+        let fd = ss_connection_fd(connection)
+        guard fd >= 0 else { return nil }
+        let own = ss_stream_socket(fd)
+        guard own >= 0 else { return nil }
+        let chunked = !context.head.withLock { $0.http10 }
+        guard sockets.adopt(fd: own, stream: stream, head: Self.streamHead(response, chunked: chunked), chunked: chunked) else {
+            close(own)
+            return nil
+        }
+        // The stream is one of the address's connections while it lasts.
+        let counts = addressConnections
+        let counted = counts.flatMap { counts in context.head.withLock { $0.peer }.flatMap { counts.opened($0) ? $0 : nil } }
+        stream.onFinish { [weak self] in
+            self?.unregister(stream)
+            if let counted { counts?.closed(counted) }
+        }
+        accessLog(HTTPAccessRecord(
+            method: context.method, route: response.route, status: response.status,
+            nanoseconds: Int64(clamping: DispatchTime.now().uptimeNanoseconds &- context.started), refusal: context.head.withLock { $0.refusal }))
+        return MHD_Result.NO
+    }
+
+    /// The head of a stream's response on its own socket, as libmicrohttpd would write it: the
+    /// status line, `Date`, the response's fields (any that could split the head are dropped,
+    /// as libmicrohttpd refuses them; framing fields are the server's), then
+    /// `Transfer-Encoding: chunked`, or for an HTTP/1.0 client `Connection: close` (the body
+    /// ends with the connection).
+    static func streamHead(_ response: HTTPResponse, chunked: Bool) -> [UInt8] {
+        var head: [UInt8] = []
+        head.reserveCapacity(256)
+        head.append(contentsOf: "HTTP/1.1 \(response.status) ".utf8)
+        head.append(contentsOf: String(cString: ss_reason_phrase(UInt32(clamping: response.status))).utf8)
+        head.append(contentsOf: "\r\nDate: ".utf8)
+        var date = [CChar](repeating: 0, count: 40)
+        let length = ss_http_date(&date, date.count)
+        head.append(contentsOf: date.prefix(length).map { UInt8(bitPattern: $0) })
+        head.append(contentsOf: "\r\n".utf8)
+        let framing: Set<String> = ["connection", "content-length", "transfer-encoding", "date"]
+        for (name, value) in response.headers {
+            guard !name.isEmpty, !framing.contains(name.lowercased()),
+                !name.utf8.contains(where: { $0 <= 32 || $0 == UInt8(ascii: ":") || $0 >= 127 }),
+                !value.utf8.contains(where: { $0 == 0 || $0 == 10 || $0 == 13 })
+            else { continue }
+            head.append(contentsOf: name.utf8)
+            head.append(contentsOf: ": ".utf8)
+            head.append(contentsOf: value.utf8)
+            head.append(contentsOf: "\r\n".utf8)
+        }
+        head.append(contentsOf: (chunked ? "Transfer-Encoding: chunked\r\n\r\n" : "Connection: close\r\n\r\n").utf8)
+        return head
     }
 }

@@ -3,6 +3,10 @@ import CMicroHTTPDShim
 import DequeModule
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The body of a long-lived streaming response: server-sent events, or (``carriesEvents``
 /// false) any body produced in pieces, such as a long JSON document.
 ///
@@ -32,7 +36,59 @@ public final class EventStream: Sendable {
         var onFinish: [@Sendable () -> Void] = []
         /// Writers waiting for room in the queue (``write(_:)``).
         var waiters: [CheckedContinuation<Void, Never>] = []
+        /// The stream's own socket, once it left libmicrohttpd (``StreamSockets``).
+        var socket: SocketLink?
     }
+
+    /// A stream's socket outside libmicrohttpd. Only ``StreamSockets``' thread writes to it and
+    /// closes it; producers only ask that thread to write (`scheduled`).
+    struct SocketLink {
+        let fd: Int32
+        let id: UInt64
+        let owner: StreamSockets
+        /// The response's head, written first, and how much of it is written.
+        let head: [UInt8]
+        var headSent = 0
+        /// Chunked coding (HTTP/1.1): each queued frame goes as one chunk, and the body ends
+        /// with the last chunk (`0` CRLF CRLF). Without it (HTTP/1.0) the body ends at the close.
+        let chunked: Bool
+        var terminatorSent = 0
+        /// Registered for `EPOLLOUT` (bytes wait for room in the socket's buffer).
+        var wantsWrite = false
+        /// In the owner's list of streams to write.
+        var scheduled = false
+
+        init(fd: Int32, id: UInt64, owner: StreamSockets, head: [UInt8], chunked: Bool) {
+            self.fd = fd
+            self.id = id
+            self.owner = owner
+            self.head = head
+            self.chunked = chunked
+        }
+    }
+
+    /// What one `send` did.
+    private enum Sent {
+        case bytes(Int)
+        /// The socket's buffer is full: wait for `EPOLLOUT`.
+        case blocked
+        case failed
+
+        init(_ result: Int) {
+            if result >= 0 {
+                self = .bytes(result)
+                return
+            }
+            let code = errno
+            if code == EINTR {
+                self = .bytes(0)
+            } else {
+                self = code == EAGAIN || code == EWOULDBLOCK ? .blocked : .failed
+            }
+        }
+    }
+
+    private static let lastChunk = Array("0\r\n\r\n".utf8)
 
     let state = Mutex(State())
     public let bufferLimit: Int
@@ -57,7 +113,7 @@ public final class EventStream: Sendable {
                 state.queue.append(bytes)
                 state.queuedBytes += bytes.count
                 state.active = true
-                Self.wake(&state)
+                wake(&state)
                 return true
             }
             if let queued { return queued }
@@ -86,13 +142,13 @@ public final class EventStream: Sendable {
                 state.headOffset = 0
                 state.queuedBytes = 0
                 state.closing = true
-                Self.wake(&state)
+                wake(&state)
                 return false
             }
             state.queue.append(bytes)
             state.queuedBytes += bytes.count
             state.active = true
-            Self.wake(&state)
+            wake(&state)
             return true
         }
     }
@@ -106,7 +162,7 @@ public final class EventStream: Sendable {
             state.queue.append(bytes)
             state.queuedBytes += bytes.count
             state.active = true
-            Self.wake(&state)
+            wake(&state)
             return true
         }
     }
@@ -116,7 +172,7 @@ public final class EventStream: Sendable {
         state.withLock { state in
             guard !state.closing else { return }
             state.closing = true
-            Self.wake(&state)
+            wake(&state)
         }
     }
 
@@ -134,7 +190,7 @@ public final class EventStream: Sendable {
                 state.active = true
             }
             state.closing = true
-            Self.wake(&state)
+            wake(&state)
             return true
         }
     }
@@ -163,14 +219,17 @@ public final class EventStream: Sendable {
             if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return }
             state.queue.append(bytes)
             state.queuedBytes += bytes.count
-            Self.wake(&state)
+            wake(&state)
         }
     }
 
-    private static func wake(_ state: inout State) {
+    private func wake(_ state: inout State) {
         if state.suspended, let connection = state.connection {
             state.suspended = false
             MHD_resume_connection(connection.pointer)
+        } else if let link = state.socket, !link.scheduled {
+            state.socket?.scheduled = true
+            link.owner.schedule(self)
         }
     }
 
@@ -240,4 +299,102 @@ public final class EventStream: Sendable {
     }
 
     var isFinished: Bool { state.withLock { $0.finished } }
+
+    // MARK: On its own socket (StreamSockets' thread)
+
+    /// Takes `link`'s socket: its head goes first, then what is queued.
+    func attach(_ link: SocketLink) {
+        state.withLock { state in
+            state.socket = link
+            wake(&state)
+        }
+    }
+
+    /// Writes the head, what is queued (each frame in one `sendmsg`, as a chunk when chunked)
+    /// and, once closing, the last chunk, as far as the socket's buffer takes them; waits for
+    /// room (`EPOLLOUT`) for the rest. Ends the stream once all is written and it is closing, or
+    /// when the socket fails.
+    func flushSocket() {
+        let (done, waiters) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
+            guard var link = state.socket, !state.finished else { return (false, []) }
+            link.scheduled = false
+            var outcome = Sent.bytes(0)
+            var wrote = false
+            while link.headSent < link.head.count {
+                outcome = Sent(link.head.withUnsafeBytes { raw -> Int in
+                    guard let base = raw.baseAddress else { return 0 }
+                    return ss_stream_send(link.fd, base + link.headSent, raw.count - link.headSent)
+                })
+                guard case .bytes(let count) = outcome else { break }
+                link.headSent += count
+            }
+            while case .bytes = outcome, link.headSent == link.head.count, let first = state.queue.first {
+                let wire = ss_chunk_wire_length(first.count, link.chunked ? 1 : 0)
+                if first.isEmpty || state.headOffset >= wire {
+                    // An empty chunk would end the body: an empty frame is dropped.
+                    state.queue.removeFirst()
+                    state.headOffset = 0
+                    state.queuedBytes -= first.count
+                    continue
+                }
+                outcome = Sent(first.withUnsafeBytes { raw in
+                    ss_stream_send_chunk(link.fd, raw.baseAddress, raw.count, state.headOffset, link.chunked ? 1 : 0)
+                })
+                guard case .bytes(let count) = outcome else { break }
+                wrote = wrote || count > 0
+                state.headOffset += count
+            }
+            let drained = link.headSent == link.head.count && state.queue.isEmpty
+            if case .bytes = outcome, drained, state.closing, link.chunked {
+                while link.terminatorSent < Self.lastChunk.count {
+                    outcome = Sent(Self.lastChunk.withUnsafeBytes { raw -> Int in
+                        guard let base = raw.baseAddress else { return 0 }
+                        return ss_stream_send(link.fd, base + link.terminatorSent, raw.count - link.terminatorSent)
+                    })
+                    guard case .bytes(let count) = outcome else { break }
+                    link.terminatorSent += count
+                }
+            }
+            let blocked: Bool
+            if case .blocked = outcome { blocked = true } else { blocked = false }
+            if blocked != link.wantsWrite, ss_epoll_watch_stream(link.owner.epoll, link.fd, link.id, blocked ? 1 : 0, 1) == 0 {
+                link.wantsWrite = blocked
+            }
+            state.socket = link
+            let failed: Bool
+            if case .failed = outcome { failed = true } else { failed = false }
+            let done = failed
+                || (drained && state.closing && (!link.chunked || link.terminatorSent == Self.lastChunk.count))
+            guard wrote, !state.waiters.isEmpty else { return (done, []) }
+            defer { state.waiters = [] }
+            return (done, state.waiters)
+        }
+        for waiter in waiters { waiter.resume() }
+        if done { finishSocket() }
+    }
+
+    /// The socket is readable, writable or hung up (`ss_stream_*` bits).
+    func socketReady(_ events: UInt32) {
+        guard let fd = state.withLock({ $0.socket?.fd }) else { return }
+        // A client sends nothing after an event stream's request: what it sends is dropped,
+        // and its end (or a hang-up) ends the stream.
+        var gone = events & ss_stream_hangup != 0
+        if !gone, events & ss_stream_readable != 0 { gone = ss_stream_drain(fd) == 0 }
+        if gone {
+            finishSocket()
+        } else if events & ss_stream_writable != 0 {
+            flushSocket()
+        }
+    }
+
+    /// Closes the socket and finishes the stream.
+    func finishSocket() {
+        let link = state.withLock { state -> SocketLink? in
+            defer { state.socket = nil }
+            return state.socket
+        }
+        guard let link else { return }
+        link.owner.forget(link)
+        finish()
+    }
 }

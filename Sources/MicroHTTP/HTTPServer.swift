@@ -43,6 +43,11 @@ public final class HTTPServer: Sendable {
         public var shutdownBytes: [UInt8]?
         /// HTTPS only, served by libmicrohttpd (GnuTLS); `nil`: plain HTTP.
         public var tls: TLS?
+        /// Plain HTTP: event streams leave libmicrohttpd once answered and are written on sockets
+        /// of their own (``StreamSockets``). They count against `connectionLimit` with
+        /// libmicrohttpd's connections, and against `connectionsPerAddress`. With TLS they
+        /// always stay in libmicrohttpd.
+        public var detachStreams = true
 
         public init() {}
     }
@@ -79,6 +84,10 @@ public final class HTTPServer: Sendable {
     let hangups = HangupWatcher()
     /// Connections per client address (nil: no per-address limit).
     let addressConnections: AddressConnections?
+    /// Event streams on their own sockets (nil: they stay in libmicrohttpd).
+    let sockets: StreamSockets?
+    /// libmicrohttpd's open connections (counted only with `sockets`, for the connection limit).
+    let daemonConnections = Atomic<Int>(0)
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(
@@ -90,6 +99,7 @@ public final class HTTPServer: Sendable {
         self.accessLog = accessLog
         addressConnections = configuration.connectionsPerAddress > 0
             ? AddressConnections(limit: configuration.connectionsPerAddress, exempt: configuration.connectionLimitExempt) : nil
+        sockets = configuration.detachStreams && configuration.tls == nil ? StreamSockets() : nil
     }
 
     /// Binds and starts serving. Returns the bound port (the real one when `port` is 0).
@@ -109,8 +119,9 @@ public final class HTTPServer: Sendable {
                     connection_memory_limit: max(4096, self.configuration.connectionMemoryLimit),
                     reuse_port: self.configuration.reusePort ? 1 : 0,
                     tls_certificate: certificate, tls_key: key, tls_priorities: priorities,
-                    notify_connection: self.addressConnections == nil ? nil : connectionNotified,
-                    notify_connection_cls: Unmanaged.passUnretained(self).toOpaque())
+                    notify_connection: self.addressConnections == nil && self.sockets == nil ? nil : connectionNotified,
+                    notify_connection_cls: Unmanaged.passUnretained(self).toOpaque(),
+                    detach_streams: self.sockets == nil ? 0 : 1)
                 let me = Unmanaged.passUnretained(self).toOpaque()
                 return ss_start_daemon(
                     &config, acceptPolicy, me, accessHandler, me, requestCompleted, me, uriLogged, &errorText, errorText.count)
@@ -174,6 +185,8 @@ public final class HTTPServer: Sendable {
             for stream in streams { stream.close() }
             try? await Task.sleep(for: .milliseconds(20))
         }
+        // Streams on their own sockets whose client does not read end here, unsent bytes dropped.
+        await sockets?.stop()
         // libmicrohttpd 0.9.75 aborts the process (MHD_PANIC) when stopped with a suspended
         // connection, and the stop frees connections a late `later` answer would then resume.
         // So the requests still computing are answered 503 and resumed here, under the lock

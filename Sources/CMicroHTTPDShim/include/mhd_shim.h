@@ -33,6 +33,11 @@ typedef struct ss_daemon_config {
     /// NULL for none (the per-address connection count uses it).
     MHD_NotifyConnectionCallback notify_connection;
     void *notify_connection_cls;
+    /// Nonzero (plain HTTP only): event streams leave libmicrohttpd once their head is known
+    /// (MicroHTTP's StreamSockets). Sets MHD_USE_TURBO, without which libmicrohttpd 0.9.75
+    /// shuts down (SHUT_WR) a connection's socket when it closes it, which would end the
+    /// stream's duplicate of that socket too.
+    int detach_streams;
 } ss_daemon_config;
 
 /// What ss_tls_check learnt of the certificate it accepted.
@@ -216,6 +221,39 @@ int ss_epoll_watch_hangup(int epoll_fd, int fd, uint64_t id);
 int ss_epoll_forget(int epoll_fd, int fd);
 /// Waits up to `timeout_ms`; writes the ids of ready registrations, returns their count.
 int ss_epoll_wait_ids(int epoll_fd, uint64_t *ids, int max, int timeout_ms);
+
+/// Event streams on their own sockets (MicroHTTP's StreamSockets): registrations by id, level
+/// triggered, for input and the peer hanging up, and output while bytes wait.
+int ss_epoll_watch_stream(int epoll_fd, int fd, uint64_t id, int want_write, int modify);
+/// Waits up to `timeout_ms`; writes the ids and the events (ss_stream_* bits) of ready
+/// registrations, returns their count.
+int ss_epoll_wait_events(int epoll_fd, uint64_t *ids, uint32_t *events, int max, int timeout_ms);
+static const uint32_t ss_stream_readable = 1;
+static const uint32_t ss_stream_writable = 2;
+static const uint32_t ss_stream_hangup = 4;
+/// A duplicate of `fd` (close-on-exec), turned for streaming: TCP_CORK off (libmicrohttpd
+/// may leave it on between responses) and TCP_NODELAY on. -1 on failure.
+int ss_stream_socket(int fd);
+/// send() without SIGPIPE: the count written, or -1 with errno.
+ssize_t ss_stream_send(int fd, const void *bytes, size_t count);
+/// The bytes `count` bytes of body take on the wire: as one chunk of the chunked coding (hex
+/// size, CRLF, the bytes, CRLF) when `chunked`, else as they are.
+size_t ss_chunk_wire_length(size_t count, int chunked);
+/// Sends `bytes` as ss_chunk_wire_length frames them, from `offset` bytes into that frame (one
+/// sendmsg, no copy); returns the count written, or -1 with errno.
+ssize_t ss_stream_send_chunk(int fd, const void *bytes, size_t count, size_t offset, int chunked);
+/// Reads and drops what the peer sent: 1 while the socket is open, 0 when the peer closed
+/// it or it failed.
+int ss_stream_drain(int fd);
+/// An eventfd (non-blocking, close-on-exec) and its signal and drain.
+int ss_eventfd(void);
+void ss_eventfd_signal(int fd);
+void ss_eventfd_drain(int fd);
+/// The `Date` header's value (IMF-fixdate) for now, into `text` (at least 32 bytes); returns
+/// its length.
+size_t ss_http_date(char *text, size_t size);
+/// The reason phrase of `status` ("Unknown" when there is none).
+const char *ss_reason_phrase(unsigned int status);
 
 /// MHD_CONTENT_READER_END_OF_STREAM and _WITH_ERROR, which Swift cannot import as macros.
 static const ssize_t ss_content_reader_end_of_stream = -1;
