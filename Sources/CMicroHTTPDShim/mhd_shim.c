@@ -652,6 +652,11 @@ int ss_connection_fd(struct MHD_Connection *connection) {
     return info == NULL ? -1 : info->connect_fd;
 }
 
+void *ss_connection_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
+}
+
 int ss_address_bytes(const struct sockaddr *address, size_t length, uint8_t bytes[16]) {
     if (address == NULL) return 0;
     if (address->sa_family == AF_INET && length >= sizeof(struct sockaddr_in)) {

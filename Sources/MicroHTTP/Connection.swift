@@ -105,11 +105,17 @@ let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, length in
 let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
     guard let cls, let connection, let socketContext else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    let started = code == .CONNECTION_NOTIFY_STARTED
     if server.sockets != nil {
-        server.daemonConnections.add(code == .CONNECTION_NOTIFY_STARTED ? 1 : -1, ordering: .relaxed)
+        if !started, server.detachedConnections.withLock({ $0.remove(UInt(bitPattern: connection)) != nil }) {
+            // Its event stream took over its place in both counts (`HTTPServer.detach`).
+            socketContext.pointee = nil
+            return
+        }
+        server.daemonConnections.add(started ? 1 : -1, ordering: .relaxed)
     }
     guard let counts = server.addressConnections, let address = connectionAddress(connection) else { return }
-    if code == .CONNECTION_NOTIFY_STARTED {
+    if started {
         if counts.opened(address) { socketContext.pointee = UnsafeMutableRawPointer(bitPattern: 1) }
     } else if socketContext.pointee != nil {
         socketContext.pointee = nil
@@ -400,9 +406,12 @@ extension HTTPServer {
             close(own)
             return nil
         }
-        // The stream is one of the address's connections while it lasts.
+        // The stream takes over the connection's place in the connection counts (for as long
+        // as it lasts) at once, not when libmicrohttpd gets round to closing the connection.
         let counts = addressConnections
-        let counted = counts.flatMap { counts in context.head.withLock { $0.peer }.flatMap { counts.opened($0) ? $0 : nil } }
+        let counted = ss_connection_socket_context(connection) != nil ? context.head.withLock { $0.peer } : nil
+        _ = detachedConnections.withLock { $0.insert(UInt(bitPattern: connection)) }
+        daemonConnections.subtract(1, ordering: .relaxed)
         stream.onFinish { [weak self] in
             self?.unregister(stream)
             if let counted { counts?.closed(counted) }

@@ -88,6 +88,9 @@ public final class HTTPServer: Sendable {
     let sockets: StreamSockets?
     /// libmicrohttpd's open connections (counted only with `sockets`, for the connection limit).
     let daemonConnections = Atomic<Int>(0)
+    /// Connections whose event stream moved to its own socket, until libmicrohttpd closes them:
+    /// the stream took over their place in the connection counts.
+    let detachedConnections = Mutex<Set<UInt>>([])
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(

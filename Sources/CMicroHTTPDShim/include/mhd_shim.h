@@ -197,6 +197,9 @@ uint16_t ss_daemon_port(struct MHD_Daemon *daemon);
 /// The socket of a connection (MHD_get_connection_info is variadic), or -1.
 int ss_connection_fd(struct MHD_Connection *connection);
 
+/// The socket context the connection notification set for a connection (NULL when none).
+void *ss_connection_socket_context(struct MHD_Connection *connection);
+
 /// An IP address as 16 bytes: IPv6 as it is, IPv4 as an IPv4-mapped IPv6 address
 /// (::ffff:a.b.c.d), so one form serves both. Writes `bytes` and returns 1 for an AF_INET or
 /// AF_INET6 `address` of at least its family's size; returns 0 (bytes untouched) otherwise.
