@@ -38,6 +38,9 @@ public final class EventStream: Sendable {
         var waiters: [CheckedContinuation<Void, Never>] = []
         /// The stream's own socket, once it left libmicrohttpd (``StreamSockets``).
         var socket: SocketLink?
+        /// Closed for a reader too slow (``send(_:)`` past `bufferLimit`): on its own socket,
+        /// the socket is closed at once, not after the bytes it does not read.
+        var dropped = false
     }
 
     /// A stream's socket outside libmicrohttpd. Only ``StreamSockets``' thread writes to it and
@@ -46,8 +49,9 @@ public final class EventStream: Sendable {
         let fd: Int32
         let id: UInt64
         let owner: StreamSockets
-        /// The response's head, written first, and how much of it is written.
-        let head: [UInt8]
+        /// The response's head, written first, and how much of it is written (emptied once
+        /// written: an open stream keeps no copy).
+        var head: [UInt8]
         var headSent = 0
         /// Chunked coding (HTTP/1.1): each queued frame goes as one chunk, and the body ends
         /// with the last chunk (`0` CRLF CRLF). Without it (HTTP/1.0) the body ends at the close.
@@ -142,6 +146,7 @@ public final class EventStream: Sendable {
                 state.headOffset = 0
                 state.queuedBytes = 0
                 state.closing = true
+                state.dropped = true
                 wake(&state)
                 return false
             }
@@ -318,6 +323,10 @@ public final class EventStream: Sendable {
         let (done, waiters) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
             guard var link = state.socket, !state.finished else { return (false, []) }
             link.scheduled = false
+            if state.dropped {
+                state.socket = link
+                return (true, [])
+            }
             var outcome = Sent.bytes(0)
             var wrote = false
             while link.headSent < link.head.count {
@@ -327,6 +336,10 @@ public final class EventStream: Sendable {
                 })
                 guard case .bytes(let count) = outcome else { break }
                 link.headSent += count
+                if link.headSent == link.head.count {
+                    link.head = []
+                    link.headSent = 0
+                }
             }
             while case .bytes = outcome, link.headSent == link.head.count, let first = state.queue.first {
                 let wire = ss_chunk_wire_length(first.count, link.chunked ? 1 : 0)
