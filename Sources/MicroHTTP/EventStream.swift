@@ -94,6 +94,21 @@ public final class EventStream: Sendable {
 
     private static let lastChunk = Array("0\r\n\r\n".utf8)
 
+    /// Sends `bytes` from `sent` on, as far as the socket takes them; `sent` grows by what went.
+    private static func send(_ bytes: [UInt8], from sent: inout Int, on fd: Int32) -> Sent {
+        var outcome = Sent.bytes(0)
+        while sent < bytes.count {
+            let offset = sent
+            outcome = Sent(bytes.withUnsafeBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return ss_stream_send(fd, base + offset, raw.count - offset)
+            })
+            guard case .bytes(let count) = outcome else { break }
+            sent += count
+        }
+        return outcome
+    }
+
     let state = Mutex(State())
     public let bufferLimit: Int
     /// Server-sent events get heartbeats and the shutdown farewell; other bodies get neither
@@ -329,13 +344,8 @@ public final class EventStream: Sendable {
             }
             var outcome = Sent.bytes(0)
             var wrote = false
-            while link.headSent < link.head.count {
-                outcome = Sent(link.head.withUnsafeBytes { raw -> Int in
-                    guard let base = raw.baseAddress else { return 0 }
-                    return ss_stream_send(link.fd, base + link.headSent, raw.count - link.headSent)
-                })
-                guard case .bytes(let count) = outcome else { break }
-                link.headSent += count
+            if !link.head.isEmpty {
+                outcome = Self.send(link.head, from: &link.headSent, on: link.fd)
                 if link.headSent == link.head.count {
                     link.head = []
                     link.headSent = 0
@@ -359,14 +369,7 @@ public final class EventStream: Sendable {
             }
             let drained = link.headSent == link.head.count && state.queue.isEmpty
             if case .bytes = outcome, drained, state.closing, link.chunked {
-                while link.terminatorSent < Self.lastChunk.count {
-                    outcome = Sent(Self.lastChunk.withUnsafeBytes { raw -> Int in
-                        guard let base = raw.baseAddress else { return 0 }
-                        return ss_stream_send(link.fd, base + link.terminatorSent, raw.count - link.terminatorSent)
-                    })
-                    guard case .bytes(let count) = outcome else { break }
-                    link.terminatorSent += count
-                }
+                outcome = Self.send(Self.lastChunk, from: &link.terminatorSent, on: link.fd)
             }
             let blocked: Bool
             if case .blocked = outcome { blocked = true } else { blocked = false }
