@@ -422,6 +422,9 @@ extension HTTPServer {
         return MHD_Result.NO
     }
 
+    /// Fields of a stream's head that the server writes itself, never taken from a response.
+    private static let framingFields: Set<String> = ["connection", "content-length", "transfer-encoding", "date"]
+
     /// The head of a stream's response on its own socket, as libmicrohttpd would write it: the
     /// status line, `Date`, the response's fields (any that could split the head are dropped,
     /// as libmicrohttpd refuses them; framing fields are the server's), then
@@ -437,9 +440,8 @@ extension HTTPServer {
         let length = ss_http_date(&date, date.count)
         head.append(contentsOf: date.prefix(length).map { UInt8(bitPattern: $0) })
         head.append(contentsOf: "\r\n".utf8)
-        let framing: Set<String> = ["connection", "content-length", "transfer-encoding", "date"]
         for (name, value) in response.headers {
-            guard !name.isEmpty, !framing.contains(name.lowercased()),
+            guard !name.isEmpty, !Self.framingFields.contains(name.lowercased()),
                 !name.utf8.contains(where: { $0 <= 32 || $0 == UInt8(ascii: ":") || $0 >= 127 }),
                 !value.utf8.contains(where: { $0 == 0 || $0 == 10 || $0 == 13 })
             else { continue }
