@@ -41,6 +41,8 @@ public final class EventStream: Sendable {
         /// Closed for a reader too slow (``send(_:)`` past `bufferLimit`): on its own socket,
         /// the socket is closed at once, not after the bytes it does not read.
         var dropped = false
+        /// Heartbeat ticks seen while closing and not finished (``heartbeat(_:)``).
+        var closingTicks = 0
     }
 
     /// A stream's socket outside libmicrohttpd. Only ``StreamSockets``' thread writes to it and
@@ -231,9 +233,25 @@ public final class EventStream: Sendable {
     }
 
     /// Sends `bytes` if nothing was sent since the previous call (a heartbeat on idle streams).
+    ///
+    /// A stream still closing at its second tick (its reader did not take what was queued
+    /// before the close: a revocation's or a delete's last event, say) is dropped as a slow
+    /// reader is: its slot is given back and its socket closed, whether or not its client
+    /// reads.
     func heartbeat(_ bytes: [UInt8]) {
         state.withLock { state in
             defer { state.active = false }
+            if state.closing, !state.finished, !state.dropped {
+                state.closingTicks += 1
+                if state.closingTicks >= 2 {
+                    state.queue.removeAll()
+                    state.headOffset = 0
+                    state.queuedBytes = 0
+                    state.dropped = true
+                    wake(&state)
+                }
+                return
+            }
             // A ping does not count as activity, so an idle stream gets one every interval.
             guard carriesEvents, !state.active, !state.closing, !state.finished else { return }
             if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return }

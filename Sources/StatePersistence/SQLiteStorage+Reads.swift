@@ -29,6 +29,15 @@ extension SQLiteStorage {
         }
     }
 
+    public func hasToken(session: String, tokenHash: [UInt8], now: Int64) async throws(StorageError) -> Bool {
+        try await reader.read { db throws(StorageError) in
+            try !db.query(
+                "SELECT 1 FROM tokens WHERE session = ? AND token_hash = ? AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+                [.text(session), .blob(tokenHash), .int(now)]
+            ) { _ in true }.isEmpty
+        }
+    }
+
     public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
         try await reader.read { db throws(StorageError) in
             try db.query(

@@ -302,6 +302,9 @@ public protocol SessionStorage: Sendable {
     func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry]
     /// The tokens minted for the session, in the order they were minted (expired ones too).
     func grants(session: String) async throws(StorageError) -> [StoredGrant]
+    /// Whether the session has a live (unexpired at `now`) minted token with this SHA-256: one
+    /// lookup that reads no other token, so a wrong token never costs reading every grant.
+    func hasToken(session: String, tokenHash: [UInt8], now: Int64) async throws(StorageError) -> Bool
     /// The last seq used by the session (0 if none).
     func lastSeq(session: String) async throws(StorageError) -> Int
     /// The change an `Idempotency-Key` made, if the key is remembered.
@@ -400,6 +403,11 @@ public enum StorageNotice: Sendable, Equatable {
 }
 
 extension SessionStorage {
+    /// Reads every grant of the session (storage in memory: nothing to spare).
+    public func hasToken(session: String, tokenHash: [UInt8], now: Int64) async throws(StorageError) -> Bool {
+        try await grants(session: session).contains { $0.tokenHash == tokenHash && ($0.expiresAt ?? .max) > now }
+    }
+
     public var lifetime: StorageLifetime { .durable }
     public var isShared: Bool { false }
     public var ownership: (any SessionOwnership)? { nil }

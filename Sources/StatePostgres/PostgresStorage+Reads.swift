@@ -37,6 +37,18 @@ extension PostgresStorage {
         }
     }
 
+    public func hasToken(session: String, tokenHash: [UInt8], now: Int64) async throws(StorageError) -> Bool {
+        try await perform("look up a session's token") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT 1 FROM state_tokens WHERE session = \(session) AND token_hash = \(ByteBuffer(bytes: tokenHash))
+                AND (expires_at IS NULL OR expires_at > \(now)) LIMIT 1
+                """, logger: logger)
+            for try await _ in rows.decode(Int32.self) { return true }
+            return false
+        }
+    }
+
     public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
         try await perform("read a snapshot") { db, logger in
             let rows = try await db.query(

@@ -57,6 +57,10 @@ class TimedStorage: SessionStorage, @unchecked Sendable {
         try await base.grants(session: session)
     }
 
+    func hasToken(session: String, tokenHash: [UInt8], now: Int64) async throws(StorageError) -> Bool {
+        try await base.hasToken(session: session, tokenHash: tokenHash, now: now)
+    }
+
     func lastSeq(session: String) async throws(StorageError) -> Int {
         try await base.lastSeq(session: session)
     }

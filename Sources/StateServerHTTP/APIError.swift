@@ -63,6 +63,12 @@ struct APIError: Error, Sendable {
             message: "this session holds \(limit) live tokens, the most it may; revoke some first")
     }
 
+    static func tooManyTokenBytes(held: Int, limit: Int) -> APIError {
+        APIError(
+            status: 409, code: "too_many_tokens",
+            message: "this session's live tokens hold \(held) bytes of grants, and one more would pass the limit of \(limit); revoke some first")
+    }
+
     static let sessionNotFound = APIError(status: 404, code: "session_not_found", message: "no session with this id and token")
 
     static func tooLarge(_ limit: Int) -> APIError {

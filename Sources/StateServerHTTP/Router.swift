@@ -207,23 +207,38 @@ struct Router: Sendable {
     /// What can be refused before the body of a request with `Expect: 100-continue` is read,
     /// in the order of checks: the path (404), the method (405), then, on session routes,
     /// missing credentials (401) and, when the answer is known without waiting (memory mode,
-    /// or the session already in memory), an unknown session or wrong token (404).
+    /// or the session already in memory), an unknown session or wrong token (404). A JWT is
+    /// verified with the body, as every JWT is. A request refused here (or, with a
+    /// `Content-Length` over the body limit, by the transport next) counts toward
+    /// `limits.requestsPerSecond` as every request does: past it, the answer is `429`. One
+    /// let through counts once, when it is routed with its body.
     func refusalBeforeBody(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResponse? {
         let logger = responder.log
-        guard let (index, parameters) = find(PathSegments(request.path)) else {
-            return APIError.notFound.response(route: "-", logger)
+        var route = "-"
+        let refusal = refusalFromHead(request, responder, route: &route)
+        let tooLarge = request.header("content-length").flatMap { UInt64($0.trimmingWhitespace()) }.map {
+            $0 > UInt64(max(0, responder.settings.bodyLimit))
+        } ?? false
+        guard refusal != nil || tooLarge else { return nil }
+        do throws(APIError) {
+            try responder.limits.checkRequest(request, peers: responder.settings.peers)
+        } catch {
+            return error.response(route: route, logger)
         }
+        return refusal?.response(route: route, logger)
+    }
+
+    private func refusalFromHead(_ request: HTTPRequest, _ responder: StateServerResponder, route template: inout String) -> APIError? {
+        guard let (index, parameters) = find(PathSegments(request.path)) else { return .notFound }
         let route = routes[index]
-        guard route.methods.contains(request.method) else {
-            return APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger)
-        }
+        template = route.template
+        guard route.methods.contains(request.method) else { return .methodNotAllowed(request.method, route.methods) }
         guard route.template.hasPrefix("/v1/sessions/{id}"), let id = parameters.first else { return nil }
         let allowQueryToken = route.template.hasSuffix("/events")
-        guard let token = Credentials.token(request, allowQueryToken: allowQueryToken) else {
-            return APIError.unauthorized.response(route: route.template, logger)
-        }
+        guard let token = Credentials.token(request, allowQueryToken: allowQueryToken) else { return .unauthorized }
+        if responder.settings.jwt != nil, JWTVerifier.looksLikeJWT(token) { return nil }
         if responder.sessions.session(id: id, token: token) == nil, responder.sessions.holdsEverySession {
-            return APIError.sessionNotFound.response(route: route.template, logger)
+            return .sessionNotFound
         }
         return nil
     }

@@ -64,6 +64,12 @@ public struct Grant: Sendable, Equatable {
     /// The session owner's token: everything, forever.
     public static let owner = Grant(scope: .admin)
 
+    /// Whether it reaches the whole session: every feature, every action type. What spans the
+    /// session (deleting it, listing every token) needs such a grant, besides scope `admin`.
+    public var spansSession: Bool {
+        features == nil && actions.isEmpty
+    }
+
     public func reaches(feature: String) -> Bool {
         features?.contains(feature) ?? true
     }

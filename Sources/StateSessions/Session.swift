@@ -59,7 +59,7 @@ public final class Session: Sendable {
     public let id: String
     let tokenHash: [UInt8]
     /// Tokens minted for the session (Session+Tokens.swift).
-    let grants: Mutex<GrantTable>
+    let grants: GrantStore
     let registry: FeatureRegistry
     let settings: SessionSettings
     public let journal: any ChangeJournal
@@ -129,7 +129,7 @@ public final class Session: Sendable {
         self.ownerEpoch = ownerEpoch
         self.id = id
         self.tokenHash = tokenHash
-        self.grants = Mutex(GrantTable(grants))
+        self.grants = GrantStore(grants)
         self.registry = registry
         self.settings = settings
         self.journal = journal

@@ -256,14 +256,13 @@ public final class SessionManager: Sendable {
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
             guard let stored = try await storage.session(id: id) else { return nil }
-            // The owner's token, or a live token minted for the session.
-            let grants = try await storage.grants(session: id)
+            // The owner's token, or a live token minted for the session: looked up by its hash,
+            // so a wrong token costs one lookup, never a read of every grant.
             let hash = SHA256.hash(token)
-            let now = WallClock.now
-            guard
-                admin || Session.constantTimeEqual(hash, stored.tokenHash)
-                    || grants.contains(where: { $0.tokenHash == hash && ($0.expiresAt ?? .max) > now })
-            else { return nil }
+            if !admin, !Session.constantTimeEqual(hash, stored.tokenHash) {
+                guard try await storage.hasToken(session: id, tokenHash: hash, now: WallClock.now) else { return nil }
+            }
+            let grants = try await storage.grants(session: id)
             var ownerEpoch: Int64 = 0
             if let ownership = activeOwnership {
                 ownerEpoch = ownership.epoch

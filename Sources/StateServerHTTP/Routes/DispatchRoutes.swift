@@ -14,7 +14,7 @@ extension StateServerResponder {
                 asked.tokenID = grant.tokenID
                 // The change path finds the store (and loads it in its turn when it is not in
                 // memory): nothing to look up here.
-                return responder.change(session, asked, request: request)
+                return responder.change(session, asked, request: request, grant: grant)
             }
         }
     ]

@@ -82,6 +82,11 @@ extension StateServerResponder {
         }
         // Revoking the token, or its expiry, ends the stream.
         streamsByToken.watch(stream, session: session.id, grant: grant)
+        // Checked again now that a revocation would find the stream: one that ran since the
+        // token was checked ends it here.
+        if let token = grant.tokenID, !session.isLive(token: token) {
+            stream.close(after: ServerSentEvents.revoked(reason: "revoked"))
+        }
         return HTTPResponse(
             status: 200,
             headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")],

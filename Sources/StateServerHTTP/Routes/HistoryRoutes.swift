@@ -59,6 +59,12 @@ extension StateServerResponder {
             }
         },
         Route(["POST"], "/v1/recordings") { responder, request throws(APIError) in
+            // The admin credential imports as recorded; anything else (or nothing) as a client.
+            let asRecorded = Credentials.token(request.http, allowQueryToken: false).map {
+                Credentials.isAdmin($0, hash: responder.settings.adminTokenHash)
+            } ?? false
+            // An import creates a session: it needs what creating one needs.
+            let creator = try responder.creator(request, admin: asRecorded)
             if request.http.bodyTooLarge { throw .tooLarge(responder.settings.bodyLimit) }
             _ = try APIError.parse(request.http.body)
             let recording: Recording
@@ -67,12 +73,9 @@ extension StateServerResponder {
             } catch {
                 throw .invalidRequest("the body is not a recording: \(error)")
             }
-            // The admin credential imports as recorded; anything else (or nothing) as a client.
-            let asRecorded = Credentials.token(request.http, allowQueryToken: false).map {
-                Credentials.isAdmin($0, hash: responder.settings.adminTokenHash)
-            } ?? false
             return .later { () throws(APIError) in
-                try await importRecording(recording, asRecorded: asRecorded, into: responder.sessions)
+                try await creator?.verify()
+                return try await importRecording(recording, asRecorded: asRecorded, into: responder.sessions)
             }
         },
     ]

@@ -10,26 +10,11 @@ import Synchronization
 extension StateServerResponder {
     static let sessionRoutes: [Route] = [
         Route(["POST"], "/v1/sessions") { responder, request throws(APIError) in
-            // `auth.createSessions: jwt`: only the app's backend creates sessions, with a JWT of
-            // scope `create` (401 without one).
-            let needed = responder.settings.sessionsNeedJWT ? responder.settings.jwt : nil
-            let token = Credentials.token(request.http, allowQueryToken: false)
-            if needed != nil, token == nil { throw .unauthorized }
+            let creator = try responder.creator(request)
             if request.http.bodyTooLarge { throw .tooLarge(responder.settings.bodyLimit) }
             let sessions = responder.sessions
             return .later { () throws(APIError) in
-                if let jwt = needed, let token {
-                    guard JWTVerifier.looksLikeJWT(token) else {
-                        throw JWTVerifier.refused("creating a session needs a JWT of scope 'create' from the app's backend")
-                    }
-                    switch await jwt.verify(token) {
-                    case .failure(let error): throw error
-                    case .success(let claims):
-                        guard claims.scope == "create" else {
-                            throw JWTVerifier.refused("its scope is '\(claims.scope)'; creating a session needs 'create'")
-                        }
-                    }
-                }
+                try await creator?.verify()
                 do throws(SessionManager.CreateFailure) {
                     let (session, token) = try await sessions.create()
                     var body = JSONObjectWriter()
@@ -46,7 +31,11 @@ extension StateServerResponder {
             }
         },
         Route(["DELETE"], "/v1/sessions/{id}") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .admin) { session, _ throws(APIError) in
+            try responder.withSession(request, needs: .admin) { session, caller throws(APIError) in
+                // It destroys every feature: a credential limited to some cannot.
+                guard caller.spansSession else {
+                    throw .forbidden("deleting the session needs a credential over the whole session; this one is limited to some features or action types")
+                }
                 let sessions = responder.sessions
                 return .later { () throws(APIError) in
                     do throws(SessionFailure) {
@@ -59,6 +48,35 @@ extension StateServerResponder {
             }
         },
     ]
+
+    /// `auth.createSessions: jwt`: what creating a session needs (`POST /v1/sessions`, and an
+    /// import, `POST /v1/recordings`, which creates one too): a JWT of scope `create` from the
+    /// app's backend, `401` at once without a credential. Nil when creation is open, or (an
+    /// import: `admin`) when the credential is the server's admin.
+    func creator(_ request: RouteRequest, admin: Bool = false) throws(APIError) -> CreatorCheck? {
+        guard settings.sessionsNeedJWT, let jwt = settings.jwt, !admin else { return nil }
+        guard let token = Credentials.token(request.http, allowQueryToken: false) else { throw .unauthorized }
+        return CreatorCheck(jwt: jwt, token: token)
+    }
+
+    /// The JWT of scope `create` that ``creator(_:admin:)`` asks for, verified on a task.
+    struct CreatorCheck: Sendable {
+        let jwt: JWTVerifier
+        let token: String
+
+        func verify() async throws(APIError) {
+            guard JWTVerifier.looksLikeJWT(token) else {
+                throw JWTVerifier.refused("creating a session needs a JWT of scope 'create' from the app's backend")
+            }
+            switch await jwt.verify(token) {
+            case .failure(let error): throw error
+            case .success(let claims):
+                guard claims.scope == "create" else {
+                    throw JWTVerifier.refused("its scope is '\(claims.scope)'; creating a session needs 'create'")
+                }
+            }
+        }
+    }
 
     /// The session named by the path and the request's credential, then `body` with it and what
     /// the credential may do there: at once when the session is in memory, else on a task once it
@@ -185,12 +203,14 @@ extension StateServerResponder {
     /// between the lookup and the change is the session layer's to retry
     /// (``SessionManager/submitAgain(_:id:token:admin:)``); this only forwards the request when
     /// another node owns the session now.
-    func change(_ session: Session, _ change: ChangeRequest, request: RouteRequest) -> Answer {
+    /// `grant`: the asking credential's; a remembered `Idempotency-Key` reply is judged
+    /// against it (``reply(_:route:to:by:)``).
+    func change(_ session: Session, _ change: ChangeRequest, request: RouteRequest, grant: Grant = .owner) -> Answer {
         let submitted = session.submit(change)
         let route = request.template
         if let outcome = submitted.now, !outcome.isRetired {
             do throws(APIError) {
-                return .now(try StateServerResponder.reply(outcome, route: route))
+                return .now(try StateServerResponder.reply(outcome, route: route, to: change, by: grant))
             } catch {
                 return .now(error.response(route: route, log))
             }
@@ -205,7 +225,7 @@ extension StateServerResponder {
                 }
                 guard outcome.isRetired else {
                     do throws(APIError) {
-                        done(.success(try StateServerResponder.reply(outcome, route: route)))
+                        done(.success(try StateServerResponder.reply(outcome, route: route, to: change, by: grant)))
                     } catch {
                         done(.failure(error))
                     }
@@ -213,7 +233,7 @@ extension StateServerResponder {
                 }
                 Task {
                     do throws(APIError) {
-                        done(.success(try await self.resubmit(session, change, request: request)))
+                        done(.success(try await self.resubmit(session, change, request: request, grant: grant)))
                     } catch {
                         done(.failure(error))
                     }
@@ -224,7 +244,9 @@ extension StateServerResponder {
 
     /// A change whose session was evicted meanwhile, or (several nodes) is owned by another
     /// node now: submitted again where the session is.
-    func resubmit(_ session: Session, _ change: ChangeRequest, request: RouteRequest) async throws(APIError) -> HTTPResponse {
+    func resubmit(
+        _ session: Session, _ change: ChangeRequest, request: RouteRequest, grant: Grant
+    ) async throws(APIError) -> HTTPResponse {
         let token = Credentials.token(request.http, allowQueryToken: false) ?? ""
         // A JWT was verified already; any other token is checked again.
         let verified = settings.jwt != nil && JWTVerifier.looksLikeJWT(token)
@@ -245,14 +267,29 @@ extension StateServerResponder {
             case .session(let found): outcome = await found.submit(change).value()
             }
         }
-        return try StateServerResponder.reply(outcome, route: request.template)
+        return try StateServerResponder.reply(outcome, route: request.template, to: change, by: grant)
     }
 
-    static func reply(_ outcome: ChangeOutcome, route: String) throws(APIError) -> HTTPResponse {
+    /// The reply to `change`'s outcome. A remembered `Idempotency-Key` reply is judged against
+    /// the grant of the credential that asks, not the one that made it: a reply of a feature
+    /// it does not reach is `403`, as is one of another feature whose action types it is limited
+    /// to (the type it sent was checked for its own feature only).
+    static func reply(
+        _ outcome: ChangeOutcome, route: String, to change: ChangeRequest, by grant: Grant
+    ) throws(APIError) -> HTTPResponse {
         switch outcome {
         case .applied(_, let reply):
             return Reply.versioned(reply.body, version: reply.version, caching: Reply.noStore, route: route)
         case .replayed(let reply):
+            if !grant.spansSession {
+                guard case .object(let fields)? = try? JSONParser.parse(reply.body), case .string(let feature)? = fields["feature"] else {
+                    throw .forbidden("this token does not reach the change this Idempotency-Key made")
+                }
+                try require(feature: feature, of: grant)
+                if feature != change.feature, grant.actions[feature] != nil {
+                    throw .forbidden("this token may dispatch only some action types to '\(feature)', where this Idempotency-Key was used")
+                }
+            }
             var headers = reply.status == 200 ? [Reply.etag(reply.version), Reply.noStore] : [Reply.noStore]
             headers.append(("Idempotent-Replayed", "true"))
             return Reply.json(reply.status, reply.body, route: route, headers: headers)

@@ -4,20 +4,25 @@ import StateSessions
 import StateStore
 
 /// Scoped tokens of a session: minting (`POST`), listing (`GET`, never the secrets) and revoking
-/// (`DELETE`), each with a credential of scope `admin` on that session.
+/// (`DELETE`), each with a credential of scope `admin` on that session. A credential limited to
+/// some features or action types lists only the tokens minted from it.
 extension StateServerResponder {
     /// The longest `expiresIn`: ten years, in seconds.
     static let maxTokenLifetime = 315_360_000
     /// Action types one feature's list may name, and bytes of one type.
     static let maxActionTypes = 100
     static let maxActionTypeBytes = 200
+    /// Bytes of a mint's body: with the bounds above, what bounds one grant.
+    static let maxMintBody = 4096
 
     static let tokenRoutes: [Route] = [
         Route(["GET", "POST"], "/v1/sessions/{id}/tokens") { responder, request throws(APIError) in
             try responder.withSession(request, needs: .admin) { session, caller throws(APIError) in
                 guard request.http.method == "POST" else {
-                    return .now(Reply.json(200, tokenList(session.tokens()), route: request.template, headers: [Reply.noStore]))
+                    return .now(
+                        Reply.json(200, tokenList(session.tokens(visibleTo: caller)), route: request.template, headers: [Reply.noStore]))
                 }
+                guard request.http.body.count <= maxMintBody else { throw .tooLarge(maxMintBody) }
                 let now = WallClock.now
                 let wanted = try responder.mintRequest(request.http, caller: caller, now: now)
                 if let reason = caller.widening(wanted) {
@@ -150,6 +155,11 @@ extension APIError {
         case .limitReached(let limit): tooManyTokens(limit)
         case .notFound(let id): tokenNotFound(id)
         case .wider(let reason): forbidden("a token cannot revoke one wider than itself: \(reason)")
+        // The minting token was revoked meanwhile: it answers as a revoked token does.
+        case .callerRevoked: sessionNotFound
+        case .grantTooLarge(let bytes):
+            invalidRequest("the token's grant would take \(bytes) bytes, more than the limit of \(Session.maxGrantBytes)")
+        case .bytesReached(let held): tooManyTokenBytes(held: held, limit: Session.maxTokenBytes)
         case .session(let failure): session(failure)
         }
     }
