@@ -141,7 +141,7 @@ extension Session {
     public static let maxGrantBytes = 8 * 1024
     /// Bytes of stored grants the live tokens of one session may hold together: what a
     /// session's tokens may cost on disk, in memory (a few times this) and in a listing.
-    public static let maxTokenBytes = 256 * 1024
+    public static let maxTokenBytes = 128 * 1024
 
     /// What `token` may do on this session: everything (the owner's token), what it was minted
     /// with (a live minted token), or nil (another session's token, an expired or revoked one).

@@ -38,7 +38,7 @@ struct TokenAbuseTests {
             let long = (0..<100).map { JSON.string("type-\($0)-" + String(repeating: "x", count: 52)) }
             let tooLarge = try await Self.mint(owner, ["scope": "dispatch", "actions": ["todos": .array(long)]])
             expectError(tooLarge, 413, "payload_too_large", messageContains: "4096")
-            // Grants of about 3.6 KB each: the session's 256 KiB of grants run out long before
+            // Grants of about 3.6 KB each: the session's 128 KiB of grants run out long before
             // its 1,000 tokens do.
             let types = (0..<100).map { JSON.string("t\($0)-" + String(repeating: "y", count: 28)) }
             let big: JSON = ["scope": "dispatch", "actions": ["todos": .array(types)]]
@@ -53,13 +53,13 @@ struct TokenAbuseTests {
                 mintedCount += 1
             }
             let refused = try #require(refusal, "120 grants of 3.6 KB were all minted")
-            expectError(refused, 409, "too_many_tokens", messageContains: "262144")
-            #expect((60...75).contains(mintedCount), "\(mintedCount) minted before the refusal")
+            expectError(refused, 409, "too_many_tokens", messageContains: "131072")
+            #expect((30...40).contains(mintedCount), "\(mintedCount) minted before the refusal")
             // A small token still fits, and the listing of them all is bounded by the budget.
             _ = try await Self.minted(owner, ["scope": "observe", "features": ["counter"]])
             let listing = try await owner.request("GET", "/tokens")
             #expect(listing.status == 200)
-            #expect(listing.body.count < 320 * 1024, "a listing of \(listing.body.count) bytes")
+            #expect(listing.body.count < 192 * 1024, "a listing of \(listing.body.count) bytes")
             // A wrong token is refused as before.
             let stranger = Session(api: owner.api, id: owner.id, token: String(repeating: "A", count: 43))
             expectError(try await stranger.request("GET", "/state/counter"), 404, "session_not_found")
