@@ -74,6 +74,11 @@ struct StorageBehaviourTests {
         try await withStorage(backend) { try await StorageBehaviour.listed($0.storage) }
     }
 
+    @Test("hasToken finds a live token of the session by its hash only: not another's, not an expired or deleted one", arguments: Backend.allCases)
+    func tokenByHash(_ backend: Backend) async throws {
+        try await withStorage(backend) { try await StorageBehaviour.tokenByHash($0.storage) }
+    }
+
     @Test("touch moves a session's last activity forward, never back", arguments: Backend.allCases)
     func touch(_ backend: Backend) async throws {
         try await withStorage(backend) { try await StorageBehaviour.touch($0.storage) }

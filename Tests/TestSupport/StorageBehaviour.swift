@@ -22,6 +22,7 @@ package enum StorageBehaviour {
         Check("sessions(inactiveBefore:) lists the least recently active first, up to the limit", inactiveBefore),
         Check("touch moves a session's last activity forward, never back", touch),
         Check("sessions(after:limit:) lists sessions in byte order of their ids, after a cursor", listed),
+        Check("hasToken finds a live token of the session by its hash only: not another's, not an expired or deleted one", tokenByHash),
     ]
 
     package struct Check: Sendable, CustomTestStringConvertible {
@@ -52,6 +53,30 @@ package enum StorageBehaviour {
         #expect(duplicate?.kind == .conflict, "\(String(describing: duplicate))")
         #expect(try await storage.session(id: "a") == a, "the failed create changed nothing")
         #expect(try await storage.sessionCount() == 2)
+    }
+
+    /// hasToken finds a live token of the session by its hash only: not another's, not an
+    /// expired or deleted one (a wrong token is looked up, never answered by reading every grant)
+    package static func tokenByHash(_ storage: any SessionStorage) async throws {
+        try await storage.commit([.createSession(Rows.session("a")), .createSession(Rows.session("b"))])
+        func grant(_ id: String, _ token: String, session: String = "a", expiresAt: Int64? = nil) -> StoredGrant {
+            StoredGrant(
+                session: session, id: id, tokenHash: SHA256.hash(token), grant: Array(#"{"scope":"observe"}"#.utf8), createdAt: 1_000,
+                expiresAt: expiresAt)
+        }
+        try await storage.commit([
+            .createGrant(grant("t1", "live")), .createGrant(grant("t2", "expiring", expiresAt: 5_000)),
+            .createGrant(grant("t3", "b's", session: "b")),
+        ])
+        #expect(try await storage.hasToken(session: "a", tokenHash: SHA256.hash("live"), now: 2_000))
+        #expect(try await storage.hasToken(session: "a", tokenHash: SHA256.hash("expiring"), now: 4_999))
+        #expect(try await !storage.hasToken(session: "a", tokenHash: SHA256.hash("expiring"), now: 5_000))
+        #expect(try await !storage.hasToken(session: "a", tokenHash: SHA256.hash("b's"), now: 2_000))
+        #expect(try await !storage.hasToken(session: "a", tokenHash: SHA256.hash("wrong"), now: 2_000))
+        #expect(try await !storage.hasToken(session: "nobody", tokenHash: SHA256.hash("live"), now: 2_000))
+        try await storage.commit([.deleteGrants(session: "a", ids: ["t1"])])
+        #expect(try await !storage.hasToken(session: "a", tokenHash: SHA256.hash("live"), now: 2_000))
+        #expect(try await storage.hasToken(session: "b", tokenHash: SHA256.hash("b's"), now: 2_000))
     }
 
     /// delete removes the session with its journal, snapshots and replies; other sessions stay
