@@ -226,6 +226,17 @@ struct TokenAbuseTests {
         }
     }
 
+    /// Sends a `POST` head announcing a JSON body of `length` bytes with `Expect: 100-continue`
+    /// (and `authorization`, when given) on `socket`; returns the status line of the answer.
+    static func expectContinue(
+        _ socket: BlockingSocket, _ target: String, authorization: String?, length: Int, deadline: ContinuousClock.Instant
+    ) throws -> String {
+        let head = "POST \(target) HTTP/1.1\r\nHost: x\r\n" + (authorization.map { "Authorization: Bearer \($0)\r\n" } ?? "")
+            + "Content-Type: application/json\r\nContent-Length: \(length)\r\nExpect: 100-continue\r\n\r\n"
+        try socket.send(Array(head.utf8), deadline: deadline)
+        return String(decoding: try socket.readLine(deadline: deadline, what: "the status line"), as: UTF8.self)
+    }
+
     @Test("item 8: requests refused before their body count toward limits.requestsPerSecond")
     func earlyRefusalsAreRateLimited() async throws {
         try await withServer(environment: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "5"]) { server in
@@ -234,12 +245,9 @@ struct TokenAbuseTests {
                 let socket = try BlockingSocket(port: server.port)
                 defer { socket.close() }
                 // No credentials: refused from the head, whatever the storage.
-                let head = "POST /v1/sessions/nosuchsession/dispatch HTTP/1.1\r\nHost: x\r\n"
-                    + "Content-Type: application/json\r\nContent-Length: 40\r\nExpect: 100-continue\r\n\r\n"
-                let deadline = ContinuousClock.now + .seconds(30)
-                try socket.send(Array(head.utf8), deadline: deadline)
-                let status = try socket.readLine(deadline: deadline, what: "the status line")
-                let text = String(decoding: status, as: UTF8.self)
+                let text = try Self.expectContinue(
+                    socket, "/v1/sessions/nosuchsession/dispatch", authorization: nil, length: 40,
+                    deadline: ContinuousClock.now + .seconds(30))
                 statuses.append(Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0)
                 if statuses.last == 429 { break }
             }
@@ -258,11 +266,8 @@ struct TokenAbuseTests {
             let body = Array(#"{"feature": "counter", "action": {"type": "increment"}}"#.utf8)
             let socket = try BlockingSocket(port: server.port)
             defer { socket.close() }
-            let head = "POST \(owner.path)/dispatch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(jwt)\r\n"
-                + "Content-Type: application/json\r\nContent-Length: \(body.count)\r\nExpect: 100-continue\r\n\r\n"
             let deadline = ContinuousClock.now + .seconds(30)
-            try socket.send(Array(head.utf8), deadline: deadline)
-            let first = String(decoding: try socket.readLine(deadline: deadline, what: "the status line"), as: UTF8.self)
+            let first = try Self.expectContinue(socket, owner.path + "/dispatch", authorization: jwt, length: body.count, deadline: deadline)
             #expect(first.hasPrefix("HTTP/1.1 100"), "\(first)")
             _ = try socket.readLine(deadline: deadline, what: "the blank line after 100")
             try socket.send(body, deadline: deadline)
