@@ -167,8 +167,10 @@ public struct PeerAuthentication: Sendable {
             field(argument.value.map { "=" + $0 }.map { Array($0.utf8) } ?? [])
         }
         field(Array(hex(SHA256.hash(body)).utf8))
+        // Names compare lower-cased (a request's already are; what a forwarder sends may not be).
+        let lowered = headers.map { (name: $0.name.lowercased(), value: $0.value) }
         for name in coveredHeaders {
-            let values = headers.filter { $0.name.lowercased() == name }.map(\.value)
+            let values = lowered.filter { $0.name == name }.map(\.value)
             field(name.utf8)
             field(String(values.count).utf8)
             for value in values { field(value.utf8) }
