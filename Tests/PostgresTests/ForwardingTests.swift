@@ -10,7 +10,8 @@ import Glibc
 /// Forwarding between real nodes on one real PostgreSQL (issue 24 items 4 to 6): relayed event
 /// streams do not starve requests, a forward that never left the node says nothing was
 /// applied, only a peer may say it is forwarding, and the body limit holds on the way to the
-/// owner.
+/// owner; issue 36 item 11: a forwarding MAC is believed once, and a node forwards the client
+/// address it determined, never the client's own `X-Forwarded-For`.
 @Suite("Forwarding between nodes on PostgreSQL", .serialized, .postgres)
 struct ForwardingTests {
     static let adminToken = "forwarding-admin-token"
