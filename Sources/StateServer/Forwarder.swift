@@ -77,13 +77,14 @@ final class Forwarder: RequestForwarder {
         self.logger = logger
     }
 
-    /// Not passed on: hop-by-hop fields, and what the client sets itself.
+    /// Not passed on: hop-by-hop fields, what the client sets itself, and what only this node
+    /// may say (the forwarding headers, the client's address).
     static let dropped: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-        "content-length", "expect", "proxy-authorization", forwardedHeader, forwardedMACHeader,
+        "content-length", "expect", "proxy-authorization", forwardedHeader, forwardedMACHeader, forwardedForHeader, "x-forwarded-for",
     ]
 
-    func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse {
+    func forward(_ request: HTTPRequest, client address: IPAddress?, to base: String, route: String) async -> HTTPResponse {
         var target = base.hasSuffix("/") ? String(base.dropLast()) : base
         target += request.path
         if !request.query.isEmpty {
@@ -92,14 +93,21 @@ final class Forwarder: RequestForwarder {
         }
         var outgoing = HTTPClientRequest(url: target)
         outgoing.method = HTTPMethod(rawValue: request.method)
-        for (name, value) in request.headers where !Self.dropped.contains(name) {
-            outgoing.headers.add(name: name, value: value)
+        var headers = request.headers.filter { !Self.dropped.contains($0.name) }
+        // The client as this node determined it, never the X-Forwarded-For the client wrote:
+        // under the MAC for the owner, and as the one X-Forwarded-For for an owner that trusts
+        // this node as a proxy but cannot verify its MAC (clocks too far apart).
+        if let address {
+            headers.append(("x-forwarded-for", address.description))
+            headers.append((forwardedForHeader, address.description))
         }
         let from = "\(epoch())"
-        outgoing.headers.add(name: forwardedHeader, value: from)
-        outgoing.headers.add(
-            name: forwardedMACHeader,
-            value: peers.sign(epoch: from, method: request.method, path: request.path, query: request.query, body: request.body))
+        headers.append((forwardedHeader, from))
+        // Signed here, for this attempt (a new time and nonce): the owner accepts a MAC once.
+        let mac = peers.sign(
+            epoch: from, method: request.method, path: request.path, query: request.query, headers: headers, body: request.body)
+        headers.append((forwardedMACHeader, mac))
+        for (name, value) in headers { outgoing.headers.add(name: name, value: value) }
         if !request.body.isEmpty || request.method == "POST" || request.method == "PUT" {
             outgoing.body = .bytes(ByteBuffer(bytes: request.body))
         }

@@ -58,8 +58,10 @@ final class ClientLimits: Sendable {
         Int64(clamping: DispatchTime.now().uptimeNanoseconds)
     }
 
-    /// The client a request counts for (nil: made in process).
-    func client(of request: HTTPRequest) -> IPAddress? {
+    /// The client a request counts for (nil: made in process). For a request a peer forwarded
+    /// (`forwarded`, its MAC verified), the client that node stated under the MAC.
+    func client(of request: HTTPRequest, forwarded: PeerAuthentication.Forwarded? = nil) -> IPAddress? {
+        if let forwarded { return forwarded.client }
         guard let peer = request.peer else { return nil }
         let trusted = settings.trustedProxies
         guard !trusted.isEmpty, trusted.contains(peer) else { return peer }
@@ -88,10 +90,10 @@ final class ClientLimits: Sendable {
     }
 
     /// `429 rate_limited` when the request's client is past `limits.requestsPerSecond`.
-    /// Requests a node of the cluster forwarded (with a valid MAC) counted where they arrived.
-    func checkRequest(_ request: HTTPRequest, peers: PeerAuthentication?) throws(APIError) {
-        guard let requests, let client = client(of: request) else { return }
-        if let peers, request.header(forwardedHeader) != nil, peers.forwardedBy(request) != nil { return }
+    /// Requests a node of the cluster forwarded (`forwarded`: with a valid MAC, not used
+    /// before) counted where they arrived.
+    func checkRequest(_ request: HTTPRequest, forwarded: PeerAuthentication.Forwarded?) throws(APIError) {
+        guard let requests, forwarded == nil, let client = client(of: request) else { return }
         if let wait = requests.take(client.limitKey, now: now()) {
             throw .rateLimited(
                 "too many requests from this address: limits.requestsPerSecond allows \(settings.requestsPerSecond) a second",
@@ -102,9 +104,9 @@ final class ClientLimits: Sendable {
     /// `429 rate_limited` when `route` creates a session (`POST /v1/sessions`, `POST
     /// /v1/recordings`: the only POST routes of these templates) and the request's client is
     /// past `limits.sessionsPerMinute`.
-    func checkCreation(_ request: HTTPRequest, route: String) throws(APIError) {
+    func checkCreation(_ request: HTTPRequest, route: String, forwarded: PeerAuthentication.Forwarded? = nil) throws(APIError) {
         guard let creations, route == "/v1/sessions" || route == "/v1/recordings", request.method == "POST",
-            let client = client(of: request)
+            let client = client(of: request, forwarded: forwarded)
         else { return }
         if let wait = creations.take(client.limitKey, now: now()) {
             throw .rateLimited(

@@ -9,10 +9,12 @@ import StateSessions
 public protocol RequestForwarder: Sendable {
     /// The owner's reply to `request`, sent to `base` (the URL the owner advertises). Marks
     /// the request with ``forwardedHeader`` and its MAC (``forwardedMACHeader``, made with the
-    /// cluster secret) so the owner never forwards it again. When the
-    /// owner cannot be reached: `503 owner_unavailable` if the request cannot have reached
-    /// it, `503 outcome_unknown` for a change that was sent but not answered.
-    func forward(_ request: HTTPRequest, to base: String, route: String) async -> HTTPResponse
+    /// cluster secret, afresh for every call) so the owner never forwards it again. States
+    /// `client`, the client address this node determined, in ``forwardedForHeader`` (under the
+    /// MAC) and as the only `X-Forwarded-For`: the client's own `X-Forwarded-For` is not passed
+    /// on. When the owner cannot be reached: `503 owner_unavailable` if the request cannot have
+    /// reached it, `503 outcome_unknown` for a change that was sent but not answered.
+    func forward(_ request: HTTPRequest, client: IPAddress?, to base: String, route: String) async -> HTTPResponse
 }
 
 /// The header a forwarded request carries (the forwarding node's epoch), believed only with a
@@ -28,7 +30,7 @@ extension StateServerResponder {
     /// `answer`, and once it is given (the session idle again), the handover when one is due.
     func handingOver(_ session: Session, _ request: RouteRequest, _ answer: Answer) -> Answer {
         guard session.ownerEpoch != 0 else { return answer }
-        let from = forwardedBy(request.http) ?? 0
+        let from = request.forwarded?.epoch ?? 0
         guard let target = session.arrived(forwardedBy: from) else { return answer }
         let sessions = self.sessions
         guard answer.now == nil else {
@@ -70,7 +72,7 @@ extension StateServerResponder {
                 // one (a DELETE applied, a dispatch refused with 400). The limit is judged
                 // here, as the owner judges it: 413, nothing sent, nothing done.
                 if request.http.bodyTooLarge { throw .tooLarge(settings.bodyLimit) }
-                guard forwardedBy(request.http) == nil, let forwarder else {
+                guard request.forwarded == nil, let forwarder else {
                     // Forwarded here, but the session moved on (a handover or a takeover
                     // under way): nothing was done; the forwarding node looks again.
                     throw .ownerUnavailable("the session's owner is changing; try again", misdirected: true)
@@ -78,7 +80,7 @@ extension StateServerResponder {
                 // A relayed event stream counts in this node's `streams.total` as one served
                 // here would (the owner counts it per session, where it subscribes).
                 let counter = Self.isEventStream(request) ? try admitStream() : nil
-                let response = await forwarder.forward(request.http, to: url, route: request.template)
+                let response = await forwarder.forward(request.http, client: limits.client(of: request.http), to: url, route: request.template)
                 if let counter {
                     if case .stream(let stream) = response.body {
                         stream.onFinish { counter.release() }

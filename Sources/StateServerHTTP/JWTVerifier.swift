@@ -9,7 +9,8 @@ import StateStore
 /// The algorithm comes from the configuration, never from the token: a secret means HS256, a
 /// P-256 public key ES256, an RSA public key RS256. A token whose header names another
 /// algorithm (`none` among them) is refused before its signature is looked at; jwt-kit then
-/// checks the signature with the configured key only. Claims: `exp` (required), `nbf`, `aud`
+/// checks the signature with the configured key only. A header with `crit` is refused: this
+/// server understands no extension (RFC 7515 §4.1.11). Claims: `exp` (required), `nbf`, `aud`
 /// (required to contain `auth.jwtAudience` when that is set), `scope`, `session`, `features`,
 /// `actions`, `sub`.
 public final class JWTVerifier: Sendable {
@@ -91,6 +92,11 @@ public final class JWTVerifier: Sendable {
         guard case .string(let alg)? = header["alg"], alg == algorithm.rawValue else {
             let named = if case .string(let alg)? = header["alg"] { "'\(alg)'" } else { "no algorithm" }
             return .failure(Self.refused("its header names \(named); this server accepts \(algorithm.rawValue) only"))
+        }
+        // RFC 7515 §4.1.11: extensions listed in `crit` must be understood, and this server
+        // understands none; a `crit` of any value (empty, malformed, null) is refused too.
+        guard header["crit"] == nil else {
+            return .failure(Self.refused("its header has 'crit' (critical extensions); this server understands none"))
         }
         let payload: SessionClaims
         do {

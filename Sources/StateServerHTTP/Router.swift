@@ -12,6 +12,9 @@ struct RouteRequest: Sendable {
     let parameters: [String]
     let names: [String]
     let template: String
+    /// What this node believes of a peer's forwarding header (its MAC valid and new), verified
+    /// once as the request arrived; nil for a client's request.
+    let forwarded: PeerAuthentication.Forwarded?
 
     /// The value of the path parameter `{name}`; `nil` when the template has none of that name.
     subscript(_ name: String) -> String? {
@@ -179,8 +182,10 @@ struct Router: Sendable {
 
     private func route(_ request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResult {
         let logger = responder.log
+        // A forwarding MAC is good for one request: verified (and remembered) here, once.
+        let forwarded = responder.forwardedBy(request)
         do throws(APIError) {
-            try responder.limits.checkRequest(request, peers: responder.settings.peers)
+            try responder.limits.checkRequest(request, forwarded: forwarded)
         } catch {
             return .now(error.response(route: "-", logger))
         }
@@ -192,9 +197,10 @@ struct Router: Sendable {
             if CORSPolicy.isPreflight(request) { return .now(responder.cors.preflight(request, route: route, logger)) }
             return .now(APIError.methodNotAllowed(request.method, route.methods).response(route: route.template, logger))
         }
-        let routed = RouteRequest(http: request, parameters: parameters, names: route.names, template: route.template)
+        let routed = RouteRequest(
+            http: request, parameters: parameters, names: route.names, template: route.template, forwarded: forwarded)
         do throws(APIError) {
-            try responder.limits.checkCreation(request, route: route.template)
+            try responder.limits.checkCreation(request, route: route.template, forwarded: forwarded)
             let answer = try route.handler(responder, routed)
             // Now: as it is, without making the closure for a failure that cannot come.
             if let response = answer.now { return .now(response) }

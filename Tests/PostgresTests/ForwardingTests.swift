@@ -10,7 +10,8 @@ import Glibc
 /// Forwarding between real nodes on one real PostgreSQL (issue 24 items 4 to 6): relayed event
 /// streams do not starve requests, a forward that never left the node says nothing was
 /// applied, only a peer may say it is forwarding, and the body limit holds on the way to the
-/// owner.
+/// owner; issue 36 item 11: a forwarding MAC is believed once, and a node forwards the client
+/// address it determined, never the client's own `X-Forwarded-For`.
 @Suite("Forwarding between nodes on PostgreSQL", .serialized, .postgres)
 struct ForwardingTests {
     static let adminToken = "forwarding-admin-token"
@@ -123,9 +124,14 @@ struct ForwardingTests {
 
     /// The epoch of the node advertising `port`, from PostgreSQL.
     static func epoch(of node: ServerProcess, in cluster: Cluster) throws -> Int {
+        try epoch(advertisedOn: node.port, in: cluster)
+    }
+
+    /// The epoch of the node whose advertised URL has `port`, from PostgreSQL.
+    static func epoch(advertisedOn port: Int, in cluster: Cluster) throws -> Int {
         let line = try cluster.postgres.sql(
-            "SELECT epoch FROM state_nodes WHERE url LIKE '%:\(node.port)'", in: cluster.databaseURL)
-        return try #require(Int(line.trimmingCharacters(in: .whitespaces)), "epoch of node on \(node.port): \(line)")
+            "SELECT epoch FROM state_nodes WHERE url LIKE '%:\(port)'", in: cluster.databaseURL)
+        return try #require(Int(line.trimmingCharacters(in: .whitespaces)), "epoch of node on \(port): \(line)")
     }
 
     /// The owner (an epoch) of a session, from PostgreSQL.
@@ -171,6 +177,96 @@ struct ForwardingTests {
                 "the control session did not move to B")
             #expect(try Self.owner(of: session, in: cluster) == epochA, "a forged header moved the session")
             #expect(try await session.store("counter") == StoreState(version: 1, state: ["count": 1]))
+        }
+    }
+
+    // MARK: Issue 36 item 11: a forwarded request's MAC is good once, for that request
+
+    @Test("a forwarded dispatch caught on the wire, delivered to the owner, then replayed 30 times as it was and 30 times with new Idempotency-Keys: only the first is believed; every replay is the sender's own request, counted by limits.requestsPerSecond, and the session stays")
+    func replayedForwardIsNotBelieved() async throws {
+        // B advertises the recorder: what A forwards to B lands there, and B never sees it.
+        let recorder = try RecordingNode()
+        defer { recorder.stop() }
+        try await withCluster(
+            nodes: 2, environment: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "2"],
+            perNode: [1: ["STATE_SERVER_CLUSTER_ADVERTISE_URL": recorder.url]]
+        ) { cluster in
+            let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+            // Each role its own address, so its own bucket: the owner's reads, the client, the
+            // one who replays.
+            let owner = try await API(port: b.port, source: "127.0.0.3").createSession()
+            let client = Session(api: API(port: a.port, source: "127.0.0.2"), id: owner.id, token: owner.token)
+            let dispatch = JSON.object(["feature": "counter", "action": ["type": "increment"]]).bytes
+            let sent = try await client.request("POST", "/dispatch", headers: [("Idempotency-Key", "k-0")], body: dispatch)
+            #expect(sent.status == 200, "the recorder's answer, relayed by A: \(sent)")
+            let captured = try #require(recorder.requests.first, "A forwarded nothing to B's advertised URL")
+            #expect(captured.header("StateServer-Forwarded-MAC") != nil, "\(captured.headers)")
+
+            // Delivered to B once: A's MAC is valid and fresh.
+            let first = try await captured.send(toPort: b.port, from: "127.0.0.4")
+            #expect(first.status == 200 && first.json?["version"]?.int == 1, "\(first)")
+
+            var replays: [Int] = []
+            for _ in 0..<30 { replays.append(try await captured.send(toPort: b.port, from: "127.0.0.4").status) }
+            var rekeyed: [HTTPResponse] = []
+            for index in 1...30 {
+                rekeyed.append(try await captured.replacing("Idempotency-Key", with: "k-\(index)").send(toPort: b.port, from: "127.0.0.4"))
+            }
+            #expect(replays.contains(429), "a replay skipped limits.requestsPerSecond: \(replays)")
+            #expect(replays.allSatisfy { $0 == 200 || $0 == 429 }, "\(replays)")
+            #expect(rekeyed.contains { $0.status == 429 }, "a replay skipped limits.requestsPerSecond: \(rekeyed.map(\.status))")
+            for response in rekeyed where response.status != 200 { expectError(response, 429, "rate_limited") }
+            // What passed was the sender's own request (its token is in it): applied once each.
+            let applied = rekeyed.filter { $0.status == 200 }.count
+            #expect(try await owner.store("counter") == StoreState(version: 1 + applied, state: ["count": .int(1 + applied)]))
+            // Believed once, never three times in a row from A: the session stays on B.
+            #expect(try Self.owner(of: owner, in: cluster) == Self.epoch(advertisedOn: recorder.port, in: cluster))
+        }
+    }
+
+    @Test("a client's own X-Forwarded-For sent to A is not passed on: A states the address it got the request from, and B, when it cannot verify A's MAC, counts the request for that address")
+    func clientForwardedForNotPassedOn() async throws {
+        // On the wire: B advertises the recorder.
+        let recorder = try RecordingNode()
+        defer { recorder.stop() }
+        try await withCluster(nodes: 2, perNode: [1: ["STATE_SERVER_CLUSTER_ADVERTISE_URL": recorder.url]]) { cluster in
+            let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+            let owner = try await b.api.createSession()
+            let client = Session(api: API(port: a.port, source: "127.0.0.2"), id: owner.id, token: owner.token)
+            _ = try await client.request("GET", "/state/counter", headers: [("X-Forwarded-For", "198.51.100.7")])
+            let forwarded = try #require(recorder.requests.first, "A forwarded nothing to B's advertised URL")
+            #expect(!forwarded.headers.contains { $0.value.contains("198.51.100.7") }, "the client's own address passed on: \(forwarded.headers)")
+            #expect(forwarded.values("X-Forwarded-For") == ["127.0.0.2"], "\(forwarded.headers)")
+        }
+        // B's count. B has another cluster.secret, so it never believes A's MAC (as after a
+        // clock skew past 60 s): A's forwards are requests from a trusted proxy (127.0.0.1 is
+        // listed), counted for the address its X-Forwarded-For names.
+        try await withCluster(
+            nodes: 2, environment: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "1"],
+            perNode: [
+                0: ["STATE_SERVER_LIMITS_REQUESTS_PER_SECOND": "1000"],
+                1: ["STATE_SERVER_CLUSTER_SECRET": "another-cluster-secret-0123456789abcdef-0123456789"],
+            ]
+        ) { cluster in
+            let (a, b) = (cluster.nodes[0], cluster.nodes[1])
+            let owner = try await API(port: b.port, source: "127.0.0.3").createSession()
+            let direct = Session(api: API(port: b.port, source: "127.0.0.2"), id: owner.id, token: owner.token)
+            let throughA = Session(api: API(port: a.port, source: "127.0.0.2"), id: owner.id, token: owner.token)
+            // 127.0.0.2's bucket on B emptied, then at once a request of 127.0.0.2 through A
+            // that names a new address of its own each time: B refuses it.
+            var attempt = 0
+            var seen: [Int] = []
+            let refused = try await eventually(timeout: .seconds(10)) {
+                attempt += 1
+                var emptied = false
+                for _ in 0..<10 where !emptied { emptied = try await direct.request("GET", "/state/counter").status == 429 }
+                guard emptied else { return false }
+                let through = try await throughA.request(
+                    "GET", "/state/counter", headers: [("X-Forwarded-For", "198.51.100.\(attempt % 250 + 1)")])
+                seen.append(through.status)
+                return through.status == 429
+            }
+            #expect(refused, "B counted A's forwards for the addresses the client wrote: \(seen)")
         }
     }
 

@@ -145,6 +145,34 @@ struct JWTTests {
         try await owner.with(token: valid).dispatchOK("counter", ["type": "increment"])
     }
 
+    @Test("a JWT whose header has crit is refused 401 whatever crit lists (RFC 7515 §4.1.11: this server understands no extension), nothing done; the same token without crit is accepted")
+    func critRefused() async throws {
+        let owner = try await SharedServer.api().createSession()
+        let exp = Int(Date().addingTimeInterval(300).timeIntervalSince1970)
+        let payload = #"{"exp":\#(exp),"aud":["\#(audience)"],"scope":"dispatch","session":"\#(owner.id)"}"#
+        // Signed as the backend would, with the header as written here.
+        func signed(_ header: String) -> String {
+            let input = base64URL(header.utf8) + "." + base64URL(payload.utf8)
+            let mac = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: Data(jwtSecret.utf8)))
+            return input + "." + base64URL(Data(mac))
+        }
+        let headers = [
+            #"{"alg":"HS256","typ":"JWT","crit":["exp"]}"#,
+            #"{"alg":"HS256","typ":"JWT","crit":["https://example.com/must-check"],"https://example.com/must-check":true}"#,
+            #"{"alg":"HS256","crit":["b64"],"b64":true}"#,
+            #"{"alg":"HS256","typ":"JWT","crit":[]}"#,
+            #"{"alg":"HS256","typ":"JWT","crit":"exp"}"#,
+            #"{"alg":"HS256","typ":"JWT","crit":null}"#,
+        ]
+        for header in headers {
+            let response = try await owner.with(token: signed(header)).dispatch("counter", ["type": "increment"])
+            expectError(response, 401, "unauthorized", messageContains: "crit", "\(header)")
+            #expect(response.header("WWW-Authenticate")?.hasPrefix("Bearer") == true, "\(header)")
+        }
+        #expect(try await owner.store("counter").version == 0)
+        try await owner.with(token: signed(#"{"alg":"HS256","typ":"JWT"}"#)).dispatchOK("counter", ["type": "increment"])
+    }
+
     @Test("a stream opened with a JWT ends when the JWT expires")
     func streamEndsAtExp() async throws {
         let owner = try await SharedServer.api().createSession()

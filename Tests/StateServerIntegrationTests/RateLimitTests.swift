@@ -136,14 +136,30 @@ struct RateLimitTests {
         let clock = Mutex<Int64>(0)
         let limits = ClientLimits(settings, now: { clock.withLock { $0 } })
         let request = HTTPRequest(method: "GET", path: "/healthz", peer: IPAddress("198.51.100.1"))
-        #expect(throws: Never.self) { try limits.checkRequest(request, peers: nil) }
-        #expect(throws: Never.self) { try limits.checkRequest(request, peers: nil) }
-        #expect(throws: APIError.self) { try limits.checkRequest(request, peers: nil) }
+        #expect(throws: Never.self) { try limits.checkRequest(request, forwarded: nil) }
+        #expect(throws: Never.self) { try limits.checkRequest(request, forwarded: nil) }
+        #expect(throws: APIError.self) { try limits.checkRequest(request, forwarded: nil) }
         clock.withLock { $0 = Self.second / 2 }
-        #expect(throws: Never.self) { try limits.checkRequest(request, peers: nil) }
+        #expect(throws: Never.self) { try limits.checkRequest(request, forwarded: nil) }
         // In process (no peer): never limited by address.
         for _ in 0..<10 {
-            #expect(throws: Never.self) { try limits.checkRequest(HTTPRequest(method: "GET", path: "/healthz"), peers: nil) }
+            #expect(throws: Never.self) { try limits.checkRequest(HTTPRequest(method: "GET", path: "/healthz"), forwarded: nil) }
         }
+    }
+
+    @Test("a request a peer forwarded (its MAC believed) counted where it arrived: not again here; its client is the one that node stated, never the X-Forwarded-For")
+    func forwardedRequests() throws {
+        var settings = RateLimits()
+        settings.requestsPerSecond = 1
+        settings.trustedProxies = [try #require(AddressRange("10.0.0.0/8"))]
+        let limits = ClientLimits(settings, now: { 0 })
+        let node = HTTPRequest(
+            method: "GET", path: "/v1/sessions/s/state", headers: [("x-forwarded-for", "198.51.100.1")], peer: IPAddress("10.0.0.2"))
+        let forwarded = PeerAuthentication.Forwarded(epoch: 7, client: IPAddress("203.0.113.5"))
+        for _ in 0..<5 { #expect(throws: Never.self) { try limits.checkRequest(node, forwarded: forwarded) } }
+        #expect(limits.client(of: node, forwarded: forwarded)?.description == "203.0.113.5")
+        #expect(limits.client(of: node)?.description == "198.51.100.1", "not believed: a trusted proxy's request")
+        #expect(throws: Never.self) { try limits.checkRequest(node, forwarded: nil) }
+        #expect(throws: APIError.self) { try limits.checkRequest(node, forwarded: nil) }
     }
 }

@@ -24,20 +24,22 @@ final class Cluster: Sendable {
     }
 
     /// Starts `count` nodes on a new database of `postgres` (with `environment` added to
-    /// theirs), then nginx in front of them.
-    static func start(nodes count: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:]) async throws -> Cluster {
+    /// theirs, and `perNode[i]` to node `i`'s), then nginx in front of them.
+    static func start(
+        nodes count: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:], perNode: [Int: [String: String]] = [:]
+    ) async throws -> Cluster {
         let databaseURL = try postgres.makeDatabase()
         let storage = databaseURL + "?sslmode=disable"
         var nodes: [ServerProcess] = []
         do {
-            for _ in 0..<count {
+            for index in 0..<count {
                 // A short lease: a dead node's sessions move within seconds. The nodes and nginx
                 // connect from 127.0.0.1: trusted as proxies, as a deployment lists its nodes'
                 // network (a node's relayed streams are not one client's connections).
                 nodes.append(try await ServerProcess.start(
                     arguments: ["--storage", storage],
                     environment: ["STATE_SERVER_CLUSTER_LEASE": "2", "STATE_SERVER_HTTP_TRUSTED_PROXIES": "127.0.0.1"]
-                        .merging(environment) { $1 }))
+                        .merging(environment) { $1 }.merging(perNode[index] ?? [:]) { $1 }))
             }
             let nginx = try await NginxProcess.start(upstreams: nodes.map(\.port))
             return Cluster(postgres: postgres, databaseURL: databaseURL, storage: storage, nodes: nodes, nginx: nginx)
@@ -95,18 +97,19 @@ struct MissingEvent: Error, CustomStringConvertible {
 }
 
 /// Runs `body` on a three-node cluster on the suite's PostgreSQL (the `.postgres` trait), then
-/// stops it whatever happens.
+/// stops it whatever happens. `perNode[i]` is added to node `i`'s environment.
 func withCluster<T>(
-    nodes: Int = 3, environment: [String: String] = [:], _ body: (Cluster) async throws -> T
+    nodes: Int = 3, environment: [String: String] = [:], perNode: [Int: [String: String]] = [:], _ body: (Cluster) async throws -> T
 ) async throws -> T {
-    try await withCluster(nodes: nodes, on: try TestPostgres.shared(), environment: environment, body)
+    try await withCluster(nodes: nodes, on: try TestPostgres.shared(), environment: environment, perNode: perNode, body)
 }
 
 /// Runs `body` on a cluster on `postgres`, then stops it whatever happens.
 func withCluster<T>(
-    nodes: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:], _ body: (Cluster) async throws -> T
+    nodes: Int = 3, on postgres: TestPostgres, environment: [String: String] = [:], perNode: [Int: [String: String]] = [:],
+    _ body: (Cluster) async throws -> T
 ) async throws -> T {
-    let cluster = try await Cluster.start(nodes: nodes, on: postgres, environment: environment)
+    let cluster = try await Cluster.start(nodes: nodes, on: postgres, environment: environment, perNode: perNode)
     do {
         let result = try await body(cluster)
         await cluster.stop()
