@@ -227,7 +227,8 @@ struct Router: Sendable {
         } ?? false
         guard refusal != nil || tooLarge else { return nil }
         do throws(APIError) {
-            try responder.limits.checkRequest(request, peers: responder.settings.peers)
+            // Counted for the connection's client: a forwarding MAC is verified once, with the body.
+            try responder.limits.checkRequest(request, forwarded: nil)
         } catch {
             return error.response(route: route, logger)
         }
