@@ -119,6 +119,12 @@ public final class HTTPServer: Sendable {
         }
     }
 
+    deinit {
+        // Its thread holds the deadlines, not the server: a server never started or stopped
+        // still ends it.
+        headDeadlines?.stop()
+    }
+
     /// What a connection whose head took too long gets before its close.
     static let headTimeoutReply = Array("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".utf8)
 
