@@ -99,32 +99,17 @@ struct SlowClientTests {
             let head = Array("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: \(String(repeating: "s", count: 110))\r\n\r\n".utf8)
             let slow = try await HTTPConnection.open(port: server.port)
             defer { slow.close() }
-            var sent = 0
-            while sent < head.count {
-                do {
-                    try await slow.send([head[sent]])
-                } catch ClientError.closedEarly {
-                    break
-                }
-                sent += 1
-                if sent == 3 {
-                    #expect(await server.api.isHealthy(), "another client is served while a head trickles")
-                }
-                // Up to 200 ms (the pace of the trickle) for an answer or the end.
-                let answered = try await slow.run { socket -> Bool in
-                    do {
-                        return try !socket.fill(deadline: ContinuousClock.now + .milliseconds(200), what: "an answer") || !socket.buffer.isEmpty
-                    } catch ClientError.timedOut {
-                        return false
-                    }
-                }
-                if answered { break }
+            let first = try await Self.trickle(head, on: slow) {
+                #expect(await server.api.isHealthy(), "another client is served while a head trickles")
             }
-            let (bytes, closed) = try await slow.readUntilClosed(timeout: .seconds(10))
-            let answer = String(decoding: bytes, as: UTF8.self)
-            #expect(sent < head.count, "the server waited for the whole head, \(head.count) bytes a byte every 200 ms; it answered \(answer.prefix(40).debugDescription)")
-            #expect(closed, "the trickling connection was not closed")
-            #expect(bytes.isEmpty || answer.hasPrefix("HTTP/1.1 408 "), "a cut head gets 408 or just the close: \(answer.prefix(200).debugDescription)")
+            Self.expectCut(first, of: head, "the first head of a connection")
+
+            // The same on a keep-alive connection, for the head after a request.
+            let again = try await HTTPConnection.open(port: server.port)
+            defer { again.close() }
+            #expect(try await again.request("GET", "/healthz").status == 200)
+            let second = try await Self.trickle(head, on: again) {}
+            Self.expectCut(second, of: head, "the second head of a keep-alive connection")
             #expect(await server.api.isHealthy())
 
             // Idle connections are http.connectionTimeout's (60 s): past three head deadlines of
@@ -134,5 +119,51 @@ struct SlowClientTests {
             #expect(try await idle.request("GET", "/healthz").status == 200, "a connection idle before its first request")
             #expect(try await keepAlive.request("GET", "/healthz").status == 200, "a keep-alive connection idle between requests")
         }
+    }
+
+    /// What a trickled head got: the bytes of it sent, what the server answered, whether it closed.
+    struct Trickled {
+        var sent: Int
+        var answer: [UInt8]
+        var closed: Bool
+    }
+
+    /// Sends `head` a byte every 200 ms, until the server answers or closes (or the head is
+    /// sent); `meanwhile` runs after the third byte. Then reads to the close (10 s at most).
+    static func trickle(_ head: [UInt8], on connection: HTTPConnection, meanwhile: () async throws -> Void) async throws -> Trickled {
+        var sent = 0
+        while sent < head.count {
+            do {
+                try await connection.send([head[sent]])
+            } catch ClientError.closedEarly {
+                break
+            }
+            sent += 1
+            if sent == 3 { try await meanwhile() }
+            // Up to 200 ms (the pace of the trickle) for an answer or the end.
+            let answered = try await connection.run { socket -> Bool in
+                do {
+                    return try !socket.fill(deadline: ContinuousClock.now + .milliseconds(200), what: "an answer") || !socket.buffer.isEmpty
+                } catch ClientError.timedOut {
+                    return false
+                }
+            }
+            if answered { break }
+        }
+        let (answer, closed) = try await connection.readUntilClosed(timeout: .seconds(10))
+        return Trickled(sent: sent, answer: answer, closed: closed)
+    }
+
+    /// The server cut the trickled head: before its end, with `408` (or just the close), and closed.
+    static func expectCut(_ trickled: Trickled, of head: [UInt8], _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let answer = String(decoding: trickled.answer, as: UTF8.self)
+        #expect(
+            trickled.sent < head.count,
+            "\(what): the server waited for the whole head, \(head.count) bytes a byte every 200 ms; it answered \(answer.prefix(40).debugDescription)",
+            sourceLocation: sourceLocation)
+        #expect(trickled.closed, "\(what): the trickling connection was not closed", sourceLocation: sourceLocation)
+        #expect(
+            trickled.answer.isEmpty || answer.hasPrefix("HTTP/1.1 408 "),
+            "\(what): a cut head gets 408 or just the close: \(answer.prefix(200).debugDescription)", sourceLocation: sourceLocation)
     }
 }
