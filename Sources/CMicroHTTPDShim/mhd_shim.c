@@ -753,13 +753,34 @@ int ss_epoll_wait_events(int epoll_fd, uint64_t *ids, uint32_t *events, int max,
     return count;
 }
 
-int ss_stream_socket(int fd) {
+int ss_stream_socket(int fd, int send_buffer) {
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) return -1;
     int off = 0, on = 1;
     (void)setsockopt(copy, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
     (void)setsockopt(copy, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    (void)ss_socket_send_buffer(copy, send_buffer);
     return copy;
+}
+
+int ss_socket_send_buffer(int fd, int bytes) {
+    if (bytes <= 0) return 0;
+    return setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
+int ss_socket_reset_on_close(int fd) {
+    struct linger abort_on_close = {1, 0};
+    return setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+}
+
+int ss_stream_close(int fd, int reset) {
+    if (reset) (void)ss_socket_reset_on_close(fd);
+    return close(fd);
+}
+
+void ss_cut_connection(int fd, const void *reply, size_t length) {
+    if (reply != NULL && length > 0) (void)!send(fd, reply, length, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)shutdown(fd, SHUT_RDWR);
 }
 
 ssize_t ss_stream_send(int fd, const void *bytes, size_t count) {

@@ -98,29 +98,33 @@ let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, length in
     return counts.mayAccept(client) ? MHD_Result.YES : MHD_Result.NO
 }
 
-/// libmicrohttpd's connection notifications (with a per-address connection limit, or streams on
-/// their own sockets): a connection that started is counted (for its address), and uncounted
-/// when it closes.
-/// `socketContext` marks the connections that were counted (not those from exempt addresses).
+/// libmicrohttpd's connection notifications (``HTTPServer/notesConnections``): a connection
+/// that starts gets a ``ConnectionRecord`` as its socket context, is counted (for its address,
+/// and with streams on their own sockets) and watched for its head's deadline; at its close,
+/// which libmicrohttpd notifies before it closes the socket, it leaves all of them.
 let connectionNotified: MHD_NotifyConnectionCallback = { cls, connection, socketContext, code in
     guard let cls, let connection, let socketContext else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
-    let started = code == .CONNECTION_NOTIFY_STARTED
-    if server.sockets != nil {
-        if !started, server.detachedConnections.withLock({ $0.remove(UInt(bitPattern: connection)) != nil }) {
-            // Its event stream took over its place in both counts (`HTTPServer.detach`).
-            socketContext.pointee = nil
-            return
+    if code == .CONNECTION_NOTIFY_STARTED {
+        if server.sockets != nil { server.daemonConnections.add(1, ordering: .relaxed) }
+        var counted: IPAddress?
+        if let counts = server.addressConnections, let address = connectionAddress(connection), counts.opened(address) {
+            counted = address
         }
-        server.daemonConnections.add(started ? 1 : -1, ordering: .relaxed)
+        let record = ConnectionRecord(
+            id: server.connectionIDs.add(1, ordering: .relaxed).newValue, fd: ss_connection_fd(connection), counted: counted)
+        socketContext.pointee = Unmanaged.passRetained(record).toOpaque()
+        server.headDeadlines?.add(record)
+        return
     }
-    guard let counts = server.addressConnections, let address = connectionAddress(connection) else { return }
-    if started {
-        if counts.opened(address) { socketContext.pointee = UnsafeMutableRawPointer(bitPattern: 1) }
-    } else if socketContext.pointee != nil {
-        socketContext.pointee = nil
-        counts.closed(address)
-    }
+    guard let raw = socketContext.pointee else { return }
+    socketContext.pointee = nil
+    let record = Unmanaged<ConnectionRecord>.fromOpaque(raw).takeRetainedValue()
+    server.headDeadlines?.remove(record)
+    // Its event stream took over its place in both counts (`HTTPServer.detach`).
+    guard !record.detached.load(ordering: .acquiring) else { return }
+    if server.sockets != nil { server.daemonConnections.subtract(1, ordering: .relaxed) }
+    if let counted = record.counted { server.addressConnections?.closed(counted) }
 }
 
 /// The peer address of a connection, or nil when it is not IP.
@@ -143,6 +147,8 @@ let accessHandler: MHD_AccessHandlerCallback = { cls, connection, url, method, v
     }
 
     if case .head = context.phase.withLock({ $0 }) {
+        // The head's deadline ran out first (`HeadDeadlines`): the connection is being cut.
+        if let record = ConnectionRecord.of(connection), !record.headArrived() { return MHD_Result.NO }
         // First call: the head only. Check its framing before anything is routed or read, in
         // one pass over the fields that also lists them for the request.
         let methodText = method.map { String(cString: $0) } ?? "-"
@@ -312,7 +318,9 @@ private func tooLargeResponse(_ server: HTTPServer) -> HTTPResponse {
 }
 
 /// Called by libmicrohttpd when a request ends (response sent, client gone, or daemon stop).
-let requestCompleted: MHD_RequestCompletedCallback = { cls, _, conCls, _ in
+let requestCompleted: MHD_RequestCompletedCallback = { cls, connection, conCls, _ in
+    // The next head is awaited (keep-alive), on the deadline's watch.
+    if let connection { ConnectionRecord.of(connection)?.requestEnded() }
     guard let conCls, let raw = conCls.pointee else { return }
     conCls.pointee = nil
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
@@ -355,6 +363,12 @@ extension HTTPServer {
             }
             stream.attach(connection)
             context.stream.withLock { $0 = stream }
+            if stream.carriesEvents {
+                // Bounds what the kernel holds for a client that does not read (TLS, or a
+                // stream that could not leave libmicrohttpd). It stays for the connection's
+                // later requests, if any.
+                _ = ss_socket_send_buffer(ss_connection_fd(connection), Int32(clamping: configuration.streamSocketBuffer))
+            }
             if let watcher = hangups {
                 let fd = ss_connection_fd(connection)
                 if let id = watcher.watch(fd: fd, stream: stream) {
@@ -399,7 +413,7 @@ extension HTTPServer {
         guard sockets.count < configuration.connectionLimit, context.method != "HEAD" else { return nil }
         let fd = ss_connection_fd(connection)
         guard fd >= 0 else { return nil }
-        let own = ss_stream_socket(fd)
+        let own = ss_stream_socket(fd, Int32(clamping: configuration.streamSocketBuffer))
         guard own >= 0 else { return nil }
         let chunked = !context.head.withLock { $0.http10 }
         guard sockets.adopt(fd: own, stream: stream, head: Self.streamHead(response, chunked: chunked), chunked: chunked) else {
@@ -409,8 +423,9 @@ extension HTTPServer {
         // The stream takes over the connection's place in the connection counts (for as long
         // as it lasts) at once, not when libmicrohttpd gets round to closing the connection.
         let counts = addressConnections
-        let counted = ss_connection_socket_context(connection) != nil ? context.head.withLock { $0.peer } : nil
-        _ = detachedConnections.withLock { $0.insert(UInt(bitPattern: connection)) }
+        let record = ConnectionRecord.of(connection)
+        let counted = record?.counted
+        record?.detached.store(true, ordering: .releasing)
         daemonConnections.subtract(1, ordering: .relaxed)
         stream.onFinish { [weak self] in
             self?.unregister(stream)

@@ -38,8 +38,8 @@ public final class EventStream: Sendable {
         var waiters: [CheckedContinuation<Void, Never>] = []
         /// The stream's own socket, once it left libmicrohttpd (``StreamSockets``).
         var socket: SocketLink?
-        /// Closed for a reader too slow (``send(_:)`` past `bufferLimit`): on its own socket,
-        /// the socket is closed at once, not after the bytes it does not read.
+        /// Closed for a reader too slow (``send(_:)`` past `bufferLimit`): the socket is closed
+        /// at once, as an abort (RST), not after the bytes it does not read.
         var dropped = false
         /// Heartbeat ticks seen while closing and not finished (``heartbeat(_:)``).
         var closingTicks = 0
@@ -164,6 +164,12 @@ public final class EventStream: Sendable {
                 state.queuedBytes = 0
                 state.closing = true
                 state.dropped = true
+                if let connection = state.connection {
+                    // In libmicrohttpd (TLS): its close of the connection, whenever it comes
+                    // (at once if it reads the stream again, else at its idle timeout while the
+                    // client reads nothing), is an abort. The connection is alive while attached.
+                    _ = ss_socket_reset_on_close(ss_connection_fd(connection.pointer))
+                }
                 wake(&state)
                 return false
             }
@@ -294,6 +300,9 @@ public final class EventStream: Sendable {
     private static func read(_ state: inout State, into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
         if state.finished { return ss_content_reader_end_of_stream }
         guard let first = state.queue.first else {
+            // Too slow a reader: the connection is closed at once, as an abort (``send(_:)``
+            // set it), not after a last chunk its client would not read.
+            if state.dropped { return ss_content_reader_end_with_error }
             if state.closing { return ss_content_reader_end_of_stream }
             if let connection = state.connection, !state.suspended {
                 state.suspended = true
@@ -421,14 +430,15 @@ public final class EventStream: Sendable {
         }
     }
 
-    /// Closes the socket and finishes the stream.
+    /// Closes the socket and finishes the stream: for a stream dropped for slowness, as an
+    /// abort (RST), freeing at once what the kernel still holds for a client that does not read.
     func finishSocket() {
-        let link = state.withLock { state -> SocketLink? in
+        let (link, dropped) = state.withLock { state -> (SocketLink?, Bool) in
             defer { state.socket = nil }
-            return state.socket
+            return (state.socket, state.dropped)
         }
         guard let link else { return }
-        link.owner.forget(link)
+        link.owner.forget(link, reset: dropped)
         finish()
     }
 }

@@ -24,6 +24,10 @@ public final class HTTPServer: Sendable {
         public var connectionLimit = 20_000
         /// Seconds of inactivity before a (non-streaming) connection is closed.
         public var connectionTimeout = 60
+        /// Time a request's head may take, from its first byte to its end (``HeadDeadlines``);
+        /// past it the connection gets `408` (plain HTTP) and is closed. Idle time before and
+        /// between requests is `connectionTimeout`'s. `nil`: no deadline.
+        public var headTimeout: Duration? = .seconds(10)
         public var connectionMemoryLimit = 8 * 1024
         /// Share the port with other processes listening on it (SO_REUSEPORT); off by default,
         /// so a port in use makes ``HTTPServer/start()`` fail.
@@ -48,6 +52,11 @@ public final class HTTPServer: Sendable {
         /// libmicrohttpd's connections, and against `connectionsPerAddress`. With TLS they
         /// always stay in libmicrohttpd.
         public var detachStreams = true
+        /// The kernel's send buffer of an event stream's socket (SO_SNDBUF), in bytes; Linux
+        /// keeps twice this (its bookkeeping included) and stops growing the buffer by itself.
+        /// What a client that does not read pins in the kernel, besides the stream's own
+        /// `bufferLimit`. 0: the kernel's autotuning (megabytes for such a client).
+        public var streamSocketBuffer = 65_536
 
         public init() {}
     }
@@ -88,9 +97,10 @@ public final class HTTPServer: Sendable {
     let sockets: StreamSockets?
     /// libmicrohttpd's open connections (counted only with `sockets`, for the connection limit).
     let daemonConnections = Atomic<Int>(0)
-    /// Connections whose event stream moved to its own socket, until libmicrohttpd closes them:
-    /// the stream took over their place in the connection counts.
-    let detachedConnections = Mutex<Set<UInt>>([])
+    /// Cuts connections whose request head takes too long (nil: `headTimeout` is nil).
+    let headDeadlines: HeadDeadlines?
+    /// The last id given to a ``ConnectionRecord``.
+    let connectionIDs = Atomic<UInt64>(0)
     private let heartbeatTask = Mutex<Task<Void, Never>?>(nil)
 
     public init(
@@ -103,7 +113,25 @@ public final class HTTPServer: Sendable {
         addressConnections = configuration.connectionsPerAddress > 0
             ? AddressConnections(limit: configuration.connectionsPerAddress, exempt: configuration.connectionLimitExempt) : nil
         sockets = configuration.detachStreams && configuration.tls == nil ? StreamSockets() : nil
+        // Over TLS a reply in the clear would break the session: the connection is just closed.
+        headDeadlines = configuration.headTimeout.flatMap { timeout in
+            timeout > .zero ? HeadDeadlines(timeout: timeout, reply: configuration.tls == nil ? Self.headTimeoutReply : nil) : nil
+        }
     }
+
+    deinit {
+        // Its thread holds the deadlines, not the server: a server never started or stopped
+        // still ends it.
+        headDeadlines?.stop()
+    }
+
+    /// What a connection whose head took too long gets before its close.
+    static let headTimeoutReply = Array("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".utf8)
+
+    /// Whether libmicrohttpd tells the server of every connection's start and close (a
+    /// ``ConnectionRecord`` each): for the per-address limit, the streams on their own sockets,
+    /// the head deadline.
+    var notesConnections: Bool { addressConnections != nil || sockets != nil || headDeadlines != nil }
 
     /// Binds and starts serving. Returns the bound port (the real one when `port` is 0).
     public func start() throws(StartError) -> Int {
@@ -122,7 +150,7 @@ public final class HTTPServer: Sendable {
                     connection_memory_limit: max(4096, self.configuration.connectionMemoryLimit),
                     reuse_port: self.configuration.reusePort ? 1 : 0,
                     tls_certificate: certificate, tls_key: key, tls_priorities: priorities,
-                    notify_connection: self.addressConnections == nil && self.sockets == nil ? nil : connectionNotified,
+                    notify_connection: self.notesConnections ? connectionNotified : nil,
                     notify_connection_cls: Unmanaged.passUnretained(self).toOpaque(),
                     detach_streams: self.sockets == nil ? 0 : 1)
                 let me = Unmanaged.passUnretained(self).toOpaque()
@@ -173,6 +201,7 @@ public final class HTTPServer: Sendable {
             stream.close(after: farewell)
         }
         hangups?.stop()
+        headDeadlines?.stop()
         // Stop accepting: from here every new connection is closed as soon as it is accepted,
         // before a byte of it is read (nothing it sends is applied; a client sees the connection
         // closed without a reply, at once, and retries elsewhere). Not MHD_quiesce_daemon:

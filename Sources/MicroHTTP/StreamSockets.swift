@@ -24,6 +24,14 @@ import Glibc
 /// wake-up; the writes come from one place. The same epoll set reports clients that hang up or
 /// close. Only this thread writes to and closes a socket, so a descriptor number is never used
 /// after its close.
+///
+/// What a stream holds in the kernel is bounded too (issue 36): its socket's send buffer is set
+/// to `streams.socketBuffer` when it is taken (``HTTPServer/Configuration/streamSocketBuffer``;
+/// otherwise Linux grows it to megabytes for a client that does not read), and a stream dropped
+/// for slowness (past its `bufferLimit`) is closed as an abort (RST): the bytes still queued for
+/// it are freed at once, not kept by an orphaned socket waiting for a reader. Every other end
+/// (the client's, the session's, the server's stop) stays an orderly close after the queued
+/// bytes.
 final class StreamSockets: Sendable {
     let epoll: Int32
     private let wakeup: Int32
@@ -93,11 +101,12 @@ final class StreamSockets: Sendable {
         if signal { ss_eventfd_signal(wakeup) }
     }
 
-    /// Drops a stream's registration and closes its socket (on this thread only).
-    func forget(_ link: EventStream.SocketLink) {
+    /// Drops a stream's registration and closes its socket (on this thread only); with
+    /// `reset`, as an abort: the kernel frees what it still holds for the client at once.
+    func forget(_ link: EventStream.SocketLink, reset: Bool) {
         let known = table.withLock { $0.byID.removeValue(forKey: link.id) } != nil
         _ = ss_epoll_forget(epoll, link.fd)
-        close(link.fd)
+        _ = ss_stream_close(link.fd, reset ? 1 : 0)
         if known { held.subtract(1, ordering: .relaxed) }
     }
 

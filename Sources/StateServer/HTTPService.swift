@@ -16,9 +16,11 @@ import StateServerHTTP
 /// | `streams.total` | event streams | `10000` |
 /// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
 /// | `streams.shutdownRetry` | seconds a client waits before reconnecting after a shutdown | `1` |
+/// | `streams.socketBuffer` | kernel send buffer bytes per stream (SO_SNDBUF), 0 = the kernel's autotuning | `65536` |
 /// | `http.threads` | event threads, 0 = one per core | `0` |
 /// | `http.connectionLimit` | connections, 0 = what the open-file limit fits, at most 20000 (`FileLimit`) | `0` |
 /// | `http.connectionTimeout` | seconds idle before close | `60` |
+/// | `http.headTimeout` | seconds from a request head's first byte to its end, 0 = no limit | `10` |
 /// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
 /// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
 /// | `recording.maxBytes` | bytes of one `GET .../recording` (its starting states always) | `67108864` |
@@ -33,9 +35,12 @@ struct HTTPSettings: Sendable {
         "streams.bufferLimit", default: 1_048_576, in: 1024...(1 << 30), "bytes per slow subscriber")
     static let shutdownRetry = Setting(
         "streams.shutdownRetry", default: 1.0, in: 0...3600, "shutdown retry hint, seconds")
+    static let streamSocketBuffer = Setting(
+        "streams.socketBuffer", default: 65_536, in: 0...(256 << 20), "kernel send buffer bytes/stream, 0 = auto")
     static let threads = Setting("http.threads", default: 0, in: 0...256, "threads, 0 = cores")
     static let connectionLimit = Setting("http.connectionLimit", default: 0, in: 0...1_000_000, "max connections, 0 = fit nofile")
     static let connectionTimeout = Setting("http.connectionTimeout", default: 60, in: 0...86_400, "idle connection seconds")
+    static let headTimeout = Setting("http.headTimeout", default: 10.0, in: 0...86_400, "seconds to send a request head, 0 = none")
     static let connectionMemoryLimit = Setting(
         "http.connectionMemoryLimit", default: 8192, in: 4096...(16 << 20), "buffer bytes/connection")
     static let reusePort = Setting("http.reusePort", default: false, "share the port (true/false)")
@@ -60,9 +65,12 @@ struct HTTPSettings: Sendable {
         routes.serverVersion = StateServerVersion.current
         let shutdownRetry = try read(Self.shutdownRetry)
         server.shutdownBytes = ServerSentEvents.shutdown(retryAfterMilliseconds: Int((shutdownRetry * 1000).rounded()))
+        server.streamSocketBuffer = try read(Self.streamSocketBuffer)
         server.threads = try read(Self.threads)
         server.connectionLimit = try read(Self.connectionLimit)
         server.connectionTimeout = try read(Self.connectionTimeout)
+        let headTimeout = try read(Self.headTimeout)
+        server.headTimeout = headTimeout > 0 ? .milliseconds(Int((headTimeout * 1000).rounded(.up))) : nil
         server.connectionMemoryLimit = try read(Self.connectionMemoryLimit)
         server.reusePort = try read(Self.reusePort)
         routes.recordingMaxBytes = try read(Self.recordingMaxBytes)

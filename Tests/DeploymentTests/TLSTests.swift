@@ -135,6 +135,39 @@ struct TLSTests {
         }
     }
 
+    @Test("a TLS handshake trickled a byte every 200 ms (never idle) is closed at http.headTimeout, with no 408 in the clear")
+    func trickledHandshake() async throws {
+        try await withTLSServer(environment: ["STATE_SERVER_HTTP_HEAD_TIMEOUT": "1"]) { server, _, api in
+            let connection = try await HTTPConnection.open(port: server.port)
+            defer { connection.close() }
+            // A handshake record's header announcing 512 bytes, then its bytes one at a time:
+            // at most 150 of them (30 s at this pace, far past the deadline of 1 s).
+            let record: [UInt8] = [0x16, 0x03, 0x01, 0x02, 0x00] + [UInt8](repeating: 0x01, count: 512)
+            var sent = 0
+            while sent < 150 {
+                do {
+                    try await connection.send([record[sent]])
+                } catch ClientError.closedEarly {
+                    break
+                }
+                sent += 1
+                let ended = try await connection.run { socket -> Bool in
+                    do {
+                        return try !socket.fill(deadline: ContinuousClock.now + .milliseconds(200), what: "the close") || !socket.buffer.isEmpty
+                    } catch ClientError.timedOut {
+                        return false
+                    }
+                }
+                if ended { break }
+            }
+            let (bytes, closed) = try await connection.readUntilClosed(timeout: .seconds(10))
+            #expect(sent < 150, "the trickled handshake was still open after \(sent) bytes")
+            #expect(closed, "the trickled handshake was not closed")
+            #expect(!String(decoding: bytes, as: UTF8.self).hasPrefix("HTTP/"), "an answer in the clear on the TLS port")
+            #expect(await api.isHealthy())
+        }
+    }
+
     @Test("the framing checks hold inside TLS: ambiguous heads (two Content-Length values, an empty field name) are refused and what they hide never runs")
     func framingInsideTLS() async throws {
         try await withTLSServer { server, certificate, api in

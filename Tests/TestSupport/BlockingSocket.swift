@@ -34,7 +34,7 @@ package final class BlockingSocket: @unchecked Sendable {
     /// The peer finished sending (FIN) or reset the connection.
     private(set) var reachedEOF = false
     /// The end was a reset (ECONNRESET) rather than an orderly close.
-    private(set) var wasReset = false
+    package private(set) var wasReset = false
 
     /// - Parameter source: the local IPv4 address to connect from (`127.0.0.2`: any address of
     ///   127.0.0.0/8 is this machine), so a test can be several clients; nil: the system's choice.

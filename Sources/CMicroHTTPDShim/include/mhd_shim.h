@@ -235,8 +235,29 @@ static const uint32_t ss_stream_readable = 1;
 static const uint32_t ss_stream_writable = 2;
 static const uint32_t ss_stream_hangup = 4;
 /// A duplicate of `fd` (close-on-exec), turned for streaming: TCP_CORK off (libmicrohttpd
-/// may leave it on between responses) and TCP_NODELAY on. -1 on failure.
-int ss_stream_socket(int fd);
+/// may leave it on between responses), TCP_NODELAY on, and the send buffer bounded to
+/// `send_buffer` bytes (ss_socket_send_buffer; 0: left to the kernel). -1 on failure.
+int ss_stream_socket(int fd, int send_buffer);
+/// Bounds the kernel's send buffer of socket `fd` (SO_SNDBUF) to `bytes`; 0 or less: leaves it
+/// alone. Linux keeps twice the value (the other half for its bookkeeping; getsockopt reports
+/// the doubled figure), caps it at net.core.wmem_max, and no longer grows the buffer by itself
+/// (tcp_wmem autotuning) once it is set. Returns setsockopt's result.
+int ss_socket_send_buffer(int fd, int bytes);
+/// Makes the close of socket `fd` an abort (SO_LINGER on, 0 s): the kernel sends RST and frees
+/// what is still queued at once, rather than sending it all before a FIN (to a client that does
+/// not read, never: the socket would stay an orphan holding its buffer). Applies to the close of
+/// the last descriptor of the socket, whoever closes it. Returns setsockopt's result.
+int ss_socket_reset_on_close(int fd);
+/// Closes a stream's socket; with `reset` nonzero, as an abort (ss_socket_reset_on_close).
+int ss_stream_close(int fd, int reset);
+/// Cuts a connection another thread serves: writes `reply` (NULL: nothing) with one
+/// non-blocking send, then shuts the socket down both ways (SHUT_RDWR), which its owner's
+/// epoll reports at once as the end of the peer's input. The socket stays open: its owner
+/// closes it.
+void ss_cut_connection(int fd, const void *reply, size_t length);
+/// Bytes of payload the TCP socket `fd` received so far (TCP_INFO's tcpi_bytes_received, Linux
+/// 4.1 and later), or -1 when unknown.
+int64_t ss_socket_bytes_received(int fd);
 /// send() without SIGPIPE: the count written, or -1 with errno.
 ssize_t ss_stream_send(int fd, const void *bytes, size_t count);
 /// The bytes `count` bytes of body take on the wire: as one chunk of the chunked coding (hex
