@@ -159,18 +159,7 @@ public final class EventStream: Sendable {
             guard !state.closing, !state.finished else { return false }
             // The limit bounds the backlog: one frame is always accepted on an empty queue.
             if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit {
-                state.queue.removeAll()
-                state.headOffset = 0
-                state.queuedBytes = 0
-                state.closing = true
-                state.dropped = true
-                if let connection = state.connection {
-                    // In libmicrohttpd (TLS): its close of the connection, whenever it comes
-                    // (at once if it reads the stream again, else at its idle timeout while the
-                    // client reads nothing), is an abort. The connection is alive while attached.
-                    _ = ss_socket_reset_on_close(ss_connection_fd(connection.pointer))
-                }
-                wake(&state)
+                drop(&state)
                 return false
             }
             state.queue.append(bytes)
@@ -249,13 +238,7 @@ public final class EventStream: Sendable {
             defer { state.active = false }
             if state.closing, !state.finished, !state.dropped {
                 state.closingTicks += 1
-                if state.closingTicks >= 2 {
-                    state.queue.removeAll()
-                    state.headOffset = 0
-                    state.queuedBytes = 0
-                    state.dropped = true
-                    wake(&state)
-                }
+                if state.closingTicks >= 2 { drop(&state) }
                 return
             }
             // A ping does not count as activity, so an idle stream gets one every interval.
@@ -265,6 +248,23 @@ public final class EventStream: Sendable {
             state.queuedBytes += bytes.count
             wake(&state)
         }
+    }
+
+    /// Ends the stream of a reader that does not keep up: what is queued is dropped and the
+    /// connection closed at once, as an abort (RST), not after bytes its client would not read.
+    private func drop(_ state: inout State) {
+        state.queue.removeAll()
+        state.headOffset = 0
+        state.queuedBytes = 0
+        state.closing = true
+        state.dropped = true
+        if let connection = state.connection {
+            // In libmicrohttpd (TLS): its close of the connection, whenever it comes
+            // (at once if it reads the stream again, else at its idle timeout while the
+            // client reads nothing), is an abort. The connection is alive while attached.
+            _ = ss_socket_reset_on_close(ss_connection_fd(connection.pointer))
+        }
+        wake(&state)
     }
 
     private func wake(_ state: inout State) {
