@@ -32,12 +32,17 @@ public enum HMACSHA256 {
         }
         return rc == 0 ? digest : []
     }
+}
 
-    /// Whether `a` and `b` are the same 32 bytes, compared in constant time.
+/// The one comparison of secrets (token digests, MACs) in the codebase.
+public enum ConstantTime {
+    /// Whether `a` and `b` are the same bytes, in a time that depends on their length only,
+    /// never on where they differ. Empty or unequal lengths are never equal (a failed hash,
+    /// which is empty, matches nothing).
     public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == 32, b.count == 32 else { return false }
+        guard a.count == b.count, !a.isEmpty else { return false }
         var difference: UInt8 = 0
-        for index in 0..<32 { difference |= a[index] ^ b[index] }
+        for index in a.indices { difference |= a[index] ^ b[index] }
         return difference == 0
     }
 }

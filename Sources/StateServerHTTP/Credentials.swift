@@ -16,11 +16,8 @@ enum Credentials {
 
     /// Whether `token` is the admin's: its SHA-256 equals `hash`, compared in constant time.
     static func isAdmin(_ token: String, hash: [UInt8]?) -> Bool {
-        guard let hash, hash.count == 32 else { return false }
-        let candidate = SHA256.hash(token)
-        var difference: UInt8 = 0
-        for index in 0..<32 { difference |= candidate[index] ^ hash[index] }
-        return difference == 0
+        guard let hash else { return false }
+        return ConstantTime.equal(SHA256.hash(token), hash)
     }
 
     /// The token of `Bearer <token>` (scheme in any case, spaces around), by UTF-8 byte: this

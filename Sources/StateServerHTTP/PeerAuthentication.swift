@@ -132,7 +132,7 @@ public struct PeerAuthentication: Sendable {
             epoch: epochText, time: time, nonce: String(parts[2]), method: request.method, path: request.path, query: request.query,
             headers: request.headers, body: request.body)
         var valid = false
-        for secret in secrets where HMACSHA256.equal(HMACSHA256.mac(key: secret, message), mac) { valid = true }
+        for secret in secrets where ConstantTime.equal(HMACSHA256.mac(key: secret, message), mac) { valid = true }
         guard valid else { return .invalid }
         switch seen.insert(mac, time: time, now: now) {
         case .first: break

@@ -83,25 +83,44 @@ struct GrantTable: Sendable {
 /// the live grants on every request, so a revoked or expired token is refused at once whether
 /// or not it is here (a revoke also empties it). Only tokens that verified are kept (a flood of
 /// wrong tokens neither fills it nor evicts a client's), at most ``capacity``, the oldest
-/// replaced first. A presented token is compared with every kept one in full, in time that
-/// does not depend on where they differ.
+/// replaced first.
+///
+/// It keeps no token: each is known by a 128-bit digest keyed with this process's random seed
+/// (two SipHash values, as Swift's `Hasher` computes them), which costs a few hundred
+/// instructions where SHA-256 costs thousands. Finding another token with a kept digest means
+/// guessing 128 bits of a keyed function whose key never leaves the process. A presented
+/// token's digest is compared with every kept one (``ConstantTime/equal(_:_:)``).
 struct VerifiedTokens: Sendable {
     static let capacity = 4
-    private var entries: [(token: [UInt8], hash: [UInt8])] = []
+    private var entries: [(digest: [UInt8], hash: [UInt8])] = []
     private var next = 0
 
-    /// The SHA-256 of `token` if it verified lately.
-    func hash(of token: [UInt8]) -> [UInt8]? {
+    /// The memo's key for `token`: 16 bytes, from two keyed hashes of it.
+    static func digest(_ token: [UInt8]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(16)
+        for half in [UInt8(1), 2] {
+            var hasher = Hasher()
+            hasher.combine(half)
+            token.withUnsafeBytes { hasher.combine(bytes: $0) }
+            let value = UInt64(bitPattern: Int64(hasher.finalize()))
+            for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+        }
+        return bytes
+    }
+
+    /// The SHA-256 of the token whose ``digest(_:)`` is `digest`, if it verified lately.
+    func hash(ofDigest digest: [UInt8]) -> [UInt8]? {
         var found: [UInt8]?
-        for entry in entries where Session.constantTimeEqual(entry.token, token) { found = entry.hash }
+        for entry in entries where ConstantTime.equal(entry.digest, digest) { found = entry.hash }
         return found
     }
 
-    mutating func remember(_ token: [UInt8], hash: [UInt8]) {
+    mutating func remember(digest: [UInt8], hash: [UInt8]) {
         if entries.count < Self.capacity {
-            entries.append((token, hash))
+            entries.append((digest, hash))
         } else {
-            entries[next] = (token, hash)
+            entries[next] = (digest, hash)
             next = (next + 1) % Self.capacity
         }
     }
@@ -148,10 +167,11 @@ extension Session {
     /// The owner's hash is compared in constant time; minted tokens are found by hash.
     public func grant(for token: String, now: Int64 = WallClock.now) -> Grant? {
         let bytes = Array(token.utf8)
-        let known = grants.table.withLock { $0.verified.hash(of: bytes) }
+        let digest = VerifiedTokens.digest(bytes)
+        let known = grants.table.withLock { $0.verified.hash(ofDigest: digest) }
         let hash = known ?? SHA256.hash(bytes)
         let grant: Grant?
-        if Self.constantTimeEqual(hash, tokenHash) {
+        if ConstantTime.equal(hash, tokenHash) {
             grant = .owner
         } else if let minted = grants.table.withLock({ $0.byHash[hash] }), !minted.isExpired(at: now) {
             grant = minted
@@ -161,7 +181,7 @@ extension Session {
         if known == nil {
             // Unless revoked meanwhile (a revoke empties the memo under this lock).
             grants.table.withLock { table in
-                if grant?.tokenID.map({ table.hashByID[$0] != nil }) ?? true { table.verified.remember(bytes, hash: hash) }
+                if grant?.tokenID.map({ table.hashByID[$0] != nil }) ?? true { table.verified.remember(digest: digest, hash: hash) }
             }
         }
         return grant

@@ -145,13 +145,6 @@ public final class Session: Sendable {
 
     var storage: any SessionStorage { journal.storage }
 
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count, !a.isEmpty else { return false }
-        var difference: UInt8 = 0
-        for index in 0..<a.count { difference |= a[index] ^ b[index] }
-        return difference == 0
-    }
-
     /// Marks the session as used now (idle eviction and the TTL count from here). Storage
     /// learns of it with the next change, or from the sweep (``storeActivityIfStale()``).
     public func markUsed() {

@@ -259,7 +259,7 @@ public final class SessionManager: Sendable {
             // The owner's token, or a live token minted for the session: looked up by its hash,
             // so a wrong token costs one lookup, never a read of every grant.
             let hash = SHA256.hash(token)
-            if !admin, !Session.constantTimeEqual(hash, stored.tokenHash) {
+            if !admin, !ConstantTime.equal(hash, stored.tokenHash) {
                 guard try await storage.hasToken(session: id, tokenHash: hash, now: WallClock.now) else { return nil }
             }
             let grants = try await storage.grants(session: id)

@@ -1,5 +1,5 @@
 // A session remembers the SHA-256 of tokens that verified lately (VerifiedTokens, in
-// Session+Tokens.swift), so that a client's every request does not hash its token again. It is a
+// Session+Tokens.swift), by a keyed digest of each (never the token), so that a client's every request does not hash its token again. It is a
 // memo of the hash only: what a token may do is judged on every request.
 
 import ExampleFeatures
@@ -58,10 +58,25 @@ struct VerifiedTokenTests {
     func memoIsBounded() {
         var memo = VerifiedTokens()
         let tokens = (0..<(VerifiedTokens.capacity + 2)).map { Array("token-\($0)".utf8) }
-        for token in tokens { memo.remember(token, hash: token.reversed()) }
-        #expect(memo.hash(of: tokens[0]) == nil)
-        #expect(memo.hash(of: tokens[1]) == nil)
-        for token in tokens.dropFirst(2) { #expect(memo.hash(of: token) == token.reversed()) }
-        #expect(memo.hash(of: Array("token-".utf8)) == nil, "a prefix of a remembered token is not it")
+        for token in tokens { memo.remember(digest: VerifiedTokens.digest(token), hash: token.reversed()) }
+        func hash(of token: [UInt8]) -> [UInt8]? { memo.hash(ofDigest: VerifiedTokens.digest(token)) }
+        #expect(hash(of: tokens[0]) == nil)
+        #expect(hash(of: tokens[1]) == nil)
+        for token in tokens.dropFirst(2) { #expect(hash(of: token) == token.reversed()) }
+        #expect(hash(of: Array("token-".utf8)) == nil, "a prefix of a remembered token is not it")
+    }
+
+    @Test("the memo keeps no token: a digest of 16 bytes that shares no run of the token's bytes, and differs for a token one byte apart")
+    func memoKeepsNoToken() {
+        let token = Array("sz2wGjbKRF_PbxnCm0d1SJmCwHpDvqiiJRfGYHFYqlk".utf8)
+        let digest = VerifiedTokens.digest(token)
+        #expect(digest.count == 16)
+        #expect(digest == VerifiedTokens.digest(token), "the same token, the same digest")
+        var other = token
+        other[other.count - 1] ^= 1
+        #expect(VerifiedTokens.digest(other) != digest)
+        // No 4-byte run of the token appears in what is kept.
+        let runs = Set((0...(token.count - 4)).map { Array(token[$0..<($0 + 4)]) })
+        #expect((0...(digest.count - 4)).allSatisfy { !runs.contains(Array(digest[$0..<($0 + 4)])) })
     }
 }
