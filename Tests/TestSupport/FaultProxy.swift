@@ -52,29 +52,9 @@ package final class FaultProxy: Sendable {
     /// Listens on a free port of 127.0.0.1 and forwards to `targetPort` there.
     package init(targetPort: Int) throws {
         self.targetPort = targetPort
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw ClientError.system("socket", errno) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ready = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-                bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0 && listen(fd, 128) == 0
-            }
-        }
-        guard ready else {
-            let code = errno
-            _ = close(fd)
-            throw ClientError.system("listen", code)
-        }
+        let (fd, port) = try loopbackSocket(listening: true)
         listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
+        self.port = port
         let thread = Thread { [self] in acceptLoop() }
         thread.start()
     }
@@ -97,10 +77,7 @@ package final class FaultProxy: Sendable {
     package func cut() {
         faults.withLock { faults in
             faults.cut = true
-            for (client, server) in faults.open.values {
-                _ = shutdown(client, Int32(SHUT_RDWR))
-                _ = shutdown(server, Int32(SHUT_RDWR))
-            }
+            Self.shutDownOpen(faults)
         }
     }
 
@@ -120,16 +97,20 @@ package final class FaultProxy: Sendable {
     package func block(matching pattern: String) { faults.withLock { $0.blocked = Array(pattern.utf8) } }
     package func unblock() { faults.withLock { $0.blocked = nil } }
 
-    /// Stops listening and closes every connection.
-    /// The accept loop sees it within 50 ms and closes the listener itself. Call it when done:
+    /// Stops listening and closes every connection. The accept loop sees it within 50 ms and closes the listener itself. Call it when done:
     /// the threads hold the proxy.
     package func stop() {
         faults.withLock { faults in
             faults.stopped = true
-            for (client, server) in faults.open.values {
-                _ = shutdown(client, Int32(SHUT_RDWR))
-                _ = shutdown(server, Int32(SHUT_RDWR))
-            }
+            Self.shutDownOpen(faults)
+        }
+    }
+
+    /// Shuts every open connection down both ways; its thread sees the end and closes it.
+    private static func shutDownOpen(_ faults: Faults) {
+        for (client, server) in faults.open.values {
+            _ = shutdown(client, Int32(SHUT_RDWR))
+            _ = shutdown(server, Int32(SHUT_RDWR))
         }
     }
 
