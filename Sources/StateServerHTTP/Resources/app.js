@@ -62,6 +62,39 @@
     $("count").textContent = String(state.count);
   }
 
+  // The counter is optimistic (client.js's OptimisticStore): a click shows at once, greyed until
+  // the server confirms it; the queue survives a reload (localStorage). Its reducer mirrors the
+  // server's CounterFeature; the server's word wins.
+  function counterReducer(state, action) {
+    const by = action.by === undefined || action.by === null ? 1 : action.by;
+    let count = state.count;
+    if (action.type === "increment") count += by;
+    else if (action.type === "decrement") count -= by;
+    else if (action.type === "set") count = action.value;
+    if (!Number.isSafeInteger(count)) throw new Error("the counter would leave the range this page can show");
+    return { count };
+  }
+
+  function renderCounterPrediction(store) {
+    if (store.state !== null) renderCounter(store.state);
+    const count = $("count");
+    count.classList.toggle("pending", store.pendingCount > 0);
+    count.title = store.pendingCount > 0 ? `${store.pendingCount} change(s) not confirmed by the server yet` : "";
+  }
+
+  /** Sends a counter action through the optimistic store: shown at once, sent in order. */
+  async function sendCounter(action, what) {
+    try {
+      await ensureSession();
+      app.counter.send(action);
+      clearError();
+      return true;
+    } catch (error) {
+      showError(`Could not ${what}`, error);
+      return false;
+    }
+  }
+
   function renderTodos(state) {
     const list = $("todo-list");
     const items = state.items || [];
@@ -183,8 +216,8 @@
   });
   $("todo-clear").addEventListener("click", () => send("todos", { type: "clearCompleted" }, "clear completed todos"));
 
-  $("increment").addEventListener("click", () => send("counter", { type: "increment" }, "increment the counter"));
-  $("decrement").addEventListener("click", () => send("counter", { type: "decrement" }, "decrement the counter"));
+  $("increment").addEventListener("click", () => sendCounter({ type: "increment" }, "increment the counter"));
+  $("decrement").addEventListener("click", () => sendCounter({ type: "decrement" }, "decrement the counter"));
   $("counter-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const raw = $("counter-value").value.trim();
@@ -194,7 +227,7 @@
       return;
     }
     $("counter-value").value = "";
-    if (!(await send("counter", { type: "set", value }, "set the counter")) && $("counter-value").value === "") {
+    if (!(await sendCounter({ type: "set", value }, "set the counter")) && $("counter-value").value === "") {
       $("counter-value").value = raw;
     }
   });
@@ -297,16 +330,26 @@
     if (window.location.hash !== hash) history.replaceState(null, "", window.location.pathname + window.location.search + hash);
     $("share-link").value = window.location.href;
     rememberSession(client);
+    if (app.counter) app.counter.stop();
+    app.counter = client.optimistic("counter", {
+      reducer: counterReducer,
+      onUpdate: renderCounterPrediction,
+      onRejection: (rejection) => showError("The server refused a counter change", rejection.error),
+    }).start({ subscribe: false }); // fed by the page's own subscription below
     app.subscription = client.subscribe({
       onStatus: setStatus,
       onSnapshot(features) {
         app.features = features;
-        for (const [name, entry] of Object.entries(features)) render(name, entry.state);
+        for (const [name, entry] of Object.entries(features)) {
+          if (name === "counter") app.counter.confirm(entry.version, entry.state, true);
+          else render(name, entry.state);
+        }
         enableControls(true);
         document.documentElement.dataset.ready = "true";
       },
       onChange(change) {
-        render(change.feature, change.state);
+        if (change.feature === "counter") app.counter.confirm(change.version, change.state);
+        else render(change.feature, change.state);
       },
       onEffect(effect) {
         if (effect && effect.type === "toast") showToast(String(effect.message));

@@ -16,6 +16,9 @@
  *     });
  *     await client.dispatch("counter", {type: "increment"});
  *
+ * Actions that show at once and survive a reload: `client.optimistic(feature, {reducer,
+ * onUpdate, onRejection}).start()`, then `store.send(action)` (see `OptimisticStore` below).
+ *
  * Also: `getState`, `putState`, `resetState`, `deleteSession`, `history({after, limit, feature})`,
  * `travel(feature, version, {ifMatch})`, `recording()`, and `StateClient.importRecording(recording)`
  * (a client for a new session replayed from a recording); `StateClient.applyPatch(document, patch)`
@@ -911,8 +914,268 @@
     }
   }
 
+  // MARK: Optimistic store
+
+  /** Whether retrying the same request later may succeed (network, 408, 429, 5xx but 500). */
+  function isTransient(error) {
+    if (error.code === "network_error") return true;
+    if (error.status === 408 || error.status === 429) return true;
+    return error.status >= 500 && error.code !== "internal_error";
+  }
+
+  /**
+   * Actions that show at once and survive a reload, made by `client.optimistic(feature, options)`.
+   *
+   * `send(action)` queues the action with a fresh Idempotency-Key (in `localStorage` before it
+   * returns) and, when the page passed a `reducer`, applies it to the predicted state at once.
+   * `start()` sends the queue in order, one action at a time, each with its key, retrying with
+   * backoff while the server cannot be reached, and follows the feature's changes: every server
+   * change replaces the confirmed state and the prediction is recomputed from it and the actions
+   * still pending ("rebase"). A confirmed action leaves the queue; one the server refuses leaves
+   * it too and is reported once to `onRejection`. Without a reducer, `state` is the confirmed
+   * state and `pending` lists what is not confirmed yet (the page shows it as pending).
+   *
+   * An action first sent longer ago than `keyLifetimeMs` (the server's `idempotency.ttl`, 24 h)
+   * is not sent again, since the server may have applied it and forgotten its key: it is reported
+   * with code "outcome_unknown".
+   */
+  class OptimisticStore {
+    /**
+     * @param {StateClient} client
+     * @param {string} feature
+     * @param {object} [options]
+     * @param {(state: any, action: object) => any} [options.reducer] the next state; throw to refuse
+     *   (`send` then throws and queues nothing). It gets a copy: it may change it in place.
+     * @param {(store: OptimisticStore) => void} [options.onUpdate] after every change of `state` or `pending`
+     * @param {(rejection: {action: object, error: StateClientError, key: string}) => void} [options.onRejection]
+     * @param {Storage|null} [options.storage] default `localStorage`; null keeps the queue in memory
+     * @param {string} [options.storageKey] default "stateserver.pending.<session>.<feature>"
+     * @param {number} [options.keyLifetimeMs] default 24 h
+     */
+    constructor(client, feature, options = {}) {
+      this.client = client;
+      this.feature = feature;
+      this._options = options;
+      this._reducer = options.reducer || null;
+      this._storage = options.storage === undefined ? global.localStorage || null : options.storage;
+      this._storageKey = options.storageKey || `stateserver.pending.${client.sessionId}.${feature}`;
+      this._keyLifetimeMs = options.keyLifetimeMs === undefined ? 24 * 3600 * 1000 : options.keyLifetimeMs;
+      /** The server's state as last heard, or null before the first. */
+      this.confirmed = null;
+      /** Its version, or null. @type {number|null} */
+      this.version = null;
+      /** Actions neither confirmed nor refused yet, oldest first: `{key, action, queuedAt, firstSentAt}`. */
+      this.pending = [];
+      /** Set when sending stopped for good (the session is gone, the token refused). */
+      this.error = null;
+      this._running = false;
+      this._sending = false;
+      this._waiters = [];
+      this._load();
+      this._recompute();
+    }
+
+    /** The prediction: the confirmed state with every pending action applied (the confirmed state without a reducer). */
+    get state() {
+      return this._predicted;
+    }
+
+    get pendingCount() {
+      return this.pending.length;
+    }
+
+    /**
+     * Queues `action` (on disk first) and predicts it. Never waits for the network.
+     * @returns {any} the new predicted state
+     * @throws whatever the reducer throws; nothing is queued then
+     */
+    send(action) {
+      if (this._reducer && this.confirmed !== null) this._reducer(cloneJSON(this._predicted), action);
+      this.pending.push({ key: randomKey(), action: cloneJSON(action), queuedAt: Date.now(), firstSentAt: null });
+      this._save();
+      this._changed();
+      this._pump();
+      return this._predicted;
+    }
+
+    /**
+     * A server state of the feature (from a subscription of the page's own, when `start` was
+     * told not to subscribe): taken when newer than the confirmed one, or when `snapshot`.
+     */
+    confirm(version, state, snapshot = false) {
+      if (!snapshot && this.version !== null && version <= this.version) return;
+      if (snapshot && this.version !== null && version < this.version) return;
+      this.version = version;
+      this.confirmed = cloneJSON(state);
+      this._save();
+      this._changed();
+    }
+
+    /**
+     * Starts sending, and (unless `subscribe` is false) follows the feature's changes.
+     * @param {{subscribe?: boolean, transport?: "eventsource"|"fetch"}} [options] `transport` as in `subscribe`
+     */
+    start({ subscribe = true, transport } = {}) {
+      this._running = true;
+      if (subscribe && !this._subscription) {
+        const feature = this.feature;
+        this._subscription = this.client.subscribe({
+          features: [feature],
+          transport,
+          onSnapshot: (features) => {
+            if (features[feature]) this.confirm(features[feature].version, features[feature].state, true);
+          },
+          onChange: (change) => this.confirm(change.version, change.state),
+        });
+      }
+      this._pump();
+      return this;
+    }
+
+    /** Stops sending and following; the queue stays (and stays stored). */
+    stop() {
+      this._running = false;
+      if (this._subscription) this._subscription.close();
+      this._subscription = null;
+      if (this._wake) this._wake();
+    }
+
+    /**
+     * Resolves once nothing is pending; rejects after `timeoutMs`.
+     * @returns {Promise<void>}
+     */
+    settled(timeoutMs = 30000) {
+      if (this.pending.length === 0) return Promise.resolve();
+      return new Promise((resolve, reject) => {
+        const waiter = { resolve, timer: null };
+        waiter.timer = setTimeout(() => {
+          this._waiters = this._waiters.filter((w) => w !== waiter);
+          reject(new StateClientError(`${this.pending.length} actions still pending after ${timeoutMs} ms`));
+        }, timeoutMs);
+        this._waiters.push(waiter);
+      });
+    }
+
+    async _pump() {
+      if (this._sending || !this._running) return;
+      this._sending = true;
+      let failures = 0;
+      try {
+        while (this._running && this.pending.length > 0 && !this.error) {
+          const head = this.pending[0];
+          if (head.firstSentAt !== null && Date.now() - head.firstSentAt > this._keyLifetimeMs) {
+            this._refuse(head, new StateClientError(
+              "the action was first sent longer ago than the server remembers idempotency keys: it is not sent again",
+              { code: "outcome_unknown" }));
+            continue;
+          }
+          if (head.firstSentAt === null) {
+            head.firstSentAt = Date.now();
+            this._save();
+          }
+          try {
+            const reply = await this.client.dispatch(this.feature, head.action, { idempotencyKey: head.key, retries: 0 });
+            failures = 0;
+            this.pending = this.pending.filter((entry) => entry.key !== head.key);
+            if (this.version === null || reply.version > this.version) {
+              this.version = reply.version;
+              this.confirmed = reply.state;
+            }
+            this._save();
+            this._changed();
+          } catch (error) {
+            if (!(error instanceof StateClientError)) throw error;
+            if (isTransient(error)) {
+              failures += 1;
+              await new Promise((resolve) => {
+                this._wake = resolve;
+                setTimeout(resolve, backoffDelay(failures - 1, 250, 10000));
+              });
+              this._wake = null;
+            } else if (error.fatal) {
+              this.error = error;
+              this._changed();
+            } else {
+              this._refuse(head, error);
+            }
+          }
+        }
+      } finally {
+        this._sending = false;
+      }
+    }
+
+    _refuse(entry, error) {
+      this.pending = this.pending.filter((other) => other.key !== entry.key);
+      this._save();
+      this._changed();
+      if (this._options.onRejection) this._options.onRejection({ action: entry.action, error, key: entry.key });
+    }
+
+    _recompute() {
+      let state = this.confirmed;
+      if (this._reducer && state !== null) {
+        state = cloneJSON(state);
+        for (const entry of this.pending) {
+          // Refused on this state: still pending (the server decides), not predicted.
+          try {
+            state = this._reducer(cloneJSON(state), entry.action);
+          } catch (_) {
+            /* keep the state before it */
+          }
+        }
+      }
+      this._predicted = state;
+    }
+
+    _changed() {
+      this._recompute();
+      if (this.pending.length === 0) {
+        for (const waiter of this._waiters) {
+          clearTimeout(waiter.timer);
+          waiter.resolve();
+        }
+        this._waiters = [];
+      }
+      if (this._options.onUpdate) this._options.onUpdate(this);
+    }
+
+    _load() {
+      if (!this._storage) return;
+      try {
+        const saved = JSON.parse(this._storage.getItem(this._storageKey) || "null");
+        if (!saved) return;
+        this.version = Number.isInteger(saved.version) ? saved.version : null;
+        this.confirmed = this.version === null ? null : saved.state;
+        this.pending = Array.isArray(saved.pending) ? saved.pending : [];
+      } catch (_) {
+        /* an unreadable queue is treated as none */
+      }
+    }
+
+    /** Stores the queue and the confirmed state it is built on (one `setItem`: all or nothing). */
+    _save() {
+      if (!this._storage) return;
+      if (this.pending.length === 0) {
+        this._storage.removeItem(this._storageKey);
+        return;
+      }
+      const saved = { version: this.version, state: this.version === null ? null : this.confirmed, pending: this.pending };
+      this._storage.setItem(this._storageKey, JSON.stringify(saved));
+    }
+  }
+
+  /**
+   * An `OptimisticStore` of `feature` on this session (see there).
+   * @returns {OptimisticStore}
+   */
+  StateClient.prototype.optimistic = function optimistic(feature, options = {}) {
+    return new OptimisticStore(this, feature, options);
+  };
+
   StateClient.Error = StateClientError;
   StateClient.Subscription = Subscription;
+  StateClient.OptimisticStore = OptimisticStore;
   StateClient.randomKey = randomKey;
   StateClient.PatchError = PatchError;
   StateClient.applyPatch = applyPatch;
