@@ -9,13 +9,13 @@ import Synchronization
 
 extension SQLiteStorage: OrderedCommits {
     public func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
-        if let problem = health.problem() { return writer.answer(done, .failure(problem)) }
+        if let problem = health.recentProblem() { return writer.answer(done, .failure(problem)) }
         writer.submit(batch, done: done)
     }
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
         guard !batch.isEmpty else { return }
-        try health.check()
+        if let problem = health.recentProblem() { throw problem }
         let result: Result<Void, StorageError> = await withCheckedContinuation { continuation in
             writer.submit(batch) { continuation.resume(returning: $0) }
         }
@@ -27,7 +27,7 @@ extension SQLiteStorage: OrderedCommits {
     /// For bulk loads, and for tests that need a group of a known shape.
     public func commit(group batches: [[StorageWrite]]) async -> [Result<Void, StorageError>] {
         guard !batches.isEmpty else { return [] }
-        if let problem = health.problem() { return batches.map { _ in .failure(problem) } }
+        if let problem = health.recentProblem() { return batches.map { _ in .failure(problem) } }
         let collected = GroupResults(count: batches.count)
         return await withCheckedContinuation { continuation in
             writer.submit(group: batches) { index, result in

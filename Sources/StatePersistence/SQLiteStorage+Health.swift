@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Synchronization
 
@@ -6,7 +7,7 @@ import Glibc
 #endif
 
 /// Whether the database file a ``SQLiteStorage`` has open is still the one at its path, and
-/// writable: checked by `/readyz` (``SQLiteStorage/ping()``) and before every commit.
+/// writable: checked by `/readyz` (``SQLiteStorage/ping()``), and for commits once a second.
 ///
 /// A file deleted or replaced under a running server (`rm`, a restore that moves another file
 /// into place) stays open: SQLite would go on acknowledging changes into an unlinked inode, lost
@@ -17,16 +18,36 @@ import Glibc
 /// immutable file, permissions; `access(W_OK)`, which also answers for root on read-only
 /// mounts) is refused the same way while it lasts.
 ///
-/// Thread-safe: the identity is immutable, the sticky failure sits behind a `Mutex`.
+/// Commits do not look at the file themselves (a `stat` and an `access` each, on the thread
+/// that hands the change over): they read the verdict of the last look, taken again once it is
+/// ``interval`` old (so at most one look a second, whatever the rate of commits). `/readyz`
+/// always looks afresh. So after the file is deleted, replaced or made read-only, writes are
+/// refused within about a second (at once after a `/readyz`); changes acknowledged in that
+/// second went to the file that was open.
+///
+/// Thread-safe: the identity is immutable, the sticky failure and the last verdict sit behind
+/// `Mutex`es.
 final class SQLiteHealth: Sendable {
     let path: String
     private let identity: (device: UInt64, inode: UInt64)?
     /// Set once the file was found deleted or replaced: it never comes back.
     private let lost = Mutex<String?>(nil)
+    /// The last verdict, and when it was taken (nanoseconds on the monotonic clock).
+    private let last = Mutex<(at: UInt64, problem: StorageError?)?>(nil)
+    /// How long a verdict stands for commits.
+    static let interval: UInt64 = 1_000_000_000
 
     init(path: String) {
         self.path = path
         identity = Self.identity(of: path)
+    }
+
+    /// Why writes must be refused, by the last look at the file if it is younger than
+    /// ``interval``, else by a fresh one.
+    func recentProblem() -> StorageError? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        if let (at, problem) = last.withLock({ $0 }), now &- at < Self.interval { return problem }
+        return problem(at: now)
     }
 
     private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
@@ -35,8 +56,18 @@ final class SQLiteHealth: Sendable {
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
-    /// Why writes must be refused now, or nil.
+    /// Why writes must be refused now, or nil: a fresh look at the file.
     func problem() -> StorageError? {
+        problem(at: DispatchTime.now().uptimeNanoseconds)
+    }
+
+    private func problem(at now: UInt64) -> StorageError? {
+        let problem = look()
+        last.withLock { $0 = (now, problem) }
+        return problem
+    }
+
+    private func look() -> StorageError? {
         if let reason = lost.withLock({ $0 }) { return StorageError(.unavailable, reason) }
         if let identity {
             let now = Self.identity(of: path)

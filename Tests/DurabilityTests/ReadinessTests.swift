@@ -36,6 +36,30 @@ struct ReadinessTests {
         }
     }
 
+    @Test("the database file deleted: writes alone find it out within about a second (the commits' look at the file is at most a second old), no /readyz needed")
+    func deletedFoundByWrites() async throws {
+        try await withTemporaryDirectory { directory in
+            let database = directory.path("state.db")
+            try await withDurableServer(database) { server in
+                let session = try await server.api.createSession()
+                try await session.dispatchOK("counter", ["type": "increment"])
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: database + suffix) }
+                let started = ContinuousClock.now
+                var refused: HTTPResponse?
+                try await waitUntil("a write refused once the file is gone") {
+                    let write = try await session.dispatch("counter", ["type": "increment"])
+                    if write.status != 200 { refused = write }
+                    return refused != nil
+                }
+                expectError(try #require(refused), 503, "storage_unavailable")
+                #expect(try await server.api.request("GET", "/readyz").status == 503)
+                print("writes refused \(ContinuousClock.now - started) after the file was deleted")
+                // It stays refused.
+                expectError(try await session.dispatch("counter", ["type": "increment"]), 503, "storage_unavailable")
+            }
+        }
+    }
+
     @Test("the database file replaced by another file: /readyz 503 and writes refused")
     func replaced() async throws {
         try await withTemporaryDirectory { directory in
