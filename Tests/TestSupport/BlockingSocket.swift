@@ -70,16 +70,7 @@ package final class BlockingSocket: @unchecked Sendable {
                 throw ClientError.system("bind to \(source)", code)
             }
         }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port)).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard result == 0 else {
+        guard connectLoopback(fd, port: port) == 0 else {
             let code = errno
             Self.closeDescriptor(fd)
             self.fd = -1

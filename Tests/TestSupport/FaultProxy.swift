@@ -6,12 +6,6 @@ import Darwin
 import Foundation
 import Synchronization
 
-#if canImport(Glibc)
-private let systemConnect = Glibc.connect
-#else
-private let systemConnect = Darwin.connect
-#endif
-
 /// A TCP proxy on 127.0.0.1 in front of a server (on 127.0.0.1 too), for clients that must live
 /// with a bad network. Bytes flow both ways unless a fault is set:
 ///
@@ -149,16 +143,7 @@ package final class FaultProxy: Sendable {
         guard fd >= 0 else { return nil }
         var one: Int32 = 1
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port)).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                systemConnect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-        guard connected else {
+        guard connectLoopback(fd, port: port) == 0 else {
             _ = close(fd)
             return nil
         }

@@ -109,6 +109,20 @@ package func freePort() throws -> Int {
     return port
 }
 
+/// Connects the TCP socket `fd` to `port` on 127.0.0.1; the result of `connect` (0, or -1
+/// with `errno` set).
+package func connectLoopback(_ fd: Int32, port: Int) -> Int32 {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port)).bigEndian
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    return withUnsafePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    }
+}
+
 /// A TCP socket bound to 127.0.0.1 on a port the system picks (listening when `listening`),
 /// and that port. The caller closes it.
 package func loopbackSocket(listening: Bool) throws -> (fd: Int32, port: Int) {
