@@ -27,25 +27,28 @@ extension PostgresStorage: SessionOwnership {
 
     public var isMember: Bool {
         epoch != 0 && Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
+            && holdsLivenessLock
     }
 
     public func join(advertising url: String) async throws(StorageError) {
         membership.withLock { $0.url = url }
         try await register(url)
         let renewer = Task { [self] in await renew(url) }
+        let watcher = Task { [self] in await watchForDeadNodes() }
         membership.withLock { m in
             m.renewer?.cancel()
-            m.renewer = renewer
+            m.watcher?.cancel()
+            (m.renewer, m.watcher) = (renewer, watcher)
         }
     }
 
     public func leave() async {
-        let (renewer, wasMember) = membership.withLock { m in
-            defer { m.renewer = nil }
-            return (m.renewer, m.url != nil)
+        let (tasks, wasMember) = membership.withLock { m in
+            defer { (m.renewer, m.watcher) = (nil, nil) }
+            return ([m.renewer, m.watcher], m.url != nil)
         }
-        renewer?.cancel()
-        await renewer?.value
+        for task in tasks { task?.cancel() }
+        for task in tasks { await task?.value }
         let epoch = currentEpoch.exchange(0, ordering: .sequentiallyConsistent)
         memberUntil.store(0, ordering: .sequentiallyConsistent)
         guard wasMember, epoch != 0 else { return }
@@ -53,6 +56,8 @@ extension PostgresStorage: SessionOwnership {
         _ = try? await perform("leave the cluster") { db, logger in
             try await db.query("DELETE FROM state_nodes WHERE epoch = \(epoch)", logger: logger)
         }
+        // Then the lock connection closes (its prober sees the epoch gone).
+        await membership.withLock({ $0.prober })?.value
         logger.info("left the cluster", metadata: ["cluster.epoch": "\(epoch)"])
     }
 
@@ -129,23 +134,24 @@ extension PostgresStorage: SessionOwnership {
 
     // MARK: Joining and renewing
 
-    /// A new membership row; this node is a member from now on.
+    /// A new membership row, with its lock on a connection of its own
+    /// (`PostgresStorage+Liveness.swift`); this node is a member from now on.
     private func register(_ url: String) async throws(StorageError) {
         let lease = settings.lease
-        let sent = ContinuousClock.now
-        let epoch = try await perform("join the cluster") { db, logger -> Int64 in
-            // Rows of nodes long gone: their sessions are free either way.
-            try await db.query("DELETE FROM state_nodes WHERE expires_at < now() - interval '1 day'", logger: logger)
-            let rows = try await db.query(
-                """
-                INSERT INTO state_nodes (url, expires_at)
-                VALUES (\(url), now() + make_interval(secs => \(Self.seconds(lease)))) RETURNING epoch
-                """, logger: logger)
-            for try await epoch in rows.decode(Int64.self) { return epoch }
-            throw StorageError(.unavailable, "the membership row was not returned")
+        // Rows of nodes long gone: their sessions are free either way.
+        try await perform("join the cluster") { db, logger in
+            _ = try await db.query("DELETE FROM state_nodes WHERE expires_at < now() - interval '1 day'", logger: logger)
         }
-        memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
-        currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
+        let sent = ContinuousClock.now
+        let (epoch, connection) = try await openMembership(url)
+        let previous = membership.withLock { m in
+            memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
+            lockHeldUntil.store(Self.nanoseconds(sent + Self.livenessBound - clockOrigin), ordering: .sequentiallyConsistent)
+            currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
+            defer { m.prober = holdLivenessLock(epoch, on: connection) }
+            return m.prober
+        }
+        previous?.cancel()
         logger.info("joined the cluster", metadata: ["cluster.epoch": "\(epoch)", "cluster.advertiseUrl": "\(url)"])
         tell(.joined(epoch: epoch))
     }
@@ -185,7 +191,7 @@ extension PostgresStorage: SessionOwnership {
     }
 
     /// Membership lost: no copies may be served from now on.
-    private func lapse(_ epoch: Int64, _ why: String) {
+    func lapse(_ epoch: Int64, _ why: String) {
         guard currentEpoch.compareExchange(expected: epoch, desired: 0, ordering: .sequentiallyConsistent).exchanged else { return }
         memberUntil.store(0, ordering: .sequentiallyConsistent)
         logger.warning(
@@ -212,6 +218,10 @@ extension PostgresStorage: SessionOwnership {
         /// The URL this node advertises, once it joined.
         var url: String?
         var renewer: Task<Void, Never>?
+        /// Ends dead nodes' memberships (`watchForDeadNodes()`).
+        var watcher: Task<Void, Never>?
+        /// Probes the current membership's lock connection (`holdLivenessLock(_:on:)`).
+        var prober: Task<Void, Never>?
         var listeners: [Int: AsyncStream<MembershipChange>.Continuation] = [:]
         var nextListener = 0
     }
