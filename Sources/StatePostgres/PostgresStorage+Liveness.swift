@@ -125,6 +125,7 @@ extension PostgresStorage {
     func watchForDeadNodes() async {
         let declared = Counter(label: "stateserver_cluster_nodes_declared_dead_total")
         let sinceRenewal = Timer(label: "stateserver_cluster_dead_node_detection_seconds")
+        let memberCount = Gauge(label: "stateserver_cluster_members")
         var suspects: [Int64: ContinuousClock.Instant] = [:]
         while !Task.isCancelled {
             try? await Task.sleep(for: Self.deathScan)
@@ -133,6 +134,7 @@ extension PostgresStorage {
                 suspects = [:]
                 continue
             }
+            memberCount.record(members.count)
             let now = ContinuousClock.now
             let free = Set(members.filter { $0.holdsLock == false && $0.epoch != me }.map(\.epoch))
             suspects = suspects.filter { free.contains($0.key) }
