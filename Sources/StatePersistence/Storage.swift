@@ -352,8 +352,12 @@ public protocol SessionStorage: Sendable {
 public protocol SessionOwnership: Sendable {
     /// Whether this node's membership is valid now by its own clock, with a safety margin
     /// (it renews before; another node may take over only after PostgreSQL's clock says it
-    /// expired, later still). Only while it is may the node answer from its copies.
+    /// expired, later still), and its liveness was confirmed moments ago. Only while it is may
+    /// the node answer from its copies.
     var isMember: Bool { get }
+    /// When the membership holds but its liveness was not confirmed moments ago (the node was
+    /// paused, or starved of CPU), waits a moment for the next confirmation; at once otherwise.
+    func confirmLiveness() async
     /// This node's epoch (0 before it joined, or after its membership lapsed).
     var epoch: Int64 { get }
     /// Whether ``join(advertising:)`` was called: from then on the ownership rules apply

@@ -49,6 +49,16 @@ extension PostgresStorage {
         Self.nanoseconds(ContinuousClock.now - clockOrigin) < lockHeldUntil.load(ordering: .sequentiallyConsistent)
     }
 
+    public func confirmLiveness() async {
+        let deadline = ContinuousClock.now + Self.livenessBound
+        // The prober answers within a round trip of the node's resuming (its sleep is over).
+        while epoch != 0, !holdsLivenessLock, ContinuousClock.now < deadline,
+            Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
+        {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     /// Inserts the membership row and takes its lock in one statement, on a new connection that
     /// from then on belongs to this membership. Returns the epoch and the connection.
     func openMembership(_ url: String) async throws(StorageError) -> (Int64, PostgresConnection) {
@@ -86,9 +96,22 @@ extension PostgresStorage {
         Task { [self] in
             let answered = Mutex(ContinuousClock.now)
             let watchdog = Task { [self] in
+                // Time this process ran without an answer: a pause (SIGSTOP, a VM stopped) is
+                // not counted, since the answer may be waiting, unread, when it resumes.
+                var waited = Duration.zero
+                var tick = ContinuousClock.now
+                var seen = answered.withLock { $0 }
                 while !Task.isCancelled, currentEpoch.load(ordering: .sequentiallyConsistent) == epoch {
                     try? await Task.sleep(for: Self.probeInterval)
-                    if ContinuousClock.now - answered.withLock({ $0 }) > Self.lapseAfter {
+                    let now = ContinuousClock.now
+                    let last = answered.withLock { $0 }
+                    if last != seen {
+                        (seen, waited) = (last, .zero)
+                    } else {
+                        waited += min(now - tick, Self.probeInterval * 2)
+                    }
+                    tick = now
+                    if waited > Self.lapseAfter {
                         lapse(epoch, "its lock connection to PostgreSQL answered nothing for \(Self.lapseAfter)")
                         // Not awaited: a connection that does not answer may not close soon either.
                         Task { try? await connection.close() }

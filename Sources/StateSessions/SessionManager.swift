@@ -136,6 +136,7 @@ public final class SessionManager: Sendable {
         // Several nodes: the creating node owns the session (storage records it as the owner).
         var ownerEpoch: Int64 = 0
         if let ownership = activeOwnership {
+            await ownership.confirmLiveness()
             ownerEpoch = ownership.epoch
             guard ownerEpoch != 0, ownership.isMember else {
                 throw .storage(StorageError(.unavailable, "this node is not a member of the cluster now; it is joining again"))
@@ -184,13 +185,16 @@ public final class SessionManager: Sendable {
     /// copy owned under a lapsed membership or given up, not found gone; marked used.
     private func served(_ session: Session) -> Session? {
         let id = session.id
-        if session.ownerEpoch != 0, let ownership,
-            session.ownerEpoch != ownership.epoch || !ownership.isMember || session.abandoned.load(ordering: .sequentiallyConsistent)
-        {
-            // Owned under a membership that lapsed (another node may own it now), or a copy
-            // given up: load it afresh, or reach its owner.
-            drop(session)
-            return nil
+        if session.ownerEpoch != 0, let ownership {
+            if session.ownerEpoch != ownership.epoch || session.abandoned.load(ordering: .sequentiallyConsistent) {
+                // Owned under a membership that lapsed (another node may own it now), or a copy
+                // given up: load it afresh, or reach its owner.
+                drop(session)
+                return nil
+            }
+            // Not a member this moment (its liveness not confirmed lately: ``locate`` waits
+            // for it), or its lease is running out (then it lapses, and drops every copy).
+            guard ownership.isMember else { return nil }
         }
         if session.isGone {
             // Found gone by a write (deleted elsewhere): forget it.
@@ -250,8 +254,12 @@ public final class SessionManager: Sendable {
     /// another token. With one owner per session, a session no live node owns is claimed
     /// for this one first.
     public func locate(id: String, token: String, admin: Bool = false) async throws(StorageError) -> Located? {
+        if let ownership = activeOwnership, !ownership.isMember { await ownership.confirmLiveness() }
         if let session = session(id: id, token: token, admin: admin) { return .here(session) }
         if let url = sessions.withLock({ $0.leaving[id] }) { return .elsewhere(url: url) }
+        if isLoaded(id: id), let ownership = activeOwnership, !ownership.isMember {
+            throw StorageError(.unavailable, "this node is not a member of the cluster this moment; try again")
+        }
         guard !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
