@@ -151,7 +151,9 @@ extension PostgresStorage {
         let memberCount = Gauge(label: "stateserver_cluster_members")
         var suspects: [Int64: ContinuousClock.Instant] = [:]
         while !Task.isCancelled {
-            try? await Task.sleep(for: Self.deathScan)
+            // The next scan, or sooner the moment a suspect has been free for long enough.
+            let wake = suspects.values.min().map { $0 + Self.livenessBound } ?? .now + Self.deathScan
+            try? await Task.sleep(until: min(wake, .now + Self.deathScan))
             let me = epoch
             guard me != 0, let members = try? await members() else {
                 suspects = [:]
