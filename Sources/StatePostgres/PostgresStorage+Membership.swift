@@ -61,6 +61,17 @@ extension PostgresStorage: SessionOwnership {
         logger.info("left the cluster", metadata: ["cluster.epoch": "\(epoch)"])
     }
 
+    /// Tests: stops renewing the membership while the process lives on (its liveness lock
+    /// stays held), as a paused node does; only its lease's end lets others take over.
+    package func stopRenewing() async {
+        let renewer = membership.withLock { m in
+            defer { m.renewer = nil }
+            return m.renewer
+        }
+        renewer?.cancel()
+        await renewer?.value
+    }
+
     public func claim(session: String) async throws(StorageError) -> OwnershipClaim {
         let epoch = epoch
         guard epoch != 0, isMember else {
