@@ -1,6 +1,7 @@
 // PostgresStorage's liveness: each node's lock connection, and ending a dead node's membership early.
 import CoreMetrics
 import Logging
+import NIOCore
 import PostgresNIO
 import StatePersistence
 import Synchronization
@@ -52,9 +53,7 @@ extension PostgresStorage {
     public func confirmLiveness() async {
         let deadline = ContinuousClock.now + Self.livenessBound
         // The prober answers within a round trip of the node's resuming (its sleep is over).
-        while epoch != 0, !holdsLivenessLock, ContinuousClock.now < deadline,
-            Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
-        {
+        while epoch != 0, withinLease, !holdsLivenessLock, ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(5))
         }
     }
@@ -91,53 +90,110 @@ extension PostgresStorage {
         }
     }
 
-    /// Probes the lock connection of membership `epoch` until it lapses, then closes it.
-    func holdLivenessLock(_ epoch: Int64, on connection: PostgresConnection) -> Task<Void, Never> {
-        Task { [self] in
-            let answered = Mutex(ContinuousClock.now)
-            let watchdog = Task { [self] in
-                // Time this process ran without an answer: a pause (SIGSTOP, a VM stopped) is
-                // not counted, since the answer may be waiting, unread, when it resumes.
-                var waited = Duration.zero
-                var tick = ContinuousClock.now
-                var seen = answered.withLock { $0 }
-                while !Task.isCancelled, currentEpoch.load(ordering: .sequentiallyConsistent) == epoch {
-                    try? await Task.sleep(for: Self.probeInterval)
-                    let now = ContinuousClock.now
-                    let last = answered.withLock { $0 }
-                    if last != seen {
-                        (seen, waited) = (last, .zero)
-                    } else {
-                        waited += min(now - tick, Self.probeInterval * 2)
-                    }
-                    tick = now
-                    if waited > Self.lapseAfter {
-                        lapse(epoch, "its lock connection to PostgreSQL answered nothing for \(Self.lapseAfter)")
-                        // Not awaited: a connection that does not answer may not close soon either.
-                        Task { try? await connection.close() }
-                        return
-                    }
+    /// Probes the lock connection of membership `epoch` until it lapses or is stopped, then
+    /// closes it.
+    func holdLivenessLock(_ epoch: Int64, on connection: PostgresConnection) -> LockHolder {
+        let holder = LockHolder(epoch: epoch, connection: connection, storage: self)
+        holder.start()
+        return holder
+    }
+
+    /// A probe of `epoch`'s lock connection, sent at `sent`, was answered: the node may serve
+    /// until `sent + livenessBound`.
+    fileprivate func confirmed(_ epoch: Int64, sent: NIODeadline) {
+        let since = Duration.nanoseconds(NIODeadline.now().uptimeNanoseconds - sent.uptimeNanoseconds)
+        membership.withLock { _ in
+            // Under the lock: a new membership's register sets its own bound there.
+            guard currentEpoch.load(ordering: .sequentiallyConsistent) == epoch else { return }
+            lockHeldUntil.store(
+                Self.nanoseconds(ContinuousClock.now - since + Self.livenessBound - clockOrigin), ordering: .sequentiallyConsistent)
+        }
+    }
+
+    /// One membership's lock connection and its probes. They run on the connection's event loop,
+    /// not on Swift's cooperative pool: a pool busy with other work must not make a live node
+    /// look dead to itself (every callback is short and never blocks).
+    final class LockHolder: Sendable {
+        let epoch: Int64
+        let connection: PostgresConnection
+        /// Strong: the storage drops this holder when its membership ends or it closes.
+        private let storage: PostgresStorage
+        private let stopped = Atomic<Bool>(false)
+        /// When the last answered probe was sent, and how long this process ran since without
+        /// another answer (a pause is not counted: the answer may be waiting, unread).
+        private let watch = Mutex<(answered: NIODeadline, waited: Duration, tick: NIODeadline)>((.now(), .zero, .now()))
+
+        fileprivate init(epoch: Int64, connection: PostgresConnection, storage: PostgresStorage) {
+            self.epoch = epoch
+            self.connection = connection
+            self.storage = storage
+        }
+
+        fileprivate func start() {
+            connection.closeFuture.whenComplete { [self] _ in
+                if !stopped.load(ordering: .sequentiallyConsistent) {
+                    storage.lapse(epoch, "its lock connection to PostgreSQL closed")
                 }
             }
-            defer { watchdog.cancel() }
-            while !Task.isCancelled, currentEpoch.load(ordering: .sequentiallyConsistent) == epoch {
-                let sent = ContinuousClock.now
-                do {
-                    for try await _ in try await connection.query("SELECT 1", logger: logger) {}
-                } catch {
-                    lapse(epoch, "its lock connection to PostgreSQL broke: \(String(describing: error))")
-                    break
-                }
-                answered.withLock { $0 = sent }
-                membership.withLock { _ in
-                    // Under the lock: a new membership's register sets its own bound there.
-                    if currentEpoch.load(ordering: .sequentiallyConsistent) == epoch {
-                        lockHeldUntil.store(Self.nanoseconds(sent + Self.livenessBound - clockOrigin), ordering: .sequentiallyConsistent)
-                    }
-                }
-                try? await Task.sleep(for: Self.probeInterval)
+            probe()
+            connection.eventLoop.scheduleTask(in: .nanoseconds(PostgresStorage.nanoseconds(PostgresStorage.probeInterval))) { [self] in
+                check()
             }
-            try? await connection.close()
+        }
+
+        private var running: Bool {
+            !stopped.load(ordering: .sequentiallyConsistent) && storage.currentEpoch.load(ordering: .sequentiallyConsistent) == epoch
+        }
+
+        private func probe() {
+            guard running else { return stop() }
+            let sent = NIODeadline.now()
+            connection.query("SELECT 1", logger: storage.logger).whenComplete { [self] result in
+                switch result {
+                case .success:
+                    watch.withLock { $0.answered = sent }
+                    storage.confirmed(epoch, sent: sent)
+                    connection.eventLoop.scheduleTask(in: .nanoseconds(PostgresStorage.nanoseconds(PostgresStorage.probeInterval))) {
+                        [self] in probe()
+                    }
+                case .failure(let error):
+                    if running { storage.lapse(epoch, "its lock connection to PostgreSQL broke: \(String(describing: error))") }
+                    stop()
+                }
+            }
+        }
+
+        /// Lapses the membership once this process ran ``lapseAfter`` without an answer.
+        private func check() {
+            guard running else { return }
+            let now = NIODeadline.now()
+            let waited = watch.withLock { w -> Duration in
+                let step = Duration.nanoseconds(now.uptimeNanoseconds - w.tick.uptimeNanoseconds)
+                let seen = Duration.nanoseconds(now.uptimeNanoseconds - w.answered.uptimeNanoseconds)
+                // Since the last answer, counting each tick's gap at most twice the interval.
+                w.waited = seen < PostgresStorage.probeInterval * 2 ? .zero : w.waited + min(step, PostgresStorage.probeInterval * 2)
+                w.tick = now
+                return w.waited
+            }
+            if waited > PostgresStorage.lapseAfter {
+                storage.lapse(epoch, "its lock connection to PostgreSQL answered nothing for \(PostgresStorage.lapseAfter)")
+                return stop()
+            }
+            connection.eventLoop.scheduleTask(in: .nanoseconds(PostgresStorage.nanoseconds(PostgresStorage.probeInterval))) { [self] in
+                check()
+            }
+        }
+
+        /// Stops probing and closes the connection (PostgreSQL frees the lock).
+        func stop() {
+            guard !stopped.exchange(true, ordering: .sequentiallyConsistent) else { return }
+            connection.close().whenComplete { _ in }
+        }
+
+        /// Returns once the connection is closed.
+        func closed() async {
+            stop()
+            try? await connection.closeFuture.get()
         }
     }
 

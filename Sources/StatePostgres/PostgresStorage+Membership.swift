@@ -25,9 +25,11 @@ extension PostgresStorage: SessionOwnership {
 
     public var hasJoined: Bool { membership.withLock { $0.url != nil } }
 
-    public var isMember: Bool {
-        epoch != 0 && Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
-            && holdsLivenessLock
+    public var isMember: Bool { epoch != 0 && withinLease && holdsLivenessLock }
+
+    /// Whether 3/4 of the lease have not passed since the last renewal was sent (own clock).
+    var withinLease: Bool {
+        Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
     }
 
     public func join(advertising url: String) async throws(StorageError) {
@@ -56,8 +58,12 @@ extension PostgresStorage: SessionOwnership {
         _ = try? await perform("leave the cluster") { db, logger in
             try await db.query("DELETE FROM state_nodes WHERE epoch = \(epoch)", logger: logger)
         }
-        // Then the lock connection closes (its prober sees the epoch gone).
-        await membership.withLock({ $0.prober })?.value
+        // Then the lock connection closes.
+        let holder = membership.withLock { m in
+            defer { m.lockHolder = nil }
+            return m.lockHolder
+        }
+        await holder?.closed()
         logger.info("left the cluster", metadata: ["cluster.epoch": "\(epoch)"])
     }
 
@@ -73,6 +79,7 @@ extension PostgresStorage: SessionOwnership {
     }
 
     public func claim(session: String) async throws(StorageError) -> OwnershipClaim {
+        await confirmLiveness()
         let epoch = epoch
         guard epoch != 0, isMember else {
             throw StorageError(.unavailable, "\(name): this node is not a member of the cluster now (its lease lapsed); it is joining again")
@@ -159,10 +166,10 @@ extension PostgresStorage: SessionOwnership {
             memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
             lockHeldUntil.store(Self.nanoseconds(sent + Self.livenessBound - clockOrigin), ordering: .sequentiallyConsistent)
             currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
-            defer { m.prober = holdLivenessLock(epoch, on: connection) }
-            return m.prober
+            defer { m.lockHolder = holdLivenessLock(epoch, on: connection) }
+            return m.lockHolder
         }
-        previous?.cancel()
+        previous?.stop()
         logger.info("joined the cluster", metadata: ["cluster.epoch": "\(epoch)", "cluster.advertiseUrl": "\(url)"])
         tell(.joined(epoch: epoch))
     }
@@ -171,14 +178,27 @@ extension PostgresStorage: SessionOwnership {
     /// this node's clock, or found expired in PostgreSQL), tells `.lost` and joins again.
     private func renew(_ url: String) async {
         let lease = settings.lease
+        // Ticks of 0.1 s: a lapse (its lock connection gone, as in a PostgreSQL restart) is
+        // followed by a new membership at once, then less often while joining fails.
+        var due = ContinuousClock.now + lease / 4
+        var rejoin = Duration.milliseconds(100)
         while !Task.isCancelled {
-            try? await Task.sleep(for: lease / 4)
+            try? await Task.sleep(for: .milliseconds(100))
             if Task.isCancelled { return }
             let epoch = epoch
             guard epoch != 0 else {
-                try? await register(url)
+                guard ContinuousClock.now >= due else { continue }
+                do throws(StorageError) {
+                    try await register(url)
+                    (due, rejoin) = (.now + lease / 4, .milliseconds(100))
+                } catch {
+                    rejoin = min(rejoin * 2, lease / 4)
+                    due = .now + rejoin
+                }
                 continue
             }
+            guard ContinuousClock.now >= due else { continue }
+            due = .now + lease / 4
             let sent = ContinuousClock.now
             do throws(StorageError) {
                 let renewed = try await perform("renew the membership") { db, logger -> Bool in
@@ -196,7 +216,7 @@ extension PostgresStorage: SessionOwnership {
                     lapse(epoch, "its membership expired in PostgreSQL")
                 }
             } catch {
-                if !isMember { lapse(epoch, "it could not renew its membership: \(error.message)") }
+                if !withinLease { lapse(epoch, "it could not renew its membership: \(error.message)") }
             }
         }
     }
@@ -231,8 +251,8 @@ extension PostgresStorage: SessionOwnership {
         var renewer: Task<Void, Never>?
         /// Ends dead nodes' memberships (`watchForDeadNodes()`).
         var watcher: Task<Void, Never>?
-        /// Probes the current membership's lock connection (`holdLivenessLock(_:on:)`).
-        var prober: Task<Void, Never>?
+        /// The current membership's lock connection and its probes (`holdLivenessLock(_:on:)`).
+        var lockHolder: LockHolder?
         var listeners: [Int: AsyncStream<MembershipChange>.Continuation] = [:]
         var nextListener = 0
     }

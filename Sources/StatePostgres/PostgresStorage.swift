@@ -142,12 +142,13 @@ public final class PostgresStorage: SessionStorage {
     /// Closes the pool and ends the notice streams: running operations finish or fail, later
     /// ones fail `.unavailable`.
     public func close() async {
-        let tasks = membership.withLock { m in
-            defer { (m.renewer, m.watcher, m.prober) = (nil, nil, nil) }
-            return [m.renewer, m.watcher, m.prober]
+        let (tasks, holder) = membership.withLock { m in
+            defer { (m.renewer, m.watcher, m.lockHolder) = (nil, nil, nil) }
+            return ([m.renewer, m.watcher], m.lockHolder)
         }
         for task in tasks { task?.cancel() }
         for task in tasks { await task?.value }
+        await holder?.closed()
         for listener in membership.withLock({ Array($0.listeners.values) }) { listener.finish() }
         let listeners = listeners.withLock { tasks in
             defer { tasks = [] }
