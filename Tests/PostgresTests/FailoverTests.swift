@@ -1,4 +1,5 @@
 import Foundation
+import StatePersistence
 import TestSupport
 import Testing
 
@@ -14,7 +15,11 @@ import Darwin
 /// Every wait polls for its condition with a deadline; the load is bounded in requests.
 @Suite("Failover: a dead owner is replaced within 2 s, a paused one is not", .serialized, .postgres)
 struct FailoverTests {
-    static let environment = ["STATE_SERVER_CLUSTER_LEASE": "10", "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0"]
+    static let adminToken = "failover-admin-token"
+    static let environment = [
+        "STATE_SERVER_CLUSTER_LEASE": "10", "STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND": "0",
+        "STATE_SERVER_ADMIN_TOKEN_HASH": SHA256.hash(adminToken).map { String(format: "%02x", $0) }.joined(),
+    ]
 
     @Test("SIGKILL of the owner under load: its sessions answer from another node within 2 s, nothing acknowledged lost, its relayed stream resumes with every change once")
     func killedOwnerIsReplacedAtOnce() async throws {
@@ -112,6 +117,14 @@ struct FailoverTests {
             let logged = [a, b].contains { $0.output.stderrText.contains("a node was declared dead early") }
             #expect(logged, "no log line for the dead node")
             #expect(try await Self.metric("stateserver_cluster_members", of: a.api) == 2)
+            // The operators' list of members: A and B, alive; the victim is gone from it.
+            let listed = try await a.api.request("GET", "/v1/admin/cluster", headers: [("Authorization", "Bearer \(Self.adminToken)")])
+            #expect(listed.status == 200)
+            let members = listed.json?["members"]?.array ?? []
+            let urls = Set(members.compactMap { $0["url"]?.string })
+            #expect(urls == ["http://127.0.0.1:\(a.port)", "http://127.0.0.1:\(b.port)"], "\(members)")
+            #expect(members.allSatisfy { $0["alive"] == .bool(true) }, "\(members)")
+            #expect(members.filter { $0["thisNode"] == .bool(true) }.compactMap { $0["url"]?.string } == ["http://127.0.0.1:\(a.port)"])
         }
     }
 
