@@ -79,36 +79,14 @@ struct FailoverTests {
             print("failover after SIGKILL (lease 10 s): the \(victims.count) sessions it owned served again within \(slowest); each: \(times.sorted())")
             #expect(slowest < .seconds(5), "the dead owner's sessions waited \(slowest) (the lease is 10 s)")
 
-            // The relayed stream ended with the owner; its client resumes on A.
-            #expect(try await eventually(timeout: .seconds(10)) { beforeKill.ended != nil }, "the relayed stream did not end")
-            let lastRead = try #require(beforeKill.seqs.last)
-            let resumed = try await cluster.session(watched, on: a.api).events(headers: [("Last-Event-ID", "\(lastRead)")])
-            #expect(resumed.status == 200, "\(resumed.head)")
-            let afterKill = StreamReader(resumed)
-            defer { afterKill.stop() }
-
-            load.stop()
-            await workers.value
-            try await cluster.session(watched, on: a.api).dispatchOK("counter", ["type": "increment"])
-            let finalSeq = try #require(try cluster.sequence(watched.id).last)
-            #expect(try await eventually(timeout: .seconds(30)) { afterKill.seqs.last == finalSeq },
-                "resumed stream reached \(afterKill.seqs.last ?? 0) of \(finalSeq)")
-            #expect(beforeKill.seqs == Array(1...lastRead), "the relayed stream: \(ClusterTests.gaps(beforeKill.seqs))")
-            #expect(afterKill.seqs == Array((lastRead + 1)..<(finalSeq + 1)), "the resumed stream: \(ClusterTests.gaps(afterKill.seqs))")
-
-            // The history: every acknowledged change is in PostgreSQL once, versions 1...N.
-            let acknowledged = load.acknowledged()
-            for session in sessions {
-                let versions = try cluster.counterJournal(session.id).map(\.version)
-                #expect(versions == Array(1..<(versions.count + 1)), "journal of \(session.id): \(ClusterTests.gaps(versions))")
-                let acked = acknowledged.filter { $0.session == session.id }.compactMap(\.version)
-                #expect(Set(acked).isSubset(of: Set(versions)), "acknowledged but not in PostgreSQL: \(Set(acked).subtracting(versions).sorted())")
-                #expect(acked.count == Set(acked).count, "a version acknowledged twice in \(session.id)")
-                for node in [a, b] {
-                    let store = try await cluster.session(session, on: node.api).store("counter")
-                    #expect(store == StoreState(version: versions.count, state: ["count": .int(versions.count)]))
-                }
+            // The relayed stream ended with the owner; its client resumes on A, and gets every
+            // change once.
+            try await cluster.expectResumed(watched, after: beforeKill, on: a.api) {
+                load.stop()
+                await workers.value
             }
+
+            try await cluster.expectCountersKept(sessions, acknowledged: load.acknowledged(), readBy: [a, b])
 
             // Seen: one of the survivors counted and logged it.
             var declared = 0.0
