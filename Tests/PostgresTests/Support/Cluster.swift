@@ -77,8 +77,17 @@ final class Cluster: Sendable {
     ) async throws {
         #expect(try await eventually(timeout: .seconds(10)) { before.ended != nil }, "the stream did not end", sourceLocation: sourceLocation)
         let lastRead = try #require(before.seqs.last, sourceLocation: sourceLocation)
-        let resumed = try await self.session(session, on: api).events(headers: [("Last-Event-ID", "\(lastRead)")])
-        #expect(resumed.status == 200, "\(resumed.head)", sourceLocation: sourceLocation)
+        // As a client does: again after a 503 (the session's owner is changing).
+        var refusals: [String] = []
+        let opened = try await poll(timeout: .seconds(20), every: .milliseconds(50)) { () -> EventStream? in
+            let stream = try await self.session(session, on: api).events(headers: [("Last-Event-ID", "\(lastRead)")])
+            if stream.status == 200 { return stream }
+            refusals.append("\(stream.status)" + (stream.status == 503 ? "" : " \((try? await stream.readErrorBody()).map { "\($0)" } ?? "")"))
+            stream.close()
+            return nil
+        }
+        let resumed = try #require(opened, "the stream could not be resumed: \(refusals)", sourceLocation: sourceLocation)
+        #expect(refusals.allSatisfy { $0.hasPrefix("503") }, "refusals before the resume: \(refusals)", sourceLocation: sourceLocation)
         let after = StreamReader(resumed)
         defer { after.stop() }
         await settle()
