@@ -74,6 +74,44 @@ def test_node_killed_and_restarted(make_cluster, balance, run):
 
 
 @pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+def test_owner_killed_fails_over_early(make_cluster, run):
+    """SIGKILL of node C under load with the default 10 s lease (issue 39): the sessions C
+    owned answer again through the other nodes within 2 s, not after the lease, because C's
+    liveness lock went with its process; every acknowledged change is kept."""
+    async def body():
+        c = make_cluster(node_env={"STATE_SERVER_CLUSTER_LEASE": "10"})
+        await c.wait_ready()
+        h = History()
+        # Two sessions made on C (so C owns some), two through nginx.
+        sessions = [await create_session(c.nodes[2].front.port) for _ in range(2)]
+        sessions += [await create_session(c.nginx_port) for _ in range(2)]
+        w = Workload(h, sessions, entries(c), workers=8, max_ops=3000, seed=800 + run)
+        w.start()
+        await eventually(lambda: w.acknowledged() >= 40, 60, what="load running")
+        port = c.nodes[2].port
+        owned = {r[0] for r in c.sql("SELECT s.id FROM state_sessions s JOIN state_nodes n ON n.epoch = s.owner "
+                                     f"WHERE n.url = 'http://127.0.0.1:{port}'")}
+        theirs = [s.id for s in sessions if s.id in owned]
+        assert theirs, "C owns none of the sessions"
+        c.nodes[2].kill()
+        t = time.monotonic()
+
+        def first_served(sid):
+            done = [op.completed for op in h.ops if op.kind == "dispatch" and op.type == "ok" and op.session == sid
+                    and op.invoked >= t and op.completed is not None]
+            return min(done) - t if done else None
+
+        await eventually(lambda: all(first_served(sid) is not None for sid in theirs), 30,
+                         what="C's sessions served again")
+        took = max(first_served(sid) for sid in theirs)
+        print(f"FAULTS failover after SIGKILL (lease 10 s): {len(theirs)} sessions of C served again within {took:.3f} s")
+        assert took < 5, f"C's sessions waited {took:.3f} s (the lease is 10 s)"
+        await more_acks(w, 5, t, ["A", "B"], cluster=c)
+        await finish_and_check(f"kill-early-{run + 1}", c, h, sessions, w, skip_nodes={"C"})
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
 @pytest.mark.long
 def test_node_paused_past_timeouts(make_cluster, run):
     """SIGSTOP of node B under load, until clients of B have timed out (8 s, past

@@ -352,8 +352,12 @@ public protocol SessionStorage: Sendable {
 public protocol SessionOwnership: Sendable {
     /// Whether this node's membership is valid now by its own clock, with a safety margin
     /// (it renews before; another node may take over only after PostgreSQL's clock says it
-    /// expired, later still). Only while it is may the node answer from its copies.
+    /// expired, later still), and its liveness was confirmed moments ago. Only while it is may
+    /// the node answer from its copies.
     var isMember: Bool { get }
+    /// When the membership holds but its liveness was not confirmed moments ago (the node was
+    /// paused, or starved of CPU), waits a moment for the next confirmation; at once otherwise.
+    func confirmLiveness() async
     /// This node's epoch (0 before it joined, or after its membership lapsed).
     var epoch: Int64 { get }
     /// Whether ``join(advertising:)`` was called: from then on the ownership rules apply
@@ -377,6 +381,30 @@ public protocol SessionOwnership: Sendable {
     /// Membership changes of this node: `.lost` when it lapsed (every copy this node holds
     /// must go: another node may own those sessions now), `.joined` when it holds one again.
     func changes() -> AsyncStream<MembershipChange>
+    /// The live members of the cluster as the storage has them now, this node included while it
+    /// is one (for the operators' status).
+    func members() async throws(StorageError) -> [ClusterMember]
+}
+
+/// One live member of the cluster.
+public struct ClusterMember: Sendable, Equatable {
+    public var epoch: Int64
+    /// Where the other nodes reach it.
+    public var url: String
+    public var isThisNode: Bool
+    /// Whether its process is known alive (its liveness lock held); `nil` when it cannot be told
+    /// (a node of an older build). A node without it is declared dead within a second.
+    public var holdsLock: Bool?
+    /// How long its membership lasts without another renewal.
+    public var leaseLeft: Duration
+
+    public init(epoch: Int64, url: String, isThisNode: Bool, holdsLock: Bool?, leaseLeft: Duration) {
+        self.epoch = epoch
+        self.url = url
+        self.isThisNode = isThisNode
+        self.holdsLock = holdsLock
+        self.leaseLeft = leaseLeft
+    }
 }
 
 public enum OwnershipClaim: Sendable, Equatable {

@@ -25,27 +25,32 @@ extension PostgresStorage: SessionOwnership {
 
     public var hasJoined: Bool { membership.withLock { $0.url != nil } }
 
-    public var isMember: Bool {
-        epoch != 0 && Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
+    public var isMember: Bool { epoch != 0 && withinLease && holdsLivenessLock }
+
+    /// Whether 3/4 of the lease have not passed since the last renewal was sent (own clock).
+    var withinLease: Bool {
+        Self.nanoseconds(ContinuousClock.now - clockOrigin) < memberUntil.load(ordering: .sequentiallyConsistent)
     }
 
     public func join(advertising url: String) async throws(StorageError) {
         membership.withLock { $0.url = url }
         try await register(url)
         let renewer = Task { [self] in await renew(url) }
+        let watcher = Task { [self] in await watchForDeadNodes() }
         membership.withLock { m in
             m.renewer?.cancel()
-            m.renewer = renewer
+            m.watcher?.cancel()
+            (m.renewer, m.watcher) = (renewer, watcher)
         }
     }
 
     public func leave() async {
-        let (renewer, wasMember) = membership.withLock { m in
-            defer { m.renewer = nil }
-            return (m.renewer, m.url != nil)
+        let (tasks, wasMember) = membership.withLock { m in
+            defer { (m.renewer, m.watcher) = (nil, nil) }
+            return ([m.renewer, m.watcher], m.url != nil)
         }
-        renewer?.cancel()
-        await renewer?.value
+        for task in tasks { task?.cancel() }
+        for task in tasks { await task?.value }
         let epoch = currentEpoch.exchange(0, ordering: .sequentiallyConsistent)
         memberUntil.store(0, ordering: .sequentiallyConsistent)
         guard wasMember, epoch != 0 else { return }
@@ -53,10 +58,28 @@ extension PostgresStorage: SessionOwnership {
         _ = try? await perform("leave the cluster") { db, logger in
             try await db.query("DELETE FROM state_nodes WHERE epoch = \(epoch)", logger: logger)
         }
+        // Then the lock connection closes.
+        let holder = membership.withLock { m in
+            defer { m.lockHolder = nil }
+            return m.lockHolder
+        }
+        await holder?.closed()
         logger.info("left the cluster", metadata: ["cluster.epoch": "\(epoch)"])
     }
 
+    /// Tests: stops renewing the membership while the process lives on (its liveness lock
+    /// stays held), as a paused node does; only its lease's end lets others take over.
+    package func stopRenewing() async {
+        let renewer = membership.withLock { m in
+            defer { m.renewer = nil }
+            return m.renewer
+        }
+        renewer?.cancel()
+        await renewer?.value
+    }
+
     public func claim(session: String) async throws(StorageError) -> OwnershipClaim {
+        await confirmLiveness()
         let epoch = epoch
         guard epoch != 0, isMember else {
             throw StorageError(.unavailable, "\(name): this node is not a member of the cluster now (its lease lapsed); it is joining again")
@@ -129,23 +152,24 @@ extension PostgresStorage: SessionOwnership {
 
     // MARK: Joining and renewing
 
-    /// A new membership row; this node is a member from now on.
+    /// A new membership row, with its lock on a connection of its own
+    /// (`PostgresStorage+Liveness.swift`); this node is a member from now on.
     private func register(_ url: String) async throws(StorageError) {
         let lease = settings.lease
-        let sent = ContinuousClock.now
-        let epoch = try await perform("join the cluster") { db, logger -> Int64 in
-            // Rows of nodes long gone: their sessions are free either way.
-            try await db.query("DELETE FROM state_nodes WHERE expires_at < now() - interval '1 day'", logger: logger)
-            let rows = try await db.query(
-                """
-                INSERT INTO state_nodes (url, expires_at)
-                VALUES (\(url), now() + make_interval(secs => \(Self.seconds(lease)))) RETURNING epoch
-                """, logger: logger)
-            for try await epoch in rows.decode(Int64.self) { return epoch }
-            throw StorageError(.unavailable, "the membership row was not returned")
+        // Rows of nodes long gone: their sessions are free either way.
+        try await perform("join the cluster") { db, logger in
+            _ = try await db.query("DELETE FROM state_nodes WHERE expires_at < now() - interval '1 day'", logger: logger)
         }
-        memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
-        currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
+        let sent = ContinuousClock.now
+        let (epoch, connection) = try await openMembership(url)
+        let previous = membership.withLock { m in
+            memberUntil.store(Self.nanoseconds(sent + lease * 3 / 4 - clockOrigin), ordering: .sequentiallyConsistent)
+            lockHeldUntil.store(Self.nanoseconds(sent + Self.livenessBound - clockOrigin), ordering: .sequentiallyConsistent)
+            currentEpoch.store(epoch, ordering: .sequentiallyConsistent)
+            defer { m.lockHolder = holdLivenessLock(epoch, on: connection) }
+            return m.lockHolder
+        }
+        previous?.stop()
         logger.info("joined the cluster", metadata: ["cluster.epoch": "\(epoch)", "cluster.advertiseUrl": "\(url)"])
         tell(.joined(epoch: epoch))
     }
@@ -154,14 +178,27 @@ extension PostgresStorage: SessionOwnership {
     /// this node's clock, or found expired in PostgreSQL), tells `.lost` and joins again.
     private func renew(_ url: String) async {
         let lease = settings.lease
+        // Ticks of 0.1 s: a lapse (its lock connection gone, as in a PostgreSQL restart) is
+        // followed by a new membership at once, then less often while joining fails.
+        var due = ContinuousClock.now + lease / 4
+        var rejoin = Duration.milliseconds(100)
         while !Task.isCancelled {
-            try? await Task.sleep(for: lease / 4)
+            try? await Task.sleep(for: .milliseconds(100))
             if Task.isCancelled { return }
             let epoch = epoch
             guard epoch != 0 else {
-                try? await register(url)
+                guard ContinuousClock.now >= due else { continue }
+                do throws(StorageError) {
+                    try await register(url)
+                    (due, rejoin) = (.now + lease / 4, .milliseconds(100))
+                } catch {
+                    rejoin = min(rejoin * 2, lease / 4)
+                    due = .now + rejoin
+                }
                 continue
             }
+            guard ContinuousClock.now >= due else { continue }
+            due = .now + lease / 4
             let sent = ContinuousClock.now
             do throws(StorageError) {
                 let renewed = try await perform("renew the membership") { db, logger -> Bool in
@@ -179,13 +216,13 @@ extension PostgresStorage: SessionOwnership {
                     lapse(epoch, "its membership expired in PostgreSQL")
                 }
             } catch {
-                if !isMember { lapse(epoch, "it could not renew its membership: \(error.message)") }
+                if !withinLease { lapse(epoch, "it could not renew its membership: \(error.message)") }
             }
         }
     }
 
     /// Membership lost: no copies may be served from now on.
-    private func lapse(_ epoch: Int64, _ why: String) {
+    func lapse(_ epoch: Int64, _ why: String) {
         guard currentEpoch.compareExchange(expected: epoch, desired: 0, ordering: .sequentiallyConsistent).exchanged else { return }
         memberUntil.store(0, ordering: .sequentiallyConsistent)
         logger.warning(
@@ -212,6 +249,10 @@ extension PostgresStorage: SessionOwnership {
         /// The URL this node advertises, once it joined.
         var url: String?
         var renewer: Task<Void, Never>?
+        /// Ends dead nodes' memberships (`watchForDeadNodes()`).
+        var watcher: Task<Void, Never>?
+        /// The current membership's lock connection and its probes (`holdLivenessLock(_:on:)`).
+        var lockHolder: LockHolder?
         var listeners: [Int: AsyncStream<MembershipChange>.Continuation] = [:]
         var nextListener = 0
     }

@@ -166,6 +166,9 @@ extension PostgresStorage {
             )
             """
         ],
+        // Version 5: whether a node holds its liveness lock (PostgresStorage+Liveness.swift).
+        // Nodes of older builds insert `false`: they are never declared dead early.
+        ["ALTER TABLE state_nodes ADD COLUMN locked boolean NOT NULL DEFAULT false"],
     ]
 
     /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.

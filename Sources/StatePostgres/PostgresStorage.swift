@@ -28,7 +28,7 @@ import Synchronization
 /// thread: the I/O runs on SwiftNIO's event loops.
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
-    public static let schemaVersion = 4
+    public static let schemaVersion = 5
     /// The LISTEN/NOTIFY channel commits announce their journal entries on.
     static let channel = "state_server_changes"
 
@@ -48,6 +48,8 @@ public final class PostgresStorage: SessionStorage {
     let membership = Mutex(Membership())
     let currentEpoch = Atomic<Int64>(0)
     let memberUntil = Atomic<Int64>(0)
+    /// Until when an answered probe of the lock connection lets this node serve (same clock).
+    let lockHeldUntil = Atomic<Int64>(0)
     let clockOrigin = ContinuousClock.now
 
     /// Since when no connection could be had (`nil`: a connection was leased since), and whether
@@ -140,12 +142,13 @@ public final class PostgresStorage: SessionStorage {
     /// Closes the pool and ends the notice streams: running operations finish or fail, later
     /// ones fail `.unavailable`.
     public func close() async {
-        let renewer = membership.withLock { m in
-            defer { m.renewer = nil }
-            return m.renewer
+        let (tasks, holder) = membership.withLock { m in
+            defer { (m.renewer, m.watcher, m.lockHolder) = (nil, nil, nil) }
+            return ([m.renewer, m.watcher], m.lockHolder)
         }
-        renewer?.cancel()
-        await renewer?.value
+        for task in tasks { task?.cancel() }
+        for task in tasks { await task?.value }
+        await holder?.closed()
         for listener in membership.withLock({ Array($0.listeners.values) }) { listener.finish() }
         let listeners = listeners.withLock { tasks in
             defer { tasks = [] }

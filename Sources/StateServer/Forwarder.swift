@@ -58,6 +58,11 @@ final class Forwarder: RequestForwarder {
                 timeout: .init(connect: .seconds(1), read: nil),
                 decompression: .disabled)
             configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = connections
+            // A refused connection fails the request at once (`503 owner_unavailable`, nothing
+            // sent) instead of being tried again until the connect timeout: between nodes it
+            // means the owner's process is gone, and the next attempt should look up the owner
+            // again (its membership ends within a second, issue 39), not wait here.
+            configuration.connectionPool.retryConnectionEstablishment = false
             // For owners' https:// URLs: full verification (chain and host name), against the
             // system's roots plus `trust`. A connection this node closes does not wait for the
             // owner's close_notify (swift-nio-ssl waits 5 s by default): libmicrohttpd does not

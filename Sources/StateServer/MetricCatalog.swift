@@ -84,6 +84,16 @@ enum MetricCatalog {
         Entry(
             name: "stateserver_storage_merge_failures_total", kind: .counter,
             help: "SQLite storage: moves of the journal's log into changes that failed (the rows stay in the log; tried again later)."),
+        Entry(
+            name: "stateserver_cluster_members", kind: .gauge,
+            help: "PostgreSQL, several nodes: live members of the cluster as this node last saw them (every 0.2 s)."),
+        Entry(
+            name: "stateserver_cluster_nodes_declared_dead_total", kind: .counter,
+            help: "PostgreSQL, several nodes: other nodes whose membership this node ended early, their liveness lock being gone (their process died)."),
+        Entry(
+            name: "stateserver_cluster_dead_node_detection_seconds", kind: .histogram,
+            help: "PostgreSQL, several nodes: seconds from a node's last membership renewal until this node declared it dead (at most the time its sessions waited).",
+            durationBuckets: latencyBuckets),
     ] + ProcessMetrics.entries
 
     private static let byName: [String: Entry] = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0) })

@@ -136,6 +136,7 @@ public final class SessionManager: Sendable {
         // Several nodes: the creating node owns the session (storage records it as the owner).
         var ownerEpoch: Int64 = 0
         if let ownership = activeOwnership {
+            await ownership.confirmLiveness()
             ownerEpoch = ownership.epoch
             guard ownerEpoch != 0, ownership.isMember else {
                 throw .storage(StorageError(.unavailable, "this node is not a member of the cluster now; it is joining again"))
@@ -177,37 +178,41 @@ public final class SessionManager: Sendable {
     public func session(id: String, token: String, admin: Bool = false) -> Session? {
         guard let session = sessions.withLock({ $0.byID[id] }) else { return nil }
         guard admin || session.verify(token: token) else { return nil }
-        return served(session)
+        return served(session).session
     }
 
     /// `session` (found in memory, its token checked) if it may be served from here: not a
     /// copy owned under a lapsed membership or given up, not found gone; marked used.
-    private func served(_ session: Session) -> Session? {
+    /// `notMember`: held here, but this node is not a member this moment (see ``locate``).
+    private func served(_ session: Session) -> (session: Session?, notMember: Bool) {
         let id = session.id
-        if session.ownerEpoch != 0, let ownership,
-            session.ownerEpoch != ownership.epoch || !ownership.isMember || session.abandoned.load(ordering: .sequentiallyConsistent)
-        {
-            // Owned under a membership that lapsed (another node may own it now), or a copy
-            // given up: load it afresh, or reach its owner.
-            drop(session)
-            return nil
+        if session.ownerEpoch != 0, let ownership {
+            if session.ownerEpoch != ownership.epoch || session.abandoned.load(ordering: .sequentiallyConsistent) {
+                // Owned under a membership that lapsed (another node may own it now), or a copy
+                // given up: load it afresh, or reach its owner.
+                drop(session)
+                return (nil, false)
+            }
+            // Not a member this moment (its liveness not confirmed lately: ``locate`` waits
+            // for it), or its lease is running out (then it lapses, and drops every copy).
+            guard ownership.isMember else { return (nil, true) }
         }
         if session.isGone {
             // Found gone by a write (deleted elsewhere): forget it.
             sessions.withLock { table in
                 if table.byID[id] === session { table.byID[id] = nil }
             }
-            return nil
+            return (nil, false)
         }
         session.markUsed()
-        return session
+        return (session, false)
     }
 
     /// The in-memory session with this id and what `token` may do on it (the owner's token or a
     /// live minted one); nil as for ``session(id:token:admin:)``. The token is hashed once.
     public func authorized(id: String, token: String) -> (session: Session, grant: Grant)? {
         guard let found = sessions.withLock({ $0.byID[id] }), let grant = found.grant(for: token),
-            let session = served(found)
+            let session = served(found).session
         else { return nil }
         return (session, grant)
     }
@@ -250,9 +255,18 @@ public final class SessionManager: Sendable {
     /// another token. With one owner per session, a session no live node owns is claimed
     /// for this one first.
     public func locate(id: String, token: String, admin: Bool = false) async throws(StorageError) -> Located? {
-        if let session = session(id: id, token: token, admin: admin) { return .here(session) }
+        if let ownership = activeOwnership, !ownership.isMember { await ownership.confirmLiveness() }
+        if let held = sessions.withLock({ $0.byID[id] }) {
+            guard admin || held.verify(token: token) else { return nil }
+            let (session, notMember) = served(held)
+            if let session { return .here(session) }
+            if notMember { throw StorageError(.unavailable, "this node is not a member of the cluster this moment; try again") }
+        }
         if let url = sessions.withLock({ $0.leaving[id] }) { return .elsewhere(url: url) }
-        guard !isLoaded(id: id), Self.isPlausibleID(id) else { return nil }
+        // Not `isLoaded` here: a request loading the same session meanwhile (many do at once
+        // after a takeover) would make a found session answer 404; the load below returns the
+        // copy it finds in the table.
+        guard Self.isPlausibleID(id) else { return nil }
         while true {
             let deletesBefore = sessions.withLock { $0.deletes }
             guard let stored = try await storage.session(id: id) else { return nil }

@@ -171,39 +171,12 @@ struct ClusterTests {
             #expect(serving, "after the kill: \(Dictionary(grouping: load.acknowledged(after: killedAt), by: \.entry).mapValues(\.count))")
 
             // The victim's stream ended; its client resumes on A from the last event it read.
-            let ended = try await eventually(timeout: .seconds(10)) { beforeKill.ended != nil }
-            #expect(ended, "the killed node's stream did not end")
-            let lastRead = try #require(beforeKill.seqs.last)
-            let resumed = try await cluster.session(watched, on: a.api).events(headers: [("Last-Event-ID", "\(lastRead)")])
-            #expect(resumed.status == 200, "\(resumed.head)")
-            let afterKill = StreamReader(resumed)
-            defer { afterKill.stop() }
-
-            load.stop()
-            await workers.value
-            // One more change on A, so A's stream has caught up with every node's last change
-            // whether or not changes made on other nodes reach it live.
-            try await cluster.session(watched, on: a.api).dispatchOK("counter", ["type": "increment"])
-            let finalSeq = try #require(try cluster.sequence(watched.id).last)
-            let caughtUp = try await eventually(timeout: .seconds(60)) { afterKill.seqs.last == finalSeq }
-            #expect(caughtUp, "resumed stream reached \(afterKill.seqs.last ?? 0) of \(finalSeq)")
-            #expect(beforeKill.seqs == Array(1...lastRead), "the killed node's stream: \(Self.gaps(beforeKill.seqs))")
-            #expect(afterKill.seqs == Array((lastRead + 1)..<(finalSeq + 1)), "the resumed stream: \(Self.gaps(afterKill.seqs))")
-
-            // Every acknowledged change is in PostgreSQL; each counter's journal is 1...N with
-            // nothing twice, and every live node reads N.
-            let acknowledged = load.acknowledged()
-            for session in sessions {
-                let journal = try cluster.counterJournal(session.id)
-                let versions = journal.map(\.version)
-                #expect(versions == Array(1..<(versions.count + 1)), "journal of \(session.id): \(Self.gaps(versions))")
-                let acked = Set(acknowledged.filter { $0.session == session.id }.compactMap(\.version))
-                #expect(acked.isSubset(of: Set(versions)), "acknowledged but not in PostgreSQL: \(acked.subtracting(versions).sorted())")
-                for node in [a, b] {
-                    let store = try await cluster.session(session, on: node.api).store("counter")
-                    #expect(store == StoreState(version: versions.count, state: ["count": .int(versions.count)]))
-                }
+            try await cluster.expectResumed(watched, after: beforeKill, on: a.api) {
+                load.stop()
+                await workers.value
             }
+
+            try await cluster.expectCountersKept(sessions, acknowledged: load.acknowledged(), readBy: [a, b])
             let unexpected = load.all.filter { answer in
                 // 502: nginx had sent the request to the victim when it died (never re-sent).
                 // The victim's sessions, until its lease expired: `owner_unavailable` (nothing

@@ -72,9 +72,10 @@ struct OwnershipTests {
             try await nodeB.join(advertising: "http://node-b:8080")
             try await nodeB.commit([.createSession(Rows.session("s"))])
             #expect(await Self.append(nodeB, seq: 1) == nil)
-            // B stops renewing (its renewer ends with close; its row stays until it expires).
+            // B stops renewing but lives on, its liveness lock held (as a paused node): its
+            // row stays until it expires.
             let stopped = ContinuousClock.now
-            await nodeB.close()
+            await nodeB.stopRenewing()
             #expect(try await nodeA.claim(session: "s") == .elsewhere(url: "http://node-b:8080"))
             var claim: OwnershipClaim?
             #expect(try await eventually(timeout: .seconds(20), every: .milliseconds(100)) {
@@ -88,6 +89,33 @@ struct OwnershipTests {
             #expect(!nodeB.isMember)
             #expect(await Self.append(nodeA, seq: 2) == nil)
             #expect(try await nodeA.lastSeq(session: "s") == 2)
+            await nodeB.close()
+        }
+    }
+
+    @Test("a node whose connections end without leaving (its process died): another node takes over within a second or two, long before its lease, and appends")
+    func takeoverOfADeadNode() async throws {
+        try await withPostgresStorage { nodeA, url in
+            let nodeB = try await Self.open(url, lease: .seconds(30))
+            try await nodeA.join(advertising: "http://node-a:8080")
+            try await nodeB.join(advertising: "http://node-b:8080")
+            try await nodeB.commit([.createSession(Rows.session("s"))])
+            #expect(await Self.append(nodeB, seq: 1) == nil)
+            // Closed without leaving: its row stays, its lock connection is gone.
+            let ended = ContinuousClock.now
+            await nodeB.close()
+            var claim: OwnershipClaim?
+            #expect(try await eventually(timeout: .seconds(20), every: .milliseconds(20)) {
+                claim = try await nodeA.claim(session: "s")
+                return claim != .elsewhere(url: "http://node-b:8080")
+            })
+            let took = ContinuousClock.now - ended
+            #expect(claim == .mine(tookOver: true))
+            #expect(took < .seconds(10), "taken over after \(took) (the lease is 30 s)")
+            #expect(!nodeB.isMember)
+            #expect(await Self.append(nodeA, seq: 2) == nil)
+            let members = try await nodeA.members()
+            #expect(members.map(\.url) == ["http://node-a:8080"] && members.first?.holdsLock == true, "\(members)")
         }
     }
 }

@@ -2,13 +2,13 @@ import MicroHTTP
 import StatePersistence
 import StateSessions
 import StateStore
+import StateJSON
 
 /// Admin routes: the admin credential (`admin.tokenHash`) as the bearer token.
 extension StateServerResponder {
     static let adminRoutes: [Route] = [
         Route(["GET"], "/v1/admin/sessions") { responder, request throws(APIError) in
-            guard let token = Credentials.token(request.http, allowQueryToken: false) else { throw .unauthorized }
-            guard Credentials.isAdmin(token, hash: responder.settings.adminTokenHash) else { throw .notAdmin }
+            try requireAdmin(responder, request)
             let afters = request.http.queryValues("after")
             guard afters.count <= 1 else { throw .invalidRequest("give 'after' at most once") }
             let after = afters.first ?? ""
@@ -35,6 +35,40 @@ extension StateServerResponder {
                 body.raw("next", next.map { JSONCoding.quoted($0) })
                 return Reply.json(200, body.finish(), route: request.template, headers: [Reply.noStore])
             }
-        }
+        },
+        // The cluster's live members as PostgreSQL has them (several nodes); none otherwise.
+        Route(["GET"], "/v1/admin/cluster") { responder, request throws(APIError) in
+            try requireAdmin(responder, request)
+            return .later { () throws(APIError) in
+                var members: [ClusterMember] = []
+                if let ownership = responder.sessions.ownership, ownership.hasJoined {
+                    do throws(StorageError) {
+                        members = try await ownership.members()
+                    } catch {
+                        throw .storage(error)
+                    }
+                }
+                var items = JSONArrayWriter()
+                for member in members {
+                    var item = JSONObjectWriter(capacity: 128)
+                    item.int("epoch", Int(member.epoch))
+                    item.string("url", member.url)
+                    item.raw("thisNode", Array((member.isThisNode ? "true" : "false").utf8))
+                    item.raw("alive", member.holdsLock.map { Array(($0 ? "true" : "false").utf8) } ?? Array("null".utf8))
+                    item.int("leaseLeftMs", Int(member.leaseLeft.components.seconds * 1000 + member.leaseLeft.components.attoseconds / 1_000_000_000_000_000))
+                    items.append(item.finish())
+                }
+                let list = items.finish()
+                var body = JSONObjectWriter(capacity: list.count + 16)
+                body.raw("members", list)
+                return Reply.json(200, body.finish(), route: request.template, headers: [Reply.noStore])
+            }
+        },
     ]
+
+    /// `401` without a bearer token, `403 forbidden` unless it is the admin credential.
+    private static func requireAdmin(_ responder: StateServerResponder, _ request: RouteRequest) throws(APIError) {
+        guard let token = Credentials.token(request.http, allowQueryToken: false) else { throw .unauthorized }
+        guard Credentials.isAdmin(token, hash: responder.settings.adminTokenHash) else { throw .notAdmin }
+    }
 }

@@ -68,7 +68,11 @@ extension StateServerResponder {
         {
         case .closed:
             counter.release()
-            throw .sessionNotFound
+            if session.isGone { throw .sessionNotFound }
+            // Not deleted: this copy was given up since it was found (handed over to another
+            // node, or this node's membership lapsed). The session is elsewhere now: nothing
+            // was opened; the client (or the node that forwarded this) looks again.
+            throw .ownerUnavailable("this copy of the session was given up meanwhile (it moved, or is loaded again); try again", misdirected: request.forwarded != nil)
         case .full:
             counter.release()
             throw .tooManyStreams("this session already has \(settings.maxStreamsPerSession) open event streams")

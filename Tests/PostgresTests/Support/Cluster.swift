@@ -66,6 +66,61 @@ final class Cluster: Sendable {
             .map { (seq: $0.0, version: $0.1) }
     }
 
+    /// A stream of `session` that ended with its node (read by `before`): the client resumes on
+    /// `api` with `Last-Event-ID`, `settle` stops the load, and one more change on `api` marks
+    /// the end (A's stream has then caught up with every node's last change, whether or not
+    /// changes made on other nodes reach it live). Every change arrives once, in order, over
+    /// the two streams.
+    func expectResumed(
+        _ session: Session, after before: StreamReader, on api: API, settle: () async -> Void,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        #expect(try await eventually(timeout: .seconds(10)) { before.ended != nil }, "the stream did not end", sourceLocation: sourceLocation)
+        let lastRead = try #require(before.seqs.last, sourceLocation: sourceLocation)
+        // As a client does: again after a 503 (the session's owner is changing).
+        var refusals: [String] = []
+        let opened = try await poll(timeout: .seconds(20), every: .milliseconds(50)) { () -> EventStream? in
+            let stream = try await self.session(session, on: api).events(headers: [("Last-Event-ID", "\(lastRead)")])
+            if stream.status == 200 { return stream }
+            refusals.append("\(stream.status)" + (stream.status == 503 ? "" : " \((try? await stream.readErrorBody()).map { "\($0)" } ?? "")"))
+            stream.close()
+            return nil
+        }
+        let resumed = try #require(opened, "the stream could not be resumed: \(refusals)", sourceLocation: sourceLocation)
+        #expect(refusals.allSatisfy { $0.hasPrefix("503") }, "refusals before the resume: \(refusals)", sourceLocation: sourceLocation)
+        let after = StreamReader(resumed)
+        defer { after.stop() }
+        await settle()
+        try await self.session(session, on: api).dispatchOK("counter", ["type": "increment"])
+        let finalSeq = try #require(try sequence(session.id).last, sourceLocation: sourceLocation)
+        #expect(try await eventually(timeout: .seconds(60)) { after.seqs.last == finalSeq },
+            "resumed stream reached \(after.seqs.last ?? 0) of \(finalSeq)", sourceLocation: sourceLocation)
+        #expect(before.seqs == Array(1...lastRead), "the stream that ended: \(ClusterTests.gaps(before.seqs))", sourceLocation: sourceLocation)
+        #expect(after.seqs == Array((lastRead + 1)..<(finalSeq + 1)), "the resumed stream: \(ClusterTests.gaps(after.seqs))",
+            sourceLocation: sourceLocation)
+    }
+
+    /// The history of counter increments kept: each session's counter journal is versions
+    /// 1...N with nothing twice, every acknowledged version is in it (and acknowledged once),
+    /// and every node of `readBy` reads version N.
+    func expectCountersKept(
+        _ sessions: [Session], acknowledged: [LoadAnswer], readBy nodes: [ServerProcess], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        for session in sessions {
+            let versions = try counterJournal(session.id).map(\.version)
+            #expect(versions == Array(1..<(versions.count + 1)), "journal of \(session.id): \(ClusterTests.gaps(versions))",
+                sourceLocation: sourceLocation)
+            let acked = acknowledged.filter { $0.session == session.id }.compactMap(\.version)
+            #expect(Set(acked).isSubset(of: Set(versions)),
+                "acknowledged but not in PostgreSQL: \(Set(acked).subtracting(versions).sorted())", sourceLocation: sourceLocation)
+            #expect(acked.count == Set(acked).count, "a version acknowledged twice in \(session.id)", sourceLocation: sourceLocation)
+            for node in nodes {
+                let store = try await self.session(session, on: node.api).store("counter")
+                #expect(store == StoreState(version: versions.count, state: ["count": .int(versions.count)]), sourceLocation: sourceLocation)
+            }
+        }
+    }
+
     /// Every `seq` of a session's journal, in order.
     func sequence(_ session: String) throws -> [Int] {
         try pairs("SELECT seq, seq FROM state_changes WHERE session = '\(session)'").map(\.0)
