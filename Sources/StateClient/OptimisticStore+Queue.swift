@@ -30,6 +30,11 @@ struct PendingQueue<F: Feature>: Sendable {
     private(set) var pending: [PendingAction<F>] = []
     /// `confirmed` with every pending action applied in order.
     private(set) var predicted: F.State
+    /// The key of the action whose request is out now (``sending(key:)``), and the newest
+    /// server state that arrived meanwhile, held back: it may already hold that action, which
+    /// is still pending here, and a rebase on it would count the action twice.
+    private var inFlight: String?
+    private var held: (version: Int, state: F.State)?
 
     init(feature: F, confirmed: F.State, confirmedVersion: Int?, pending: [PendingAction<F>] = []) {
         self.feature = feature
@@ -55,11 +60,43 @@ struct PendingQueue<F: Feature>: Sendable {
     /// A server state from the change stream: taken when newer than the confirmed one (a
     /// snapshot always, even an older one: the server's word), then the pending actions are
     /// replayed on it.
+    ///
+    /// While an action's request is out, a change is held back (the newest one) until its
+    /// answer: taken with it, or at once when the request fails.
     mutating func confirm(version: Int, state: F.State, isSnapshot: Bool) -> Bool {
         if !isSnapshot, let confirmedVersion, version <= confirmedVersion { return false }
+        if !isSnapshot, inFlight != nil {
+            if held.map({ version > $0.version }) ?? true { held = (version, state) }
+            return false
+        }
+        if isSnapshot { held = nil }
         confirmed = state
         confirmedVersion = version
         rebase()
+        return true
+    }
+
+    /// The request carrying the action of `key` is leaving: changes are held back until its
+    /// answer (``confirm(version:state:isSnapshot:)``).
+    mutating func sending(key: String) {
+        inFlight = key
+    }
+
+    /// The request out ended without an answer about its action (a network failure): a change
+    /// held back meanwhile is taken now. Returns whether the prediction changed.
+    mutating func sendFailed() -> Bool {
+        inFlight = nil
+        guard takeHeld() else { return false }
+        rebase()
+        return true
+    }
+
+    /// The change held back while a request was out, taken if newer than the confirmed state.
+    private mutating func takeHeld() -> Bool {
+        defer { held = nil }
+        guard let held, confirmedVersion.map({ held.version > $0 }) ?? true else { return false }
+        confirmed = held.state
+        confirmedVersion = held.version
         return true
     }
 
@@ -67,10 +104,12 @@ struct PendingQueue<F: Feature>: Sendable {
     /// the queue, and the state is taken when newer than the confirmed one.
     mutating func acknowledge(key: String, version: Int, state: F.State) {
         pending.removeAll { $0.key == key }
+        if inFlight == key { inFlight = nil }
         if confirmedVersion.map({ version > $0 }) ?? true {
             confirmed = state
             confirmedVersion = version
         }
+        _ = takeHeld()
         rebase()
     }
 
@@ -79,6 +118,10 @@ struct PendingQueue<F: Feature>: Sendable {
     mutating func remove(key: String) -> PendingAction<F>? {
         guard let index = pending.firstIndex(where: { $0.key == key }) else { return nil }
         let removed = pending.remove(at: index)
+        if inFlight == key {
+            inFlight = nil
+            _ = takeHeld()
+        }
         rebase()
         return removed
     }

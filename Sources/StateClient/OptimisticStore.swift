@@ -263,6 +263,7 @@ public final class OptimisticStore<F: Feature>: Sendable {
             }) {
                 _ = write(file)
             }
+            core.withLock { $0.queue.sending(key: head.key) }
             do {
                 let change = try await remote.dispatch(head.action, idempotencyKey: head.key)
                 failures = 0
@@ -275,6 +276,9 @@ public final class OptimisticStore<F: Feature>: Sendable {
                 // nothing (the server replays its reply).
                 if let file { _ = write(file) }
             } catch let error as StateClientError where error.isTransient {
+                core.withLock { core in
+                    if core.queue.sendFailed() { Self.publish(core) }
+                }
                 failures += 1
                 var delay = reconnect.jitteredDelay(beforeAttempt: failures)
                 if let retryAfter = error.retryAfter, retryAfter > delay { delay = retryAfter }
@@ -282,10 +286,20 @@ public final class OptimisticStore<F: Feature>: Sendable {
             } catch let error as StateClientError
                 where error.code == .sessionNotFound || error.code == .unauthorized
             {
+                core.withLock { core in
+                    if core.queue.sendFailed() { Self.publish(core) }
+                }
                 throw error
             } catch let error as StateClientError {
                 failures = 0
                 refuse(head, error)
+            } catch {
+                // Cancelled (or another error that ends `run`): the request's answer never
+                // comes; what was held back meanwhile is taken.
+                core.withLock { core in
+                    if core.queue.sendFailed() { Self.publish(core) }
+                }
+                throw error
             }
         }
         throw CancellationError()

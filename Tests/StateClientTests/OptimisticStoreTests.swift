@@ -17,6 +17,16 @@ struct OptimisticStoreTests {
         try await withRig { rig in
             rig.proxy.latency = .milliseconds(20)
             let store = try rig.client.optimisticStore(CounterFeature(), credentials: rig.credentials, reconnect: fast)
+            // Every prediction published: none may pass the sum of all 50 sends (1,275). An action
+            // counted twice (a change that already holds the action whose reply is still out,
+            // rebased with it still pending) passes it near the end.
+            let expectedTotal = (1...50).reduce(0, +)
+            let published = Mutex<[Int]>([])
+            let updates = store.updates()
+            let collector = Task {
+                for await state in updates { published.withLock { $0.append(state.count) } }
+            }
+            defer { collector.cancel() }
             try await running(store) {
                 var expected = 0
                 for amount in 1...50 {
@@ -30,6 +40,9 @@ struct OptimisticStoreTests {
                 #expect(server.version == 50 && server.state == store.state && store.state.count == expected)
                 #expect(store.confirmedVersion == 50 && store.pendingCount == 0)
             }
+            let counts = published.withLock { $0 }
+            #expect(!counts.isEmpty)
+            #expect(counts.allSatisfy { $0 <= expectedTotal }, "predictions that count an action twice: \(counts.filter { $0 > expectedTotal })")
         }
     }
 

@@ -970,6 +970,8 @@
       this.error = null;
       this._running = false;
       this._sending = false;
+      this._inFlight = false;
+      this._held = null;
       this._waiters = [];
       this._load();
       this._recompute();
@@ -1003,12 +1005,30 @@
      * told not to subscribe): taken when newer than the confirmed one, or when `snapshot`.
      */
     confirm(version, state, snapshot = false) {
-      if (!snapshot && this.version !== null && version <= this.version) return;
-      if (snapshot && this.version !== null && version < this.version) return;
-      this.version = version;
-      this.confirmed = cloneJSON(state);
+      if (this._inFlight) {
+        // It may or may not include the action being sent: held until its answer says which.
+        if (!this._held || snapshot || version > this._held.version) this._held = { version, state: cloneJSON(state), snapshot };
+        return;
+      }
+      if (!this._take(version, state, snapshot)) return;
       this._save();
       this._changed();
+    }
+
+    /** Takes a server state when newer than the confirmed one (a snapshot even when as old); true when taken. */
+    _take(version, state, snapshot) {
+      if (!snapshot && this.version !== null && version <= this.version) return false;
+      if (snapshot && this.version !== null && version < this.version) return false;
+      this.version = version;
+      this.confirmed = cloneJSON(state);
+      return true;
+    }
+
+    /** Takes the state held back while a request was in flight; true when taken. */
+    _takeHeld() {
+      const held = this._held;
+      this._held = null;
+      return held ? this._take(held.version, held.state, held.snapshot) : false;
     }
 
     /**
@@ -1073,17 +1093,21 @@
             head.firstSentAt = Date.now();
             this._save();
           }
+          // While the request is in flight, a server change may already include its action
+          // (the stream can beat the answer): such states are held (see `confirm`) so that the
+          // prediction never applies the action twice, and taken once the answer arrives.
+          let reply;
+          this._inFlight = true;
           try {
-            const reply = await this.client.dispatch(this.feature, head.action, { idempotencyKey: head.key, retries: 0 });
-            failures = 0;
-            this.pending = this.pending.filter((entry) => entry.key !== head.key);
-            if (this.version === null || reply.version > this.version) {
-              this.version = reply.version;
-              this.confirmed = reply.state;
-            }
-            this._save();
-            this._changed();
+            reply = await this.client.dispatch(this.feature, head.action, { idempotencyKey: head.key, retries: 0 });
           } catch (error) {
+            this._inFlight = false;
+            // Refused or not answered: a held state is taken as it is (after a lost answer it
+            // may show the action twice until the resend is answered).
+            if (this._takeHeld()) {
+              this._save();
+              this._changed();
+            }
             if (!(error instanceof StateClientError)) throw error;
             if (isTransient(error)) {
               failures += 1;
@@ -1098,10 +1122,23 @@
             } else {
               this._refuse(head, error);
             }
+            continue;
           }
+          this._inFlight = false;
+          failures = 0;
+          this.pending = this.pending.filter((entry) => entry.key !== head.key);
+          this._take(reply.version, reply.state, false);
+          this._takeHeld(); // newer than the answer: it includes the action, which left the queue
+          this._save();
+          this._changed();
         }
       } finally {
         this._sending = false;
+        this._inFlight = false;
+        if (this._takeHeld()) {
+          this._save();
+          this._changed();
+        }
       }
     }
 
