@@ -106,13 +106,7 @@ package final class BlockingSocket: @unchecked Sendable {
         var offset = 0
         while offset < bytes.count {
             try wait(for: Int16(POLLOUT), deadline: deadline, what: "the socket to accept bytes")
-            let sent = bytes.withUnsafeBytes { raw in
-                #if canImport(Glibc)
-                Glibc.send(fd, raw.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
-                #else
-                Darwin.send(fd, raw.baseAddress! + offset, bytes.count - offset, 0)
-                #endif
-            }
+            let sent = sendBytes(fd, bytes, from: offset)
             if sent < 0 {
                 let code = errno
                 if code == EINTR || code == EAGAIN { continue }

@@ -236,13 +236,7 @@ package final class FaultProxy: Sendable {
     private static func sendAll(_ bytes: [UInt8], to fd: Int32) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes.withUnsafeBytes { raw in
-                #if canImport(Glibc)
-                Glibc.send(fd, raw.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
-                #else
-                Darwin.send(fd, raw.baseAddress! + offset, bytes.count - offset, 0)
-                #endif
-            }
+            let sent = sendBytes(fd, bytes, from: offset)
             guard sent > 0 else { return false }
             offset += sent
         }

@@ -123,6 +123,19 @@ package func connectLoopback(_ fd: Int32, port: Int) -> Int32 {
     }
 }
 
+/// Sends `bytes` from `offset` on the socket `fd` (no SIGPIPE on a closed peer): the count
+/// sent, or -1 with `errno` set.
+package func sendBytes(_ fd: Int32, _ bytes: [UInt8], from offset: Int) -> Int {
+    bytes.withUnsafeBytes { raw in
+        guard let base = raw.baseAddress else { return 0 }
+        #if canImport(Glibc)
+        return Glibc.send(fd, base + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+        #else
+        return Darwin.send(fd, base + offset, bytes.count - offset, 0)
+        #endif
+    }
+}
+
 /// A TCP socket bound to 127.0.0.1 on a port the system picks (listening when `listening`),
 /// and that port. The caller closes it.
 package func loopbackSocket(listening: Bool) throws -> (fd: Int32, port: Int) {
