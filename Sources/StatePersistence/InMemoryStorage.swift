@@ -1,4 +1,5 @@
 import DequeModule
+import Dispatch
 import Synchronization
 
 /// The in-memory twin of ``SQLiteStorage``: the same tables in dictionaries, with the same
@@ -8,7 +9,8 @@ import Synchronization
 ///
 /// Two uses:
 /// - `InMemoryStorage()` keeps everything: tests of durable behaviour run on it
-///   (`failNextCommits` simulates a failing disk; `shared` plays several nodes).
+///   (`failNextCommits` simulates a failing disk; `shared` and ``node()`` play several nodes
+///   with one owner per session).
 /// - ``process(_:)`` is memory mode's journal: a bounded ring of each session's last changes
 ///   with whole states, committed synchronously (``commitNow(_:)``), whose oldest change leaves
 ///   as its feature's base snapshot — so history, recordings, travel and resumed streams read
@@ -118,6 +120,11 @@ public final class InMemoryStorage: SessionStorage {
         /// By session, in the order minted.
         var grants: [String: [StoredGrant]] = [:]
         var failures = 0
+        /// Shared: each session's owner (a node's epoch), the live members by epoch with the URL
+        /// each advertises, and the last epoch given.
+        var owners: [String: Int64] = [:]
+        var members: [Int64: String] = [:]
+        var lastEpoch: Int64 = 0
         /// Bounded (``process(_:)``): bytes of changes kept in all, how many, and every change
         /// kept in the order appended (records of changes gone are skipped, and dropped when
         /// they outnumber the kept ones).
@@ -126,34 +133,64 @@ public final class InMemoryStorage: SessionStorage {
         var order = Deque<(session: String, seq: Int)>()
     }
 
+    /// What several views of one in-memory storage share, as nodes share a database: the
+    /// tables, the listeners of notices, the jobs running, and the writer queue that commits
+    /// the durable twin's batches in order.
+    final class Database: Sendable {
+        let tables = Mutex(Tables())
+        let listeners = Mutex<[AsyncStream<StorageNotice>.Continuation]>([])
+        let running = Mutex<Set<String>>([])
+        /// The durable twin's ordered commits (``commit(_:done:)``): one queue, like SQLite's
+        /// writer, so every batch is answered in the order it was submitted and never on the
+        /// caller's thread.
+        let writer = DispatchQueue(label: "state-server.memory-storage.writer")
+    }
+
     public let name = "memory"
     public let lifetime: StorageLifetime
     let bounds: Bounds?
-    private let tables = Mutex(Tables())
-    /// Several session managers in one process may share this storage, as nodes share a
-    /// database (tests of several nodes).
-    public let isShared: Bool
-    private let listeners = Mutex<[AsyncStream<StorageNotice>.Continuation]>([])
-    private let running = Mutex<Set<String>>([])
+    let database: Database
+    /// Shared: this view's membership of the cluster (``SessionOwnership``); `nil` otherwise.
+    let membership: NodeMembership?
+    /// Several views of one database play several nodes sharing a storage (tests of several
+    /// nodes): each is a node with its own membership and owns the sessions it claims.
+    public var isShared: Bool { membership != nil }
 
-    /// - Parameter shared: whether several session managers use it as nodes (they then hear
-    ///   each other's commits through ``notices()``).
+    /// - Parameter shared: whether several session managers use it as nodes: each takes its
+    ///   own view (``node()``), joins, and owns sessions as PostgreSQL's nodes do
+    ///   (``SessionOwnership``); they hear each other's deletes through ``notices()``.
     public init(shared: Bool = false) {
-        isShared = shared
+        database = Database()
+        membership = shared ? NodeMembership() : nil
         lifetime = .durable
         bounds = nil
     }
 
     private init(bounds: Bounds) {
-        isShared = false
+        database = Database()
+        membership = nil
         lifetime = .process
         self.bounds = bounds
+    }
+
+    private init(node database: Database) {
+        self.database = database
+        membership = NodeMembership()
+        lifetime = .durable
+        bounds = nil
+    }
+
+    /// Another node on the same shared storage: the same tables, a membership of its own.
+    public func node() -> InMemoryStorage {
+        InMemoryStorage(node: database)
     }
 
     /// Memory mode's journal: keeps what `bounds` allows, lives as long as the process.
     public static func process(_ bounds: Bounds) -> InMemoryStorage {
         InMemoryStorage(bounds: bounds)
     }
+
+    public var ownership: (any SessionOwnership)? { membership == nil ? nil : self }
 
     public func notices() -> AsyncStream<StorageNotice> {
         let (stream, continuation) = AsyncStream<StorageNotice>.makeStream()
@@ -162,7 +199,7 @@ public final class InMemoryStorage: SessionStorage {
             return stream
         }
         continuation.yield(.listening)
-        listeners.withLock { $0.append(continuation) }
+        database.listeners.withLock { $0.append(continuation) }
         return stream
     }
 
@@ -178,7 +215,7 @@ public final class InMemoryStorage: SessionStorage {
             }
         }
         guard !notices.isEmpty else { return }
-        for listener in listeners.withLock({ $0 }) {
+        for listener in database.listeners.withLock({ $0 }) {
             for notice in notices { listener.yield(notice) }
         }
     }
@@ -186,30 +223,60 @@ public final class InMemoryStorage: SessionStorage {
     /// Tells every listener that notices may have been missed (as a lost database connection
     /// would).
     public func loseNotices() {
-        for listener in listeners.withLock({ $0 }) { listener.yield(.lost) }
+        for listener in database.listeners.withLock({ $0 }) { listener.yield(.lost) }
     }
 
     /// Tells every listener that notices flow again (after ``loseNotices()``).
     public func resumeNotices() {
-        for listener in listeners.withLock({ $0 }) { listener.yield(.listening) }
+        for listener in database.listeners.withLock({ $0 }) { listener.yield(.listening) }
     }
 
     /// Makes the next `count` commits fail as if the disk were full.
     public func failNextCommits(_ count: Int) {
-        tables.withLock { $0.failures = count }
+        database.tables.withLock { $0.failures = count }
     }
 
     public func commit(_ batch: [StorageWrite]) async throws(StorageError) {
-        try commitNow(batch)
+        guard lifetime == .durable else { return try commitNow(batch) }
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, StorageError>, Never>) in
+            commit(batch) { continuation.resume(returning: $0) }
+        }
+        try result.get()
+    }
+
+    /// Memory mode's journal commits on the caller's thread and answers before this returns
+    /// (the whole change path then runs synchronously); the durable twin commits on its writer
+    /// queue, in order, and answers from there, as SQLite does.
+    public func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
+        guard lifetime == .durable else {
+            do throws(StorageError) {
+                try commitNow(batch)
+                done(.success(()))
+            } catch {
+                done(.failure(error))
+            }
+            return
+        }
+        database.writer.async { [self] in
+            do throws(StorageError) {
+                try commitNow(batch)
+                done(.success(()))
+            } catch {
+                done(.failure(error))
+            }
+        }
     }
 
     /// ``commit(_:)`` without waiting: the batch is stored (or refused) when this returns.
+    /// Shared: appends and creates are fenced on this node owning the session.
     public func commitNow(_ batch: [StorageWrite]) throws(StorageError) {
-        try tables.withLock { (t: inout Tables) throws(StorageError) in
+        let epoch = membership?.fence
+        try database.tables.withLock { (t: inout Tables) throws(StorageError) in
             if t.failures > 0 {
                 t.failures -= 1
                 throw StorageError(.unavailable, "simulated disk failure")
             }
+            if let epoch { try Self.fence(batch, epoch: epoch, in: &t) }
             if batch.count == 1 {
                 // One write checks everything before it changes anything: applied in place.
                 try apply(batch[0], to: &t)
@@ -233,6 +300,7 @@ public final class InMemoryStorage: SessionStorage {
             t.sessions[s.id] = s
         case .deleteSession(let id):
             t.sessions[id] = nil
+            t.owners[id] = nil
             if let ring = t.rings.removeValue(forKey: id), bounds != nil {
                 t.kept -= ring.entries.count
                 t.totalBytes -= ring.bytes
@@ -343,26 +411,26 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func grants(session: String) async throws(StorageError) -> [StoredGrant] {
-        tables.withLock { $0.grants[session] ?? [] }
+        database.tables.withLock { $0.grants[session] ?? [] }
     }
 
     public func session(id: String) async throws(StorageError) -> StoredSession? {
-        tables.withLock { $0.sessions[id] }
+        database.tables.withLock { $0.sessions[id] }
     }
 
     public func snapshot(session: String, feature: String, atOrBefore version: Int) async throws(StorageError) -> StoreSnapshot? {
-        tables.withLock { snapshotList($0, session, feature).last { $0.version <= version } }
+        database.tables.withLock { snapshotList($0, session, feature).last { $0.version <= version } }
     }
 
     public func journal(session: String, feature: String, afterVersion: Int, through: Int) async throws(StorageError) -> [JournalEntry] {
-        tables.withLock { t in
+        database.tables.withLock { t in
             // A store's versions grow with the session's seq: in seq order is in version order.
             (t.rings[session]?.entries ?? []).filter { $0.feature == feature && $0.version > afterVersion && $0.version <= through }
         }
     }
 
     public func journal(session: String, afterSeq: Int, limit: Int) async throws(StorageError) -> [JournalEntry] {
-        tables.withLock { t in
+        database.tables.withLock { t in
             var found: [JournalEntry] = []
             for entry in t.rings[session]?.entries ?? [] where entry.seq > afterSeq {
                 guard found.count < limit else { break }
@@ -373,41 +441,43 @@ public final class InMemoryStorage: SessionStorage {
     }
 
     public func lastSeq(session: String) async throws(StorageError) -> Int {
-        tables.withLock { $0.rings[session]?.headSeq ?? 0 }
+        database.tables.withLock { $0.rings[session]?.headSeq ?? 0 }
     }
 
     public func rememberedKey(session: String, key: String) async throws(StorageError) -> RememberedKey? {
-        tables.withLock { $0.keys[session]?[key] }
+        database.tables.withLock { $0.keys[session]?[key] }
     }
 
     public func sessions(inactiveBefore time: Int64, limit: Int) async throws(StorageError) -> [String] {
-        tables.withLock { t in
+        database.tables.withLock { t in
             Array(t.sessions.values.filter { $0.lastActiveAt < time }.sorted { $0.lastActiveAt < $1.lastActiveAt }
                 .prefix(limit).map(\.id))
         }
     }
 
     public func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
-        tables.withLock { t in
+        database.tables.withLock { t in
             Array(t.sessions.values.filter { id.utf8.lexicographicallyPrecedes($0.id.utf8) }
                 .sorted { $0.id.utf8.lexicographicallyPrecedes($1.id.utf8) }.prefix(max(0, limit)))
         }
     }
 
     public func sessionCount() async throws(StorageError) -> Int {
-        tables.withLock { $0.sessions.count }
+        database.tables.withLock { $0.sessions.count }
     }
 
-    /// Ends every notice stream.
+    /// Ends every notice stream (every node's: they share the storage), and this node's
+    /// membership changes.
     public func close() async {
-        for listener in listeners.withLock({ l in defer { l = [] }; return l }) { listener.finish() }
+        for listener in database.listeners.withLock({ l in defer { l = [] }; return l }) { listener.finish() }
+        membership?.finish()
     }
 
     /// Shared: one job of a name at a time, over every manager using this storage.
     public func exclusively<T: Sendable>(_ job: String, _ body: @escaping @Sendable () async -> T) async throws(StorageError) -> T? {
         guard isShared else { return await body() }
-        guard running.withLock({ $0.insert(job).inserted }) else { return nil }
-        defer { running.withLock { _ = $0.remove(job) } }
+        guard database.running.withLock({ $0.insert(job).inserted }) else { return nil }
+        defer { database.running.withLock { _ = $0.remove(job) } }
         return await body()
     }
 }

@@ -7,7 +7,7 @@ import Foundation
 import StateStore
 import Synchronization
 
-extension SQLiteStorage: OrderedCommits {
+extension SQLiteStorage {
     public func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
         if let problem = health.recentProblem() { return writer.answer(done, .failure(problem)) }
         writer.submit(batch, done: done)

@@ -259,19 +259,6 @@ public enum StorageLifetime: Sendable, Equatable {
     case durable
 }
 
-/// A storage that commits each session's batches in the order they were submitted and answers
-/// them in that order: a session may then hand it change N+1, computed on top of N, while N
-/// commits (its appends are fenced, so when N fails N+1 fails too, and nothing is stored out of
-/// order). ``commit(_:done:)`` takes no task and no thread of the caller's. SQLite commits and
-/// answers every batch in order from one queue; PostgreSQL runs one commit per session at a
-/// time and commits the batches that waited behind it together.
-public protocol OrderedCommits: SessionStorage {
-    /// Commits `batch` like ``SessionStorage/commit(_:)``; `done` is called once, after every
-    /// batch of the same session submitted before it was answered, never on the caller's thread
-    /// before `commit` returns (a batch refused at once is answered in its turn).
-    func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
-}
-
 /// Where sessions, journals, snapshots and idempotency replies live.
 ///
 /// Writes are submitted in order and committed in that order; `commit` returns once the batch
@@ -292,6 +279,16 @@ public protocol SessionStorage: Sendable {
 
     /// Commits a batch atomically: all of it or none of it.
     func commit(_ batch: [StorageWrite]) async throws(StorageError)
+
+    /// Commits `batch` like ``commit(_:)`` and calls `done` once with the answer: every
+    /// session's batches are committed in the order they were submitted and answered in that
+    /// order, so a session may hand over change N+1, computed on top of N, while N commits (its
+    /// appends are fenced, so when N fails N+1 fails too, and nothing is stored out of order).
+    /// Takes no task and no thread of the caller's. Memory mode's journal answers before
+    /// `commit` returns; SQLite answers from its writer's queue; PostgreSQL runs one commit per
+    /// session at a time and commits the batches that waited behind it together. The one
+    /// commit of the change path (the session layer calls nothing else for a change).
+    func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void)
 
     func session(id: String) async throws(StorageError) -> StoredSession?
     /// The store's newest snapshot at or below `version`.

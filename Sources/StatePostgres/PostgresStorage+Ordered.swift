@@ -65,7 +65,7 @@ final class OrderedCommitQueues: Sendable {
     }
 }
 
-extension PostgresStorage: OrderedCommits {
+extension PostgresStorage {
     /// Commits `batch` after every batch of the same session handed over before it, and answers
     /// them in that order. The batches that wait while one commits are committed together in one
     /// transaction next (one round trip each, one `COMMIT`): all of them or none. When a commit

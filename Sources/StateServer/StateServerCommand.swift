@@ -167,7 +167,7 @@ struct Server {
         }
         let storage: (any SessionStorage)?
         do {
-            storage = try await settings.storage.open(logger: logger).map { TimedStorage.wrapping($0) }
+            storage = try await settings.storage.open(logger: logger).map { TimedStorage($0) }
         } catch {
             logger.critical("cannot open storage", metadata: ["storage": "\(settings.storage.kind)", "error": "\(error)"])
             StderrLogWriter.shared.flush()
@@ -186,12 +186,6 @@ struct Server {
             case .storeRecovered(let session, let feature, let how, let reason):
                 logger.warning(
                     "store recovered", metadata: ["session.id": "\(session)", "feature": "\(feature)", "how": "\(how)", "reason": "\(reason)"])
-            case .waitingWorkChecked(let session, let feature, true):
-                logger.info(
-                    "settled a store left waiting by work of a node that is gone",
-                    metadata: ["session.id": "\(session)", "feature": "\(feature)"])
-            case .waitingWorkChecked:
-                break
             case .storeLoaded(_, _, let bytes):
                 // A large load leaves freed copies of its state in the allocator's arenas:
                 // give them back (a 500 KB reload: about 2x its state in RSS, 0.9x after).

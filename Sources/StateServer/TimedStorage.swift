@@ -9,21 +9,12 @@ import StatePersistence
 /// Every requirement of `SessionStorage` is forwarded, those with default implementations
 /// too (`isShared`, `ownership`, `notices`, `exclusively`, `ping`): the defaults would hide PostgreSQL's.
 ///
-/// A class, so that ``TimedOrderedStorage`` forwards the same way and adds the ordered commit.
-/// `@unchecked Sendable`: not final (for that subclass); its properties are immutable and
-/// Sendable.
-class TimedStorage: SessionStorage, @unchecked Sendable {
+struct TimedStorage: SessionStorage {
     let base: any SessionStorage
     let commitTimer = Timer(label: MetricCatalog.storageCommitLatency)
 
     init(_ base: any SessionStorage) {
         self.base = base
-    }
-
-    /// `base` timed, keeping its ordered commits (``OrderedCommits``) when it has them.
-    static func wrapping(_ base: any SessionStorage) -> TimedStorage {
-        if let ordered = base as? any OrderedCommits { return TimedOrderedStorage(ordered) }
-        return TimedStorage(base)
     }
 
     var name: String { base.name }
@@ -35,6 +26,16 @@ class TimedStorage: SessionStorage, @unchecked Sendable {
         let started = ContinuousClock.now
         defer { commitTimer.record(duration: ContinuousClock.now - started) }
         try await base.commit(batch)
+    }
+
+    /// The change path's ordered commit, timed the same way: from the call until the answer.
+    func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
+        let started = ContinuousClock.now
+        let timer = commitTimer
+        base.commit(batch) { result in
+            timer.record(duration: ContinuousClock.now - started)
+            done(result)
+        }
     }
 
     func session(id: String) async throws(StorageError) -> StoredSession? {
@@ -95,25 +96,5 @@ class TimedStorage: SessionStorage, @unchecked Sendable {
 
     func ping() async throws(StorageError) {
         try await base.ping()
-    }
-}
-
-/// ``TimedStorage`` of a storage that commits in order (SQLite): its ordered commit is timed
-/// the same way, from the call until the answer.
-final class TimedOrderedStorage: TimedStorage, OrderedCommits, @unchecked Sendable {
-    let ordered: any OrderedCommits
-
-    init(_ base: any OrderedCommits) {
-        self.ordered = base
-        super.init(base)
-    }
-
-    func commit(_ batch: [StorageWrite], done: @escaping @Sendable (Result<Void, StorageError>) -> Void) {
-        let started = ContinuousClock.now
-        let timer = commitTimer
-        ordered.commit(batch) { result in
-            timer.record(duration: ContinuousClock.now - started)
-            done(result)
-        }
     }
 }

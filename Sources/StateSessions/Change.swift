@@ -36,6 +36,9 @@ public struct ChangeRequest: Sendable {
     public var subject: String?
     /// The id of the minted token it came with (nil: the owner's token, a JWT).
     public var tokenID: String?
+    /// A store a load rebuilt as a last resort (``Session/load(_:from:)``): the change (a reset)
+    /// is made on it, and it is in memory once the change is committed.
+    var installing: (any AnyStateStore)?
 
     public init(
         feature: String, kind: Kind, precondition: VersionPrecondition = .none, idempotencyKey: String? = nil

@@ -4,7 +4,7 @@ import StatePersistence
 import StateStore
 import Synchronization
 
-/// Executing one change: the idempotency key, the store's computation, the journal, then
+/// Executing one change: the idempotency key, the store's computation, the commit, then
 /// memory; what the journal stores for it.
 extension Session {
     /// The reply remembered for an idempotency key, from memory or (durable mode) storage,
@@ -46,37 +46,22 @@ extension Session {
 
     // MARK: The change path
 
-    /// One change: the idempotency key, the store's computation, the journal, then memory.
-    /// `attempt` counts the tries after lost races; each try finds the store afresh (a catch-up
-    /// that found a gap drops a stale store, which then loads again from storage).
-    /// `release`, when given, hands the pipeline on as soon as the change is handed to storage
-    /// (``CommitChain``).
+    /// One change: the idempotency key, the store's computation, the commit, then memory.
+    /// `attempt` counts the computations after the store's head moved (a commit ahead failed
+    /// meanwhile). `release`, when given, hands the pipeline on as soon as the change is handed
+    /// to storage (``CommitChain``). The pipeline loads a missing store before it runs this.
     func execute(
         _ request: ChangeRequest, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
-        guard registry[request.feature] != nil else { return finish(.failed(.unknownFeature(request.feature))) }
-        guard let store = loadedStore(request.feature) else {
-            // Durable mode, a store not loaded yet (callers normally load it first). Inside the
-            // pipeline: load it here, not as another job behind this one.
-            Task { [self] in
-                do throws(SessionFailure) {
-                    guard let store = try await loadStore(request.feature) else {
-                        return finish(.failed(.unknownFeature(request.feature)))
-                    }
-                    checkKey(request, store, attempt: attempt, release: release, finish: finish)
-                } catch {
-                    finish(.failed(error))
-                }
-            }
-            return
+        guard registry[request.feature] != nil, let store = request.installing ?? loadedStore(request.feature) else {
+            return finish(.failed(.unknownFeature(request.feature)))
         }
         checkKey(request, store, attempt: attempt, release: release, finish: finish)
     }
 
     /// A key seen before answers with its first reply; storage is asked when memory has
-    /// forgotten it (or the session was loaded after a restart). Asked again after a lost race:
-    /// the winner may have been the same request on another node.
+    /// forgotten it (or the session was loaded after a restart).
     func checkKey(
         _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
@@ -87,7 +72,7 @@ extension Session {
         if let reply = idempotency.reply(for: key) { return finish(.replayed(reply)) }
         // Memory mode: the table is what the process remembers (its journal keeps no key
         // longer), so a key it forgot is a new request — answered now, not after a read.
-        guard journal.lifetime == .durable else { return apply(request, store, attempt: attempt, finish: finish) }
+        guard storage.lifetime == .durable else { return apply(request, store, attempt: attempt, finish: finish) }
         Task { [self] in
             do throws(SessionFailure) {
                 if let reply = try await rememberedReply(key: key) { return finish(.replayed(reply)) }
@@ -98,139 +83,52 @@ extension Session {
         }
     }
 
-    /// Times a change is computed again after losing a race with another node.
-    static let conflictRetries = 8
+    /// The store's computation of `request`, not applied yet.
+    func prepare(_ request: ChangeRequest, _ store: any AnyStateStore) throws(StoreError) -> PreparedChange {
+        let version = try request.precondition.resolve(store)
+        switch request.kind {
+        case .dispatch(let action):
+            guard !settings.middleware.isEmpty else { return try store.prepareDispatch(json: action, ifVersion: version) }
+            let context = DispatchContext(
+                session: id, feature: request.feature, version: try store.currentJSON().version,
+                idempotencyKey: request.idempotencyKey, subject: request.subject, tokenID: request.tokenID)
+            return try settings.middleware.run(action, context: context) { (action) throws(StoreError) in
+                try store.prepareDispatch(json: action, ifVersion: version)
+            }
+        case .rehydrate(let state): return try store.prepareRehydrate(json: state, ifVersion: version)
+        case .reset: return try store.prepareReset(ifVersion: version)
+        case .travel(let state): return try store.prepareTravel(json: state, ifVersion: version)
+        case .replay(let cause, let payload): return try store.prepareReplay(cause: cause, payload: payload, enforceCeiling: true)
+        case .importStart(let state, let asRecorded): return try store.prepareImport(json: state, asRecorded: asRecorded)
+        case .followUp(let prepare): return try prepare(version)
+        case .recovery:
+            let (_, current) = try store.currentJSON()
+            if let version, version != current {
+                throw StoreError(.versionConflict, "the store moved on from version \(version)", currentVersion: current)
+            }
+            guard let recovery = try store.prepareRecovery() else {
+                throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
+            }
+            return recovery
+        }
+    }
 
+    /// The change path after the key: computed on top of the store's change ahead (if one is
+    /// still committing), numbered, handed to storage, and — when `release` is given — the
+    /// pipeline goes on to the next job while it commits. Applied, published and answered once
+    /// its own commit is answered (in order); a failed commit fails every change handed to
+    /// storage after it and returns the stores to their committed state. The one place that
+    /// numbers changes and the one that judges a commit's answer (``verdict(_:generation:)``).
     func apply(
         _ request: ChangeRequest, _ store: any AnyStateStore, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
         let prepared: PreparedChange
         do throws(StoreError) {
-            let version = try request.precondition.resolve(store)
-            switch request.kind {
-            case .dispatch(let action):
-                if settings.middleware.isEmpty {
-                    prepared = try store.prepareDispatch(json: action, ifVersion: version)
-                } else {
-                    let context = DispatchContext(
-                        session: id, feature: request.feature, version: try store.currentJSON().version,
-                        idempotencyKey: request.idempotencyKey, subject: request.subject, tokenID: request.tokenID)
-                    prepared = try settings.middleware.run(action, context: context) { (action) throws(StoreError) in
-                        try store.prepareDispatch(json: action, ifVersion: version)
-                    }
-                }
-            case .rehydrate(let state): prepared = try store.prepareRehydrate(json: state, ifVersion: version)
-            case .reset: prepared = try store.prepareReset(ifVersion: version)
-            case .travel(let state): prepared = try store.prepareTravel(json: state, ifVersion: version)
-            case .replay(let cause, let payload):
-                prepared = try store.prepareReplay(cause: cause, payload: payload, enforceCeiling: true)
-            case .importStart(let state, let asRecorded): prepared = try store.prepareImport(json: state, asRecorded: asRecorded)
-            case .followUp(let prepare): prepared = try prepare(version)
-            case .recovery:
-                let (_, current) = try store.currentJSON()
-                if let version, version != current {
-                    throw StoreError(.versionConflict, "the store moved on from version \(version)", currentVersion: current)
-                }
-                guard let recovery = try store.prepareRecovery() else {
-                    throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
-                }
-                prepared = recovery
-            }
+            prepared = try prepare(request, store)
         } catch {
-            if error.kind == .versionConflict, readsCatchUp, attempt == 0 {
-                // The precondition is judged against the latest committed version, not this
-                // node's copy: catch up once and judge again.
-                return retryAfterCatchUp(request, attempt: 1, finish: finish)
-            }
             return finish(.failed(.store(error)))
         }
-        let reply = StoredReply(
-            status: 200, body: ChangeReply.body(prepared.encoded, withEffect: request.replyHasEffect),
-            version: prepared.encoded.version)
-        let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
-        if let chain {
-            return applyInOrder(
-                request, store, prepared, reply: reply, remembered: remembered, chain: chain, attempt: attempt, release: release,
-                finish: finish)
-        }
-        // The change's number: its journal entry's seq and its event's id (the pipeline runs
-        // one change at a time, so nothing is numbered in between).
-        let seq = nextSeq()
-        // Built here, not by the journal, so an uncertain commit can be looked for.
-        let batch = writes(prepared, store: store, seq: seq, key: remembered?.0)
-        // How the journal stores the state: delta event streams reuse its patch (memory mode's
-        // journal keeps whole states: the hub diffs for delta streams, when there are any).
-        let journaled: StateDelta? =
-            if journal.lifetime == .durable, case .append(let entry, _)? = batch.first { entry.delta } else { nil }
-        // A recorded change replayed as recorded starts no work: its follow-ups are recorded too.
-        let startsWork: Bool = if case .replay = request.kind { false } else { true }
-        let committed: @Sendable () -> Void = { [self] in
-            // Every change of this store goes through this pipeline, so it is still at the
-            // change's base version.
-            guard store.commit(prepared, startWork: startsWork) else {
-                return finish(.failed(.store(StoreError(
-                    .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
-            }
-            publish(prepared.encoded, seq: seq, delta: journaled)
-            if let remembered { idempotency.remember(remembered.0, remembered.1) }
-            recount()
-            finish(.applied(prepared.encoded, reply: reply))
-        }
-        journal.record({ batch }) { [self] result in
-            if case .failure(let error) = result, error.kind == .conflict, readsCatchUp, attempt < Self.conflictRetries {
-                // Another node committed this version or sequence number first: catch up with
-                // it and compute the change again on the fresh state.
-                return retryAfterCatchUp(request, attempt: attempt + 1, finish: finish)
-            }
-            if case .failure(let error) = result, error.kind == .conflict, readsCatchUp {
-                return finish(.failed(.contention))
-            }
-            if case .failure(let error) = result, error.kind == .uncertain, case .append(let entry, _)? = batch.first {
-                // The connection broke after the commit was sent: the journal says whether it
-                // landed. Never "nothing applied" unless that is known.
-                Task { [self] in
-                    switch await landed(entry) {
-                    case true?: committed()
-                    case false?: finish(.failed(.storage(StorageError(.unavailable, error.message))))
-                    case nil:
-                        // This copy may be behind the journal now: the next request loads it
-                        // afresh (with one owner nobody else would catch it up).
-                        if ownerEpoch != 0 { abandon() }
-                        finish(.failed(.outcomeUnknown))
-                    }
-                }
-                return
-            }
-            if case .failure(let error) = result, ownerEpoch != 0, error.kind == .notOwner || error.kind == .conflict {
-                // Another node owns the session now, or (a conflict) this copy is behind the
-                // journal — after a commit whose outcome this node never heard: nothing was
-                // written. This copy goes; the caller looks the session up again and reaches
-                // the owner, or loads the journal afresh and computes the change again.
-                abandon()
-                return finish(.failed(.retired))
-            }
-            if case .failure(let error) = result {
-                // Storage no longer has the session (deleted by another process or node, or
-                // by the TTL sweep): it is gone here too.
-                guard error.kind == .sessionGone else { return finish(.failed(.storage(error))) }
-                markGone()
-                return finish(.failed(.sessionGone))
-            }
-            committed()
-        }
-    }
-
-    /// A change over a journal that commits in order (``CommitChain``): held as the store's
-    /// change ahead, handed to storage, and — when `release` is given — the pipeline goes on to
-    /// the next job while it commits. Applied, published and answered once its own commit is
-    /// answered (in order); a failed commit fails every change handed to storage after it and
-    /// returns the stores to their committed state.
-    func applyInOrder(
-        _ request: ChangeRequest, _ store: any AnyStateStore, _ prepared: PreparedChange, reply: StoredReply,
-        remembered: (String, StoredReply)?, chain: CommitChain, attempt: Int, release: ChangeRelease?,
-        finish: @escaping @Sendable (ChangeOutcome) -> Void
-    ) {
         let encoded = prepared.encoded
         // The store's head moved since the change was computed: a commit failed meanwhile and
         // the store went back to its committed state. Computed again on that (it was not
@@ -240,80 +138,94 @@ extension Session {
             return finish(.failed(.store(StoreError(
                 .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
         }
+        let reply = StoredReply(
+            status: 200, body: ChangeReply.body(encoded, withEffect: request.replyHasEffect), version: encoded.version)
+        let remembered = request.idempotencyKey.flatMap { key in settings.idempotencyKeys > 0 ? (key, reply) : nil }
         let (seq, generation) = chain.next(after: hub.seq)
-        let base = chain.handedState(encoded.feature, version: prepared.baseVersion)
-        let batch = writes(prepared, store: store, seq: seq, key: remembered?.0, base: base)
-        chain.handed(encoded.feature, version: encoded.version, state: encoded.state)
-        let journaled: StateDelta? = if case .append(let entry, _)? = batch.first { entry.delta } else { nil }
+        // Durable mode stores patches: from the state of the change ahead when one is still
+        // committing (the store's own is not there yet), else from the store's.
+        let durable = storage.lifetime == .durable
+        let base = durable ? chain.handedState(encoded.feature, version: prepared.baseVersion) : nil
+        let batch = writes(prepared, store: store, seq: seq, key: remembered?.0, base: base, whole: request.installing != nil)
+        if durable { chain.handed(encoded.feature, version: encoded.version, state: encoded.state) }
+        // How the journal stored the state: delta event streams reuse its patch (memory mode's
+        // journal keeps whole states: the hub diffs for delta streams, when there are any).
+        let journaled: StateDelta? = if durable, case .append(let entry, _)? = batch.first { entry.delta } else { nil }
+        // A recorded change replayed as recorded starts no work: its follow-ups are recorded too.
         let startsWork: Bool = if case .replay = request.kind { false } else { true }
         pipeline.commitStarted()
-        journal.record({ batch }) { [self] result in
-            switch result {
-            case .success:
-                if store.commit(prepared, startWork: startsWork) {
-                    publish(encoded, seq: seq, delta: journaled)
-                    if let remembered { idempotency.remember(remembered.0, remembered.1) }
-                    recount()
-                    finish(.applied(encoded, reply: reply))
-                } else {
+        storage.commit(batch) { [self] result in
+            switch verdict(result, generation: generation) {
+            case .applied:
+                // Every change of this store goes through this pipeline, so it is still at the
+                // change's base version.
+                guard store.commit(prepared, startWork: startsWork) else {
                     finish(.failed(.store(StoreError(
                         .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
+                    break
                 }
-            case .failure(let error):
-                let (cause, ended) = chain.failed(generation: generation, error)
-                if ended { for store in stores.all { store.dropAhead() } }
-                switch cause.kind {
-                case .sessionGone:
-                    markGone()
-                    finish(.failed(.sessionGone))
-                case .notOwner, .conflict:
-                    // With one owner per session: another node owns it now, or this copy is
-                    // behind the journal; nothing of this change was written. This copy goes (as
-                    // for a change that waited for its commit); the caller reaches the owner or
-                    // a fresh copy.
-                    if ownerEpoch != 0 {
-                        abandon()
-                        finish(.failed(.retired))
-                    } else {
-                        finish(.failed(.storage(cause)))
-                    }
-                case .uncertain where ended:
-                    // The connection broke after the commit was sent: the journal says whether it
-                    // landed (the stores went back to what was committed before it).
-                    Task { [self] in
-                        let landed: Bool? = if case .append(let entry, _)? = batch.first { await landed(entry) } else { nil }
-                        // Landed or unknown: this copy is behind the journal, or may be.
-                        if landed != false { abandon() }
-                        switch landed {
-                        case true?: finish(.applied(encoded, reply: reply))
-                        case false?: finish(.failed(.storage(StorageError(.unavailable, cause.message))))
-                        case nil: finish(.failed(.outcomeUnknown))
-                        }
-                    }
-                case .uncertain:
+                if request.installing != nil { install(store, feature: encoded.feature) }
+                publish(encoded, seq: seq, delta: journaled)
+                if let remembered { idempotency.remember(remembered.0, remembered.1) }
+                recount()
+                finish(.applied(encoded, reply: reply))
+            case .gone:
+                markGone()
+                finish(.failed(.sessionGone))
+            case .retired:
+                abandon()
+                finish(.failed(.retired))
+            case .uncertain(let ended, let message):
+                guard ended, case .append(let entry, _)? = batch.first else {
                     // Committed with the one that ended the chain, or never sent: not known here.
                     if ownerEpoch != 0 { abandon() }
                     finish(.failed(.outcomeUnknown))
-                default:
-                    finish(.failed(.storage(cause)))
+                    break
                 }
+                // The connection broke after the commit was sent: the journal says whether it
+                // landed (the stores went back to what was committed before it).
+                Task { [self] in
+                    let landed = await landed(entry)
+                    // Landed or unknown: this copy is behind the journal, or may be.
+                    if landed != false { abandon() }
+                    switch landed {
+                    case true?: finish(.applied(encoded, reply: reply))
+                    case false?: finish(.failed(.storage(StorageError(.unavailable, message))))
+                    case nil: finish(.failed(.outcomeUnknown))
+                    }
+                }
+            case .failed(let error):
+                finish(.failed(.storage(error)))
             }
             if let parked = pipeline.commitEnded() { drain(parked) }
         }
         release?.fire()
     }
 
-    /// Shared storage without owners: catches up with the journal, then runs the change again
-    /// (try number `attempt`) on the fresh state.
-    func retryAfterCatchUp(_ request: ChangeRequest, attempt: Int, finish: @escaping @Sendable (ChangeOutcome) -> Void) {
-        Task { [self] in
-            do throws(StorageError) {
-                try await catchUp()
-                execute(request, attempt: attempt, finish: finish)
-            } catch {
-                finish(.failed(error.kind == .sessionGone ? .sessionGone : .storage(error)))
-            }
+    /// What a commit's answer means for the session, judged in one place. A failure ends the
+    /// chain's generation when it is the first of it (the stores drop what they held ahead);
+    /// a later change of an ended generation reports the error that ended it.
+    func verdict(_ result: Result<Void, StorageError>, generation: Int) -> CommitVerdict {
+        guard case .failure(let error) = result else { return .applied }
+        let (cause, ended) = chain.failed(generation: generation, error)
+        if ended { for store in stores.all { store.dropAhead() } }
+        switch cause.kind {
+        // Storage no longer has the session (deleted by another process or node, or by the
+        // TTL sweep): it is gone here too.
+        case .sessionGone: return .gone
+        // With one owner per session: another node owns it now, or this copy is behind the
+        // journal; nothing of this change was written. This copy goes; the caller reaches the
+        // owner or a fresh copy.
+        case .notOwner where ownerEpoch != 0, .conflict where ownerEpoch != 0: return .retired
+        case .uncertain: return .uncertain(ended: ended, message: cause.message)
+        default: return .failed(cause)
         }
+    }
+
+    /// A store a load rebuilt as a last resort, now that its reset is committed: in memory
+    /// from here on, like a store loaded as saved.
+    func install(_ store: any AnyStateStore, feature: String) {
+        stores.insert(store, for: feature)
     }
 
     /// Whether `entry` is in the journal (true), another change took its place so it can never
@@ -335,14 +247,16 @@ extension Session {
     /// `snapshotEvery`, and whenever the entries since the last snapshot outgrow the state and
     /// ``snapshotSlack``), and the session's activity at most once a minute. Called before the
     /// change is applied: the store is still at the change's base version.
+    /// `whole`: the state whole and a snapshot of it, whatever is due (a last-resort reset,
+    /// whose store's base state was never stored).
     func writes(
-        _ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?, base: [UInt8]? = nil
+        _ prepared: PreparedChange, store: any AnyStateStore, seq: Int, key: String?, base: [UInt8]? = nil, whole: Bool = false
     ) -> [StorageWrite] {
         let now = WallClock.now
         let encoded = prepared.encoded
         // The append moves the session's stored activity too.
         lastStoredActivity.store(now, ordering: .relaxed)
-        guard journal.lifetime == .durable else {
+        guard storage.lifetime == .durable else {
             // Memory mode: the whole state (no diff), no snapshot (the ring's oldest change
             // becomes the base when it leaves), no key (the session's table is what remembers
             // keys: a key it forgot is a new request, which the journal must not refuse).
@@ -353,7 +267,7 @@ extension Session {
                 idempotencyKey: nil)]
         }
         let previous =
-            prepared.baseVersion == 0
+            prepared.baseVersion == 0 || whole
             ? nil : base ?? (try? store.currentJSON()).flatMap { $0.version == prepared.baseVersion ? $0.state : nil }
         let entry = JournalEntry(
             session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
@@ -363,7 +277,7 @@ extension Session {
         let feature = encoded.feature
         let due = sinceSnapshot.withLock { journaled in
             let grown = journaled[feature, default: 0] + entry.size
-            let due = version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
+            let due = whole || version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
                 || grown > max(encoded.state.count, Self.snapshotSlack)
             journaled[feature] = due ? 0 : grown
             return due
@@ -383,14 +297,6 @@ extension Session {
 }
 
 extension Session {
-    /// The number of the session's next change: after the last one published and after
-    /// `journaled` (the journal's last seq, when the caller read it). Every change this node
-    /// makes is numbered here; changes of other nodes keep the number they were journaled with.
-    func nextSeq(journaled: Int = 0) -> Int {
-        if let chain { return chain.next(after: max(hub.seq, journaled)).seq }
-        return max(hub.seq, journaled) + 1
-    }
-
     /// Publishes a change at `seq`; a number the hub refuses (not after its last one) is
     /// reported, not dropped in silence.
     func publish(_ change: EncodedChange, seq: Int, delta: StateDelta? = nil) {
@@ -405,4 +311,19 @@ extension Session {
             notify(.sequenceRefused(session: id, feature: feature, seq: seq, last: hub.seq))
         }
     }
+}
+
+/// What a commit's answer means for the change and the session (``Session/verdict(_:generation:)``).
+enum CommitVerdict {
+    /// Stored: apply, publish, answer.
+    case applied
+    /// Storage no longer has the session.
+    case gone
+    /// Another node owns the session now, or this copy is behind the journal: the copy goes,
+    /// and the change is submitted again where the session is now.
+    case retired
+    /// The connection broke after the commit was sent; `ended`: this change ended its
+    /// generation (the journal can tell whether it landed).
+    case uncertain(ended: Bool, message: String)
+    case failed(StorageError)
 }

@@ -7,8 +7,8 @@ import Synchronization
 /// Loading a store: its base and the changes after it, a rebuild from the whole journal,
 /// or (last resort) a reset; settling work left waiting by a process that is gone.
 extension Session {
-    /// Loads a store from storage unless it is in memory (see ``store(_:)``); inside the
-    /// pipeline with shared storage.
+    /// Loads a store from storage unless it is in memory (see ``store(_:)``); never inside the
+    /// pipeline (a load may submit a change of its own and wait for it).
     func loadStore(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
         guard let definition = registry[feature] else { return nil }
@@ -32,41 +32,20 @@ extension Session {
         stores.insert(store, for: feature)
         recount()
         notify(.storeLoaded(session: id, feature: feature, bytes: bytes))
-        // Work that was running in a previous process never comes back: settle its state now,
-        // through the change path like any change. With several nodes the work may still run
-        // on another node: give it `recoveryDelay`, then settle only if nothing changed.
-        if (try? store.prepareRecovery()) != nil {
-            if readsCatchUp, let version = try? store.currentJSON().version {
-                settleLater(feature, ifStillAt: version)
-            } else if case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)).value() {
-                report(failure)
-            }
+        // Work that was running in a previous process (or on the node that owned the session
+        // before) never comes back: settle its state now, through the change path like any
+        // change. Another node's work cannot land anyway: its appends are fenced on owning
+        // the session.
+        if (try? store.prepareRecovery()) != nil,
+            case .failed(let failure) = await submit(ChangeRequest(feature: feature, kind: .recovery)).value()
+        {
+            report(failure)
         }
         return store
     }
 
-    /// Shared storage: after `recoveryDelay`, settles the store's waiting state if it is still at
-    /// `version` (the latest committed: a stale copy catches up and is judged again).
-    func settleLater(_ feature: String, ifStillAt version: Int) {
-        let delay = settings.recoveryDelay
-        Task { [weak self] in
-            try? await Task.sleep(for: delay)
-            guard let self else { return }
-            let outcome = await submit(ChangeRequest(feature: feature, kind: .recovery, precondition: .version(version))).value()
-            let settled: Bool
-            switch outcome {
-            case .applied, .replayed: settled = true
-            case .failed(.store), .failed(.sessionGone), .failed(.retired): settled = false
-            case .failed(let failure):
-                report(failure)
-                settled = false
-            }
-            notify(.waitingWorkChecked(session: id, feature: feature, settled: settled))
-        }
-    }
-
     /// Sends the store's follow-ups through the change path. (Its changes reach the hub from
-    /// the change path too, numbered there: ``Session/execute(_:attempt:finish:)``.)
+    /// the change path too, numbered there: ``Session/apply(_:_:attempt:release:finish:)``.)
     func attach(_ store: any AnyStateStore, feature: String) {
         store.routeFollowUps { [weak self] prepare in
             guard let self else { return }
@@ -142,8 +121,9 @@ extension Session {
                 return rebuilt
             }
         }
-        // Last resort: the initial state, as a journaled reset after the last known version,
-        // with a snapshot so the next load starts from it.
+        // Last resort: the initial state, as a reset after the last known version, committed
+        // through the pipeline like any change, with its state whole and a snapshot so the
+        // next load starts from it. The store is in memory once the reset is committed.
         let lastVersion = max(all.last?.version ?? 0, entries.last?.version ?? 0, snapshotVersion)
         let reason = problem ?? "the journal of \(feature) cannot be replayed"
         let store: any AnyStateStore
@@ -152,26 +132,12 @@ extension Session {
         } catch {
             throw StorageError(.unavailable, "cannot create \(feature): \(error.message)")
         }
-        do {
-            let reset = try store.prepareReset(ifVersion: nil)
-            let seq = nextSeq(journaled: try await storage.lastSeq(session: id))
-            let entry = JournalEntry(
-                session: id, seq: seq, feature: feature, version: reset.encoded.version, cause: reset.encoded.cause,
-                action: nil, effect: nil, delta: .state(reset.encoded.state), time: WallClock.now)
-            try await journal.record {
-                [
-                    .append(entry, idempotencyKey: nil),
-                    .snapshot(StoreSnapshot(
-                        session: id, feature: feature, version: reset.encoded.version, stateVersion: definition.stateVersion,
-                        state: reset.encoded.state, time: WallClock.now)),
-                ]
-            }
-            store.commit(reset, startWork: false)
-            publish(reset.encoded, seq: seq)
-        } catch let error as StorageError {
-            throw error
-        } catch {
-            throw StorageError(.unavailable, "cannot reset \(feature): \(error)")
+        var reset = ChangeRequest(feature: feature, kind: .reset)
+        reset.installing = store
+        switch await submit(reset).value() {
+        case .applied, .replayed: break
+        case .failed(.storage(let error)): throw error
+        case .failed(let failure): throw StorageError(.unavailable, "cannot reset \(feature): \(failure)")
         }
         notify(.storeRecovered(session: id, feature: feature, how: "reset to the initial state", reason: reason))
         return store
@@ -184,7 +150,7 @@ extension Session {
         let snapshot = StoreSnapshot(
             session: id, feature: definition.name, version: version, stateVersion: definition.stateVersion, state: state,
             time: WallClock.now)
-        try await journal.record { [.snapshot(snapshot)] }
+        try await storage.commit([.snapshot(snapshot)])
     }
 
     /// Replays a whole journal's actions (and rehydrated states) through `store`'s reducer,

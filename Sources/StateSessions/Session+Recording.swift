@@ -133,7 +133,7 @@ extension Session {
             head: Recording.head(server: server, features: starts),
             source: .journal(
                 storage, session: id, after: from, through: through, versions: versions,
-                states: journal.lifetime == .process ? states : nil))
+                states: storage.lifetime == .process ? states : nil))
     }
 }
 

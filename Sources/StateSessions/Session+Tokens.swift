@@ -102,7 +102,7 @@ struct VerifiedTokens: Sendable {
         for half in [UInt8(1), 2] {
             var hasher = Hasher()
             hasher.combine(half)
-            token.withUnsafeBytes { hasher.combine(bytes: $0) }
+            hasher.combine(token)
             let value = UInt64(bitPattern: Int64(hasher.finalize()))
             for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
         }
@@ -251,9 +251,8 @@ extension Session {
         let stored = StoredGrant(session: self.id, id: id, tokenHash: hash, grant: json, createdAt: now, expiresAt: minted.expiresAt)
         let session = self.id
         do throws(StorageError) {
-            try await journal.record {
-                (expired.isEmpty ? [] : [.deleteGrants(session: session, ids: expired)]) + [.createGrant(stored)]
-            }
+            try await storage.commit(
+                (expired.isEmpty ? [] : [.deleteGrants(session: session, ids: expired)]) + [.createGrant(stored)])
         } catch {
             throw .session(error.kind == .sessionGone ? .sessionGone : .storage(error))
         }
@@ -279,7 +278,7 @@ extension Session {
         let ids = taken.compactMap(\.grant.tokenID)
         let session = self.id
         do throws(StorageError) {
-            try await journal.record { [.deleteGrants(session: session, ids: ids)] }
+            try await storage.commit([.deleteGrants(session: session, ids: ids)])
         } catch {
             // Not revoked after all: the tokens work again, as storage still has them.
             grants.table.withLock { table in

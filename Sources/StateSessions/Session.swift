@@ -23,11 +23,6 @@ public enum SessionNotice: Sendable {
     /// Several nodes: the session was handed over to the node its requests came through
     /// (`moved`), or the handover failed and this node keeps it.
     case handedOver(session: String, moved: Bool)
-    /// Shared storage: a store found waiting for asynchronous work was checked again after
-    /// `recoveryDelay`: `settled` when it was still waiting at the same version (the work's
-    /// node is gone) and this node settled it, `false` when the work's own follow-up (or any
-    /// change) came first.
-    case waitingWorkChecked(session: String, feature: String, settled: Bool)
     /// A store was loaded from storage; `bytes` is its state's JSON size. Building it parsed,
     /// patched and decoded copies of that state that are garbage now: a server may give such
     /// memory back to the system after large loads.
@@ -45,10 +40,11 @@ public enum SessionNotice: Sendable {
 /// asynchronous work, a recovery after a restart — is a ``ChangeRequest`` given to
 /// ``submit(_:)``. The session takes requests one at a time, in arrival order (its
 /// pipeline): the idempotency key is looked up, the store computes the change without applying
-/// it, the ``ChangeJournal`` records it (at once in memory mode's bounded journal, as a storage
-/// commit in durable mode), and only then is it applied in memory and published. Memory never runs ahead of the
-/// disk, and one session's changes never interleave; different sessions run concurrently and
-/// share fsyncs. In memory mode the whole path runs synchronously on the caller's thread.
+/// it, storage commits it in order (``SessionStorage/commit(_:done:)``: memory mode's bounded
+/// journal at once, SQLite's writer, PostgreSQL), and only then is it applied in memory and
+/// published. Memory never runs ahead of the disk, and one session's changes never interleave;
+/// different sessions run concurrently and share fsyncs. In memory mode the whole path runs
+/// synchronously on the caller's thread.
 ///
 /// Deleting the session is a request in the same pipeline, so a change that arrived before the
 /// delete is applied before it and one that arrived after is refused (`.sessionGone`).
@@ -62,7 +58,9 @@ public final class Session: Sendable {
     let grants: GrantStore
     let registry: FeatureRegistry
     let settings: SessionSettings
-    public let journal: any ChangeJournal
+    /// Where its changes are committed and what history, recordings, travel and resumed
+    /// streams read: memory mode's bounded journal, SQLite, PostgreSQL.
+    public let storage: any SessionStorage
     /// Its stores in memory (``LoadedStores``).
     let stores = LoadedStores()
     public let hub: EventHub
@@ -70,18 +68,13 @@ public final class Session: Sendable {
     let idempotency: IdempotencyCache
     /// Its jobs, one at a time in arrival order (``SessionPipeline``).
     let pipeline = SessionPipeline()
-    /// A journal that commits in order (SQLite; PostgreSQL when this node owns the session): the
-    /// changes handed to it and not answered yet (``CommitChain``); nil otherwise (each change
-    /// waits for its commit). Shared storage without owners has none: a change there may have
-    /// to catch up with other nodes' and be computed again, which one computed on top of it
-    /// could not follow.
-    let chain: CommitChain?
+    /// The changes handed to storage and not answered yet, and how they are numbered
+    /// (``CommitChain``).
+    let chain = CommitChain()
     let notify: @Sendable (SessionNotice) -> Void
     /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
     let lastUsed: Atomic<Int64>
     let lastStoredActivity: Atomic<Int64>
-    /// Shared storage: what was heard of other nodes' commits, and the one queued pull.
-    let catchUp = CatchUpMarks()
     /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is written
     /// early when they outgrow the state, so a load never reads much more than twice it).
     let sinceSnapshot = Mutex<[String: Int]>([:])
@@ -90,8 +83,8 @@ public final class Session: Sendable {
     let memory: MemoryBudget?
     let counted = Atomic<Int>(0)
     /// Several nodes with one owner per session: the membership epoch under which this node
-    /// owns the session (0: no owners, every node may write and reads catch up first). The
-    /// copy is served only while the node is still a member with that epoch.
+    /// owns the session (0: storage of one process). The copy is served only while the node is
+    /// still a member with that epoch.
     public let ownerEpoch: Int64
     /// Several nodes: the copy was given up (``abandon()``); the manager forgets it.
     let abandoned = Atomic<Bool>(false)
@@ -120,7 +113,7 @@ public final class Session: Sendable {
 
     init(
         id: String, tokenHash: [UInt8], grants: [StoredGrant] = [], registry: FeatureRegistry, settings: SessionSettings,
-        journal: any ChangeJournal, startSeq: Int = 0,
+        storage: any SessionStorage, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
         metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
         memory: MemoryBudget? = nil, ownerEpoch: Int64 = 0, notify: @escaping @Sendable (SessionNotice) -> Void
@@ -132,8 +125,7 @@ public final class Session: Sendable {
         self.grants = GrantStore(grants)
         self.registry = registry
         self.settings = settings
-        self.journal = journal
-        self.chain = journal.pipelines && (ownerEpoch != 0 || !journal.storage.isShared) ? CommitChain() : nil
+        self.storage = storage
         self.hub = EventHub(
             features: registry.features, replayLimit: settings.replayBuffer, replayBytes: settings.replayBytes,
             startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)
@@ -142,8 +134,6 @@ public final class Session: Sendable {
         self.lastUsed = Atomic(WallClock.now)
         self.lastStoredActivity = Atomic(lastStoredActivity)
     }
-
-    var storage: any SessionStorage { journal.storage }
 
     /// Marks the session as used now (idle eviction and the TTL count from here). Storage
     /// learns of it with the next change, or from the sweep (``storeActivityIfStale()``).
@@ -159,7 +149,7 @@ public final class Session: Sendable {
         guard used - lastStoredActivity.load(ordering: .relaxed) > 60_000 else { return }
         lastStoredActivity.store(used, ordering: .relaxed)
         let id = self.id
-        journal.record({ [.touch(session: id, at: used)] }, done: { _ in })
+        storage.commit([.touch(session: id, at: used)], done: { _ in })
     }
 
     var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
@@ -212,7 +202,7 @@ public final class Session: Sendable {
     /// an unknown feature, or (durable mode) a store not loaded yet.
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
         stores.store(feature) {
-            guard journal.lifetime == .process, let definition = registry[feature] else { return nil }
+            guard storage.lifetime == .process, let definition = registry[feature] else { return nil }
             let store = definition.makeStore(onFollowUpRejected: followUpRejected)
             attach(store, feature: feature)
             return store
@@ -225,22 +215,14 @@ public final class Session: Sendable {
     public func store(_ feature: String) async throws(SessionFailure) -> (any AnyStateStore)? {
         if let store = loadedStore(feature) { return store }
         guard registry[feature] != nil else { return nil }
-        guard readsCatchUp else { return try await loadStore(feature) }
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, SessionFailure>, Never>) in
-            enqueue(.load(feature) { continuation.resume(returning: $0) })
-        }
-        try result.get()
-        if let store = loadedStore(feature) { return store }
-        // Dropped again meanwhile (a catch-up found a gap): load it once more, in turn.
-        return try await store(feature)
+        return try await loadStore(feature)
     }
 
     /// Whether a read of `features` (`nil`: all) can be answered from memory now, without
-    /// waiting: every store is in memory (memory mode makes them on first use) and no other
-    /// node's changes must be read first. Otherwise the caller waits for ``loadAll(_:)`` and
-    /// ``refresh()``. The routes ask this, never which storage the server runs on.
+    /// waiting: every store is in memory (memory mode makes them on first use). Otherwise the
+    /// caller waits for ``loadAll(_:)``. The routes ask this, never which storage the server
+    /// runs on.
     public func isReady(for features: [String]? = nil) -> Bool {
-        guard !readsCatchUp else { return false }
         return (features ?? registry.names).allSatisfy { loadedStore($0) != nil || registry[$0] == nil }
     }
 
@@ -320,18 +302,11 @@ public final class Session: Sendable {
         try result.get()
     }
 
-    /// Whether reads must first catch up with other nodes (shared storage).
-    public var readsCatchUp: Bool { ownerEpoch == 0 && storage.isShared }
-
-    /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``);
-    /// with shared storage, a commit heard between the caller's catch-up and this subscription
-    /// is fetched now.
+    /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``).
     public func subscribe(
         features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false
     ) -> Subscription {
-        let outcome = hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit, deltas: deltas)
-        if case .subscribed = outcome { pullIfBehind() }
-        return outcome
+        hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit, deltas: deltas)
     }
 
 }

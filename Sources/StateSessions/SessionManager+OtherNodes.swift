@@ -27,8 +27,7 @@ extension SessionManager {
     }
 
     /// Shared storage: listens to the storage's notices until they end (the storage closes) or
-    /// the task is cancelled. A commit of a loaded session is delivered to its streams (the
-    /// session catches up from the journal); a delete ends its streams and drops it from memory;
+    /// the task is cancelled. A delete ends the session's streams and drops it from memory;
     /// a lost channel ends every stream of this node, since changes may be missed until it is
     /// back. Returns at once for storage of one process.
     public func followOtherNodes() async {
@@ -43,8 +42,9 @@ extension SessionManager {
                 hearing.store(false, ordering: .sequentiallyConsistent)
                 notify(.following(false))
                 for session in sessions.withLock({ Array($0.byID.values) }) { session.hub.endStreams() }
-            case .committed(let id, let seq):
-                sessions.withLock { $0.byID[id] }?.heard(seq: seq)
+            case .committed:
+                // With one owner per session, only this node commits to the sessions it holds.
+                break
             case .deleted(let id):
                 let session = sessions.withLock { table -> Session? in
                     table.deletes &+= 1

@@ -1,15 +1,12 @@
 // The session layer's retry policy, in one place. What is tried again, and how often:
-// - A change that lost a race on shared storage without owners (`StorageError.conflict`):
-//   caught up from the journal and computed again, up to `Session.conflictRetries` (8) times,
-//   then `.contention` (Session+Execution.swift: the retry lives where the commit is judged).
-//   A version conflict there is judged once more after a catch-up.
+// - A change computed on top of one still committing, whose store went back to its committed
+//   state meanwhile (a commit ahead failed): computed again on that, up to twice
+//   (Session+Execution.swift, `apply`; it was never handed to storage).
 // - A change whose session left memory between the caller's lookup and its turn (`.retired`:
 //   evicted idle, or another node owns it now): the session is looked up again (loaded, or
 //   found elsewhere) and the change submitted there, up to `resubmitAttempts` times
 //   (``SessionManager/submitAgain(_:id:token:admin:)``).
-// - Reading every store of a session after a catch-up that met a gap (the store it could not
-//   follow was dropped): loaded again, up to `loadAttempts` times
-//   (``Session/loadEveryStore()``).
+// - A lookup that raced a delete of the same session: storage is read again (``locate``).
 // The HTTP layer retries only what is its own: a request forwarded to a node that no longer
 // owns the session (StateServerHTTP's Forwarding.swift, `forwardAttempts`).
 import StatePersistence
@@ -59,20 +56,10 @@ extension SessionManager {
 }
 
 extension Session {
-    /// Times every store is loaded again after a catch-up dropped one.
-    static let loadAttempts = 3
-
-    /// Loads the stores of `features` (nil: every feature's) and catches up with other nodes,
-    /// so that they are in memory and current; a store a catch-up dropped (it met a gap) is
-    /// loaded again, up to ``loadAttempts`` times. `false` when one still is not.
+    /// Loads the stores of `features` (nil: every feature's), so that they are in memory.
+    /// `false` when one still is not (it left memory again meanwhile).
     public func loadEveryStore(_ features: [String]? = nil) async throws(SessionFailure) -> Bool {
         try await loadAll(features)
-        try await refresh()
-        var attempts = 0
-        while !holdsStores(features), attempts < Self.loadAttempts {
-            try await loadAll(features)
-            attempts += 1
-        }
         return holdsStores(features)
     }
 

@@ -21,7 +21,7 @@ extension SessionManager {
             let idle = session.idleSince
             if idle < ttlLimit, !session.isBusy {
                 purgedIDs.append(session.id)
-            } else if journal.lifetime == .durable, idle < idleLimit, session.retireIfIdle() {
+            } else if storage.lifetime == .durable, idle < idleLimit, session.retireIfIdle() {
                 // Retired atomically with its pipeline: a request that looked it up just before
                 // is refused (`.retired`) and loads it again, never working on a stale copy.
                 sessions.withLock { table in

@@ -36,11 +36,6 @@ public struct SessionSettings: Sendable {
     public var idleTimeout: Duration = .seconds(300)
     /// Sessions inactive this long are deleted (memory and storage).
     public var ttl: Duration = .seconds(30 * 86_400)
-    /// Shared storage (several nodes): how long a store found waiting for asynchronous work is
-    /// given before this node settles it (``Feature/recoveryAction(for:)``) — the work may still
-    /// run on the node that started it, whose follow-up then wins. Storage of one process
-    /// settles at once (the work died with the previous process).
-    public var recoveryDelay: Duration = .seconds(30)
 
     public init() {}
 }
@@ -53,7 +48,8 @@ public struct SessionSettings: Sendable {
 public final class SessionManager: Sendable {
     public let registry: FeatureRegistry
     public let settings: SessionSettings
-    public let journal: any ChangeJournal
+    /// Where sessions are committed: memory mode's bounded journal, SQLite, PostgreSQL.
+    public let storage: any SessionStorage
     let sessions = Mutex<Table>(Table())
     let notify: @Sendable (SessionNotice) -> Void
     private let metrics = HubMetrics()
@@ -94,11 +90,11 @@ public final class SessionManager: Sendable {
         self.encoder = events
         self.registry = registry
         self.settings = settings
-        self.journal = StateSessions.journal(over: storage ?? Self.memoryJournal(registry, settings))
+        self.storage = storage ?? Self.memoryJournal(registry, settings)
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
         // Sessions of durable storage leave memory when idle, and past the memory budget.
-        self.memory = journal.lifetime == .durable ? MemoryBudget(limit: settings.memoryBytes) : nil
+        self.memory = self.storage.lifetime == .durable ? MemoryBudget(limit: settings.memoryBytes) : nil
         memory?.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
     }
 
@@ -111,10 +107,9 @@ public final class SessionManager: Sendable {
             stateVersions: Dictionary(registry.features.map { ($0.name, $0.stateVersion) }) { first, _ in first }))
     }
 
-    public var storage: any SessionStorage { journal.storage }
     /// Whether every session there is is in memory here (memory mode: sessions never leave
     /// it), so a session not found in memory does not exist — known without waiting.
-    public var holdsEverySession: Bool { journal.lifetime == .process }
+    public var holdsEverySession: Bool { storage.lifetime == .process }
     /// Several nodes with one owner per session (see ``SessionOwnership``).
     public var ownership: (any SessionOwnership)? { storage.ownership }
 
@@ -131,21 +126,22 @@ public final class SessionManager: Sendable {
         let token = Self.randomString(bytes: 32)
         let id = Self.randomString(bytes: 16)
         let now = WallClock.now
-        let bounded = journal.lifetime == .process
+        let bounded = storage.lifetime == .process
         if bounded, count >= settings.maxSessions { throw .limitReached }
         // Several nodes: the creating node owns the session (storage records it as the owner).
         var ownerEpoch: Int64 = 0
-        if let ownership = activeOwnership {
-            await ownership.confirmLiveness()
-            ownerEpoch = ownership.epoch
-            guard ownerEpoch != 0, ownership.isMember else {
-                throw .storage(StorageError(.unavailable, "this node is not a member of the cluster now; it is joining again"))
+        do throws(StorageError) {
+            try requireJoined()
+            if let ownership = activeOwnership {
+                await ownership.confirmLiveness()
+                ownerEpoch = ownership.epoch
+                guard ownerEpoch != 0, ownership.isMember else {
+                    throw StorageError(.unavailable, "this node is not a member of the cluster now; it is joining again")
+                }
             }
-        }
-        do {
-            try await journal.record {
-                [.createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now))]
-            }
+            try await storage.commit([
+                .createSession(StoredSession(id: id, tokenHash: SHA256.hash(token), createdAt: now, lastActiveAt: now))
+            ])
         } catch {
             throw .storage(error)
         }
@@ -156,7 +152,7 @@ public final class SessionManager: Sendable {
             return true
         }
         guard added else {
-            try? await journal.record { [.deleteSession(id: id)] }
+            try? await storage.commit([.deleteSession(id: id)])
             throw .limitReached
         }
         return (session, token)
@@ -167,7 +163,7 @@ public final class SessionManager: Sendable {
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now, ownerEpoch: Int64 = 0
     ) -> Session {
         Session(
-            id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, journal: journal,
+            id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, storage: storage,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
             replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
     }
@@ -255,6 +251,7 @@ public final class SessionManager: Sendable {
     /// another token. With one owner per session, a session no live node owns is claimed
     /// for this one first.
     public func locate(id: String, token: String, admin: Bool = false) async throws(StorageError) -> Located? {
+        try requireJoined()
         if let ownership = activeOwnership, !ownership.isMember { await ownership.confirmLiveness() }
         if let held = sessions.withLock({ $0.byID[id] }) {
             guard admin || held.verify(token: token) else { return nil }
@@ -304,6 +301,13 @@ public final class SessionManager: Sendable {
                 return .here(session)
             }
         }
+    }
+
+    /// Shared storage has one owner per session, and a node serves no session before it joined
+    /// the cluster (between its port opening and its join): `.unavailable` until then.
+    func requireJoined() throws(StorageError) {
+        guard storage.isShared, activeOwnership == nil else { return }
+        throw StorageError(.unavailable, "this node has not joined the cluster yet")
     }
 
     /// Deletes a session: its changes submitted before are applied first, then it is removed

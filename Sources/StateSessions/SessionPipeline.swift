@@ -1,7 +1,7 @@
 import DequeModule
 import Synchronization
 
-/// A session's pipeline: its jobs (changes, deletes, loads and catch-ups) run one at a time, in
+/// A session's pipeline: its jobs (changes and the delete) run one at a time, in
 /// arrival order. It owns which job runs, which wait, and whether the session was deleted or
 /// retired; the session runs the jobs (``Session/drain(_:)``).
 ///
@@ -10,13 +10,6 @@ final class SessionPipeline: Sendable {
     enum Job {
         case change(ChangeRequest, @Sendable (ChangeOutcome) -> Void)
         case delete(@Sendable (Result<Void, SessionFailure>) -> Void)
-        /// Shared storage: apply what other nodes committed since this node last looked.
-        case refresh(@Sendable (Result<Void, SessionFailure>) -> Void)
-        /// Shared storage: another node's commit was heard; catch up if still behind it.
-        case pull(@Sendable (Result<Void, SessionFailure>) -> Void)
-        /// Shared storage: loads a store, ordered with catch-ups (a load outside the
-        /// pipeline could install a copy older than what a catch-up already published).
-        case load(String, @Sendable (Result<Void, SessionFailure>) -> Void)
     }
 
     /// What becomes of a job given to the pipeline.

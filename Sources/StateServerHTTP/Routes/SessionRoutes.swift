@@ -161,14 +161,14 @@ extension StateServerResponder {
         return grant
     }
 
-    /// The store of `feature`, caught up with other nodes, then `body` with it: now when it is
+    /// The store of `feature`, then `body` with it: now when it is
     /// in memory, else later once loaded (``withLoaded(_:_:_:)`` with `.store(feature)`).
     func withStore(
         _ session: Session, _ feature: String,
         _ body: @escaping @Sendable (any AnyStateStore) throws(APIError) -> Answer
     ) throws(APIError) -> Answer {
         // The common case first, with one lookup of the store.
-        if !session.readsCatchUp, let store = session.loadedStore(feature) { return try body(store) }
+        if let store = session.loadedStore(feature) { return try body(store) }
         guard sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
         return try withLoaded(session, .store(feature)) { () throws(APIError) in
             guard let store = session.loadedStore(feature) else { throw .unknownFeature(feature) }
@@ -177,7 +177,7 @@ extension StateServerResponder {
     }
 
     /// `body`, once what it reads is in memory: the stores of `needs.features` (nil: every
-    /// feature's), caught up with other nodes, and (a stream resuming) the events after
+    /// feature's), and (a stream resuming) the events after
     /// `needs.resumingAfter`. Now when all of it is in memory already, else later, once loaded
     /// (`503` when a store still cannot be: ``Session/loadEveryStore(_:)``). A route gives one
     /// body and declares what it needs; which of the two answers it gets is decided here.
