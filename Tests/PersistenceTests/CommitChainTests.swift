@@ -149,7 +149,7 @@ private func withGatedSQLite(_ body: (GatedStorage) async throws -> Void) async 
 /// A real `SQLiteStorage` whose ordered commits can be held at a gate (in order) and let
 /// through together; the first batch held can be spoiled (SQLite then refuses it, and its
 /// fence refuses what was computed on top of it). Reads go straight to SQLite.
-final class GatedStorage: OrderedCommits {
+final class GatedStorage: SessionStorage {
     let base: SQLiteStorage
     private let gate = Mutex<(holding: Bool, held: [(batch: [StorageWrite], done: @Sendable (Result<Void, StorageError>) -> Void)])>(
         (false, []))

@@ -56,8 +56,11 @@ struct EventOrderTests {
             return
         }
         #expect(session.hub.seq == 1)
-        #expect(session.nextSeq() == 2)
-        #expect(session.nextSeq(journaled: 7) == 8, "after the journal's last number when it is further")
+        // Numbers come after the last published, and after every one handed to storage since.
+        let chain = CommitChain()
+        #expect(chain.next(after: session.hub.seq).seq == 2)
+        #expect(chain.next(after: session.hub.seq).seq == 3, "after the one handed to storage")
+        #expect(chain.next(after: 7).seq == 8, "after the last published when it is further")
         session.publish(Self.change(2), seq: 1)
         let refused = notices.all.compactMap { notice -> (String, Int, Int)? in
             if case .sequenceRefused(_, let feature, let seq, let last) = notice { return (feature, seq, last) }

@@ -99,20 +99,6 @@ struct SessionPartsTests {
         #expect(IdempotencyCache(limit: 0, byteLimit: 100).reply(for: "x") == nil)
     }
 
-    @Test("catch-up marks: behind what was heard, one pull queued at a time")
-    func catchUpMarks() {
-        let marks = CatchUpMarks()
-        #expect(!marks.isBehind(0))
-        marks.heard(seq: 5)
-        marks.heard(seq: 3)  // the highest heard counts
-        #expect(marks.isBehind(4))
-        #expect(!marks.isBehind(5))
-        #expect(marks.queuePull())
-        #expect(!marks.queuePull(), "a second pull while one is queued")
-        marks.pullDone()
-        #expect(marks.queuePull())
-    }
-
     @Test("the store table makes a store once and answers which features it holds")
     func loadedStores() throws {
         let registry = try FeatureRegistry([CounterFeature()])
