@@ -286,7 +286,8 @@ extension Session {
             let stateVersion = registry[feature]?.stateVersion ?? 1
             batch.append(.snapshot(StoreSnapshot(
                 session: id, feature: feature, version: version, stateVersion: stateVersion, state: encoded.state, time: now)))
-            if version > 1 {
+            // A last-resort reset keeps what came before it (nothing is compacted on its account).
+            if version > 1, !whole {
                 batch.append(.compact(
                     session: id, feature: feature, upToVersion: version, keepLast: max(settings.replayBuffer, settings.historyKeep),
                     keysSince: now - SessionManager.milliseconds(settings.idempotencyTTL), maxKeys: settings.idempotencyKeys))
