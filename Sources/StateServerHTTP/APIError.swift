@@ -179,11 +179,6 @@ struct APIError: Error, Sendable {
                 status: 503, code: "session_limit_reached",
                 message: "the server holds as many sessions in memory as its budget allows; try again later",
                 headers: [("Retry-After", "5")])
-        case .contention:
-            APIError(
-                status: 503, code: "write_contention",
-                message: "other nodes kept changing this store at the same time; nothing was applied, try again",
-                headers: [("Retry-After", "1")])
         }
     }
 }

@@ -96,8 +96,6 @@ public enum SessionFailure: Error, Sendable {
     case sessionGone
     /// The session left memory (idle eviction) after the caller looked it up; look it up again.
     case retired
-    /// Other nodes kept winning the race for the next version (shared storage); nothing applied.
-    case contention
     /// Loaded sessions hold the server's memory budget for states (`sessions.memoryBytes`) and
     /// none is idle enough to leave memory; nothing was loaded or applied.
     case memoryFull

@@ -61,8 +61,6 @@ extension Session {
         case .store(let e) where e.kind == .workCancelled: break
         case .store(let e): notify(.followUpRejected(session: id, e))
         case .storage(let e): notify(.followUpNotStored(session: id, e))
-        case .contention:
-            notify(.followUpNotStored(session: id, StorageError(.conflict, "other nodes kept changing the store")))
         case .unknownFeature, .sessionGone, .retired, .memoryFull: break
         case .outcomeUnknown:
             notify(.followUpNotStored(session: id, StorageError(.uncertain, "a follow-up's commit may or may not have landed")))
