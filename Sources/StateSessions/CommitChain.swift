@@ -23,6 +23,10 @@ final class CommitChain: Sendable {
         /// Each store's last change handed to storage: its version and state (the base of the
         /// next change's stored patch).
         var handed: [String: (version: Int, state: [UInt8])] = [:]
+        /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is
+        /// written early when they outgrow the state, so a load never reads much more than
+        /// twice it).
+        var sinceSnapshot: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -59,6 +63,17 @@ final class CommitChain: Sendable {
         state.withLock { chain in
             guard let last = chain.handed[feature], last.version == version else { return nil }
             return last.state
+        }
+    }
+
+    /// Counts `bytes` journaled for `feature`; whether a snapshot is due, as `due` judges from
+    /// the bytes since the last one (counting starts again when it is).
+    func journaled(_ feature: String, bytes: Int, due: (_ grown: Int) -> Bool) -> Bool {
+        state.withLock { chain in
+            let grown = chain.sinceSnapshot[feature, default: 0] + bytes
+            let isDue = due(grown)
+            chain.sinceSnapshot[feature] = isDue ? 0 : grown
+            return isDue
         }
     }
 

@@ -255,7 +255,7 @@ extension Session {
         let now = WallClock.now
         let encoded = prepared.encoded
         // The append moves the session's stored activity too.
-        lastStoredActivity.store(now, ordering: .relaxed)
+        usage.lastStored.store(now, ordering: .relaxed)
         guard storage.lifetime == .durable else {
             // Memory mode: the whole state (no diff), no snapshot (the ring's oldest change
             // becomes the base when it leaves), no key (the session's table is what remembers
@@ -275,12 +275,9 @@ extension Session {
         var batch: [StorageWrite] = [.append(entry, idempotencyKey: key)]
         let version = encoded.version
         let feature = encoded.feature
-        let due = sinceSnapshot.withLock { journaled in
-            let grown = journaled[feature, default: 0] + entry.size
-            let due = whole || version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
+        let due = chain.journaled(feature, bytes: entry.size) { grown in
+            whole || version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
                 || grown > max(encoded.state.count, Self.snapshotSlack)
-            journaled[feature] = due ? 0 : grown
-            return due
         }
         if due {
             let stateVersion = registry[feature]?.stateVersion ?? 1

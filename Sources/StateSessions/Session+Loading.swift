@@ -16,7 +16,7 @@ extension Session {
         defer { stores.loadLock.unlock() }
         if let store = stores[feature] { return store }
         // Loaded sessions past the server's memory budget: idle ones leave memory first.
-        if let memory, !memory.makeRoom(sparing: id) { throw .memoryFull }
+        if !usage.residency.makeRoom(sparing: id) { throw .memoryFull }
         let store: any AnyStateStore
         do {
             store = try await load(definition, from: storage)

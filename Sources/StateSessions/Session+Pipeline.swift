@@ -76,7 +76,7 @@ extension Session {
                 // A change counts as use when it ends, not only when its request looked the
                 // session up: one that waited or committed slowly must not leave the session
                 // looking idle (the TTL sweep judges loaded sessions by this time).
-                lastUsed.store(WallClock.now, ordering: .relaxed)
+                usage.markUsed()
                 if let release { release.fire() } else { completion() }
                 done(outcome)
             }

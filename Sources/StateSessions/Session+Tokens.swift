@@ -2,7 +2,8 @@ import StatePersistence
 import StateStore
 import Synchronization
 
-/// A session's minted tokens: the table, and the lock that takes mints and revocations one at
+/// A session's credentials: the SHA-256 of the owner's token, the minted tokens' table, and
+/// the lock that takes mints and revocations one at
 /// a time (a token minted from a parent while the parent is being revoked would otherwise
 /// outlive the revocation).
 final class GrantStore: Sendable {
@@ -10,7 +11,11 @@ final class GrantStore: Sendable {
     /// Held by a mint or a revocation from its check to its commit.
     let writes = AsyncLock()
 
-    init(_ stored: [StoredGrant]) {
+    /// The SHA-256 of the owner's token (the token itself is never kept).
+    let ownerHash: [UInt8]
+
+    init(ownerHash: [UInt8], _ stored: [StoredGrant]) {
+        self.ownerHash = ownerHash
         table = Mutex(GrantTable(stored))
     }
 }
@@ -171,7 +176,7 @@ extension Session {
         let known = grants.table.withLock { $0.verified.hash(ofDigest: digest) }
         let hash = known ?? SHA256.hash(bytes)
         let grant: Grant?
-        if ConstantTime.equal(hash, tokenHash) {
+        if ConstantTime.equal(hash, grants.ownerHash) {
             grant = .owner
         } else if let minted = grants.table.withLock({ $0.byHash[hash] }), !minted.isExpired(at: now) {
             grant = minted

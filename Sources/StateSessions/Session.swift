@@ -53,8 +53,8 @@ public enum SessionNotice: Sendable {
 /// Lock order: pipeline → hub; store → hub; idempotency alone.
 public final class Session: Sendable {
     public let id: String
-    let tokenHash: [UInt8]
-    /// Tokens minted for the session (Session+Tokens.swift).
+    /// Its credentials: the SHA-256 of the owner's token, and the tokens minted for it
+    /// (Session+Tokens.swift).
     let grants: GrantStore
     let registry: FeatureRegistry
     let settings: SessionSettings
@@ -72,40 +72,23 @@ public final class Session: Sendable {
     /// (``CommitChain``).
     let chain = CommitChain()
     let notify: @Sendable (SessionNotice) -> Void
-    /// Milliseconds since 1970 of the last request, and of the last activity written to disk.
-    let lastUsed: Atomic<Int64>
-    let lastStoredActivity: Atomic<Int64>
-    /// Durable mode: bytes journaled per store since its last snapshot (a snapshot is written
-    /// early when they outgrow the state, so a load never reads much more than twice it).
-    let sinceSnapshot = Mutex<[String: Int]>([:])
-    /// Durable mode: the server's budget for the state bytes of loaded sessions, and what this
-    /// session has counted in it.
-    let memory: MemoryBudget?
-    let counted = Atomic<Int>(0)
+    /// When it was last used, and the state bytes it counts in the server's ``Residency``.
+    let usage: SessionUsage
+    /// Several nodes: under which membership this node owns it, whether the copy was given up,
+    /// and who forwards its requests (``Placement``).
+    let placement: Placement
+
     /// Several nodes with one owner per session: the membership epoch under which this node
     /// owns the session (0: storage of one process). The copy is served only while the node is
     /// still a member with that epoch.
-    public let ownerEpoch: Int64
-    /// Several nodes: the copy was given up (``abandon()``); the manager forgets it.
-    let abandoned = Atomic<Bool>(false)
-    /// Several nodes: the node (epoch) that forwarded the latest requests here, and how many in
-    /// a row came from it with no request straight to this node in between.
-    private let forwardedBy = Mutex<(epoch: Int64, streak: Int)>((0, 0))
+    public var ownerEpoch: Int64 { placement.ownerEpoch }
 
     /// Several nodes: counts a request for this session, forwarded by the node with `epoch`
     /// (0: it came straight to this node). Returns that node's epoch when it has forwarded
     /// ``handOverAfter`` requests in a row: the balancer sends the session there (it routes by
     /// session id), so the session should live there.
     public func arrived(forwardedBy epoch: Int64) -> Int64? {
-        guard ownerEpoch != 0 else { return nil }
-        return forwardedBy.withLock { last -> Int64? in
-            guard epoch != 0 else {
-                last = (0, 0)
-                return nil
-            }
-            last = last.epoch == epoch ? (epoch, last.streak + 1) : (epoch, 1)
-            return last.streak >= Self.handOverAfter ? epoch : nil
-        }
+        placement.arrived(forwardedBy: epoch, after: Self.handOverAfter)
     }
 
     /// Forwarded requests in a row from one node after which the session moves there.
@@ -116,13 +99,12 @@ public final class Session: Sendable {
         storage: any SessionStorage, startSeq: Int = 0,
         recent: [(seq: Int, feature: String, data: [UInt8])] = [], lastStoredActivity: Int64 = WallClock.now,
         metrics: HubMetrics = HubMetrics(), replayBudget: ReplayBudget? = nil, encoder: any EventEncoder,
-        memory: MemoryBudget? = nil, ownerEpoch: Int64 = 0, notify: @escaping @Sendable (SessionNotice) -> Void
+        residency: Residency, ownerEpoch: Int64 = 0, notify: @escaping @Sendable (SessionNotice) -> Void
     ) {
-        self.memory = memory
-        self.ownerEpoch = ownerEpoch
+        self.usage = SessionUsage(residency, lastStored: lastStoredActivity)
+        self.placement = Placement(ownerEpoch: ownerEpoch)
         self.id = id
-        self.tokenHash = tokenHash
-        self.grants = GrantStore(grants)
+        self.grants = GrantStore(ownerHash: tokenHash, grants)
         self.registry = registry
         self.settings = settings
         self.storage = storage
@@ -131,28 +113,26 @@ public final class Session: Sendable {
             startSeq: startSeq, recent: recent, metrics: metrics, budget: replayBudget, encoder: encoder)
         self.idempotency = IdempotencyCache(limit: settings.idempotencyKeys, byteLimit: settings.idempotencyBytes)
         self.notify = notify
-        self.lastUsed = Atomic(WallClock.now)
-        self.lastStoredActivity = Atomic(lastStoredActivity)
     }
 
     /// Marks the session as used now (idle eviction and the TTL count from here). Storage
     /// learns of it with the next change, or from the sweep (``storeActivityIfStale()``).
     public func markUsed() {
-        lastUsed.store(WallClock.now, ordering: .relaxed)
+        usage.markUsed()
     }
 
     /// Records the last use in storage when it is more than a minute newer than what storage
     /// has (a session only read; a change records it with its append). Called by the sweep,
     /// off the request path.
     func storeActivityIfStale() {
-        let used = lastUsed.load(ordering: .relaxed)
-        guard used - lastStoredActivity.load(ordering: .relaxed) > 60_000 else { return }
-        lastStoredActivity.store(used, ordering: .relaxed)
+        let used = usage.idleSince
+        guard used - usage.lastStored.load(ordering: .relaxed) > 60_000 else { return }
+        usage.lastStored.store(used, ordering: .relaxed)
         let id = self.id
         storage.commit([.touch(session: id, at: used)], done: { _ in })
     }
 
-    var idleSince: Int64 { lastUsed.load(ordering: .relaxed) }
+    var idleSince: Int64 { usage.idleSince }
     /// Stores in memory.
     public var storeCount: Int { stores.count }
     /// In use: a change running or waiting, an open event stream, or asynchronous work (a
@@ -171,7 +151,7 @@ public final class Session: Sendable {
     /// session up just before can never work on a copy that left memory.
     func retireIfIdle() -> Bool {
         let retired = pipeline.retire { !hasRunningWork && hub.closeIfIdle() }
-        if retired { memory?.count(-counted.exchange(0, ordering: .relaxed)) }
+        if retired { usage.release() }
         return retired
     }
 
@@ -181,18 +161,17 @@ public final class Session: Sendable {
     /// committed anyway: appends are fenced on the owner), and later changes are refused with
     /// `.retired`, so callers look the session up again and reach its owner.
     func abandon() {
-        abandoned.store(true, ordering: .sequentiallyConsistent)
+        placement.abandon()
         pipeline.markRetired()
         leaveService()
     }
 
-    /// Durable mode: counts this session's state bytes in the server's memory budget again
-    /// (after a load or a change).
+    /// Counts this session's state bytes in the server's residency again (after a load or a
+    /// change): an evictable server keeps the loaded sessions' states under its budget.
     func recount() {
-        guard let memory else { return }
-        let loaded = stores.all
-        let bytes = loaded.reduce(0) { $0 + ((try? $1.currentJSON().state.count) ?? 0) }
-        memory.count(bytes - counted.exchange(bytes, ordering: .relaxed))
+        guard usage.residency.memoryLimit != nil else { return }
+        let bytes = stores.all.reduce(0) { $0 + ((try? $1.currentJSON().state.count) ?? 0) }
+        usage.recount(bytes)
     }
 
     // MARK: Stores
@@ -202,7 +181,7 @@ public final class Session: Sendable {
     /// an unknown feature, or (durable mode) a store not loaded yet.
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
         stores.store(feature) {
-            guard storage.lifetime == .process, let definition = registry[feature] else { return nil }
+            guard usage.residency.makesStoresOnUse, let definition = registry[feature] else { return nil }
             let store = definition.makeStore(onFollowUpRejected: followUpRejected)
             attach(store, feature: feature)
             return store
@@ -281,7 +260,7 @@ public final class Session: Sendable {
     private func leaveService() {
         hub.close()
         for store in stores.all { store.cancelAllWork() }
-        memory?.count(-counted.exchange(0, ordering: .relaxed))
+        usage.release()
     }
 
     /// Runs `request` when its turn comes: its outcome now when the change path finished before
@@ -311,37 +290,35 @@ public final class Session: Sendable {
 
 }
 
-/// The state bytes all loaded sessions of a durable server may hold together
-/// (`sessions.memoryBytes`). Sessions count their stores' states; before a store loads, idle
-/// sessions leave memory, least recently used first, until the total is under the budget — or
-/// the load is refused when nothing idle is left to evict.
-public final class MemoryBudget: Sendable {
-    public let limit: Int
-    private let held = Atomic<Int>(0)
-    /// Evicts idle sessions but `sparing` until `limit` is met; set by the session manager.
-    private let evict = Mutex<(@Sendable (_ limit: Int, _ sparing: String) -> Void)?>(nil)
+/// Several nodes: where a session's copy on this node stands — the membership epoch under
+/// which this node owns it, whether the copy was given up, and which node forwarded its latest
+/// requests (and how many in a row).
+final class Placement: Sendable {
+    let ownerEpoch: Int64
+    private let given = Atomic<Bool>(false)
+    private let forwardedBy = Mutex<(epoch: Int64, streak: Int)>((0, 0))
 
-    init(limit: Int) {
-        self.limit = limit
+    init(ownerEpoch: Int64) {
+        self.ownerEpoch = ownerEpoch
     }
 
-    func evictor(_ body: @escaping @Sendable (_ limit: Int, _ sparing: String) -> Void) {
-        evict.withLock { $0 = body }
-    }
+    /// The copy was given up (``Session/abandon()``); the manager forgets it.
+    var abandoned: Bool { given.load(ordering: .sequentiallyConsistent) }
 
-    /// State bytes the loaded sessions hold now.
-    public var bytes: Int { held.load(ordering: .relaxed) }
+    func abandon() { given.store(true, ordering: .sequentiallyConsistent) }
 
-    func count(_ delta: Int) {
-        if delta != 0 { held.add(delta, ordering: .relaxed) }
-    }
-
-    /// Whether there is room for one more store, after evicting idle sessions (but the one
-    /// asking) if needed.
-    func makeRoom(sparing session: String) -> Bool {
-        guard bytes >= limit else { return true }
-        evict.withLock { $0 }?(limit, session)
-        return bytes < limit
+    /// Counts a request forwarded by the node with `epoch` (0: straight to this node); that
+    /// node's epoch once it forwarded `after` requests in a row.
+    func arrived(forwardedBy epoch: Int64, after: Int) -> Int64? {
+        guard ownerEpoch != 0 else { return nil }
+        return forwardedBy.withLock { last -> Int64? in
+            guard epoch != 0 else {
+                last = (0, 0)
+                return nil
+            }
+            last = last.epoch == epoch ? (epoch, last.streak + 1) : (epoch, 1)
+            return last.streak >= after ? epoch : nil
+        }
     }
 }
 

@@ -11,7 +11,6 @@ extension SessionManager {
     /// inactive past the TTL. Returns (evicted, purged).
     @discardableResult
     public func sweep(now: Int64 = WallClock.now) async -> (evicted: Int, purged: Int) {
-        let idleLimit = now - Self.milliseconds(settings.idleTimeout)
         let ttlLimit = now - Self.milliseconds(settings.ttl)
         var evicted = 0
         var purgedIDs: [String] = []
@@ -21,7 +20,7 @@ extension SessionManager {
             let idle = session.idleSince
             if idle < ttlLimit, !session.isBusy {
                 purgedIDs.append(session.id)
-            } else if storage.lifetime == .durable, idle < idleLimit, session.retireIfIdle() {
+            } else if residency.mayEvict(idleSince: idle, now: now), session.retireIfIdle() {
                 // Retired atomically with its pipeline: a request that looked it up just before
                 // is refused (`.retired`) and loads it again, never working on a stale copy.
                 sessions.withLock { table in
@@ -59,10 +58,9 @@ extension SessionManager {
 
     /// Evicts idle sessions, least recently used first, until the loaded states fit `limit`.
     func evictIdle(until limit: Int, sparing: String) {
-        guard let memory else { return }
         let candidates = sessions.withLock { Array($0.byID.values) }.sorted { $0.idleSince < $1.idleSince }
         for session in candidates where session.id != sparing {
-            guard memory.bytes >= limit else { return }
+            guard residency.bytes >= limit else { return }
             if session.retireIfIdle() {
                 sessions.withLock { t in
                     if t.byID[session.id] === session { t.byID[session.id] = nil }

@@ -55,8 +55,9 @@ public final class SessionManager: Sendable {
     private let metrics = HubMetrics()
     private let replayBudget: ReplayBudget
     private let encoder: any EventEncoder
-    /// Durable mode: the state bytes loaded sessions hold, against `settings.memoryBytes`.
-    public let memory: MemoryBudget?
+    /// How sessions stay in memory (resident in memory mode, evictable over durable storage):
+    /// decided here, once, from the storage.
+    public let residency: Residency
     /// Shared storage: whether this node hears other nodes' commits now (``followOtherNodes()``).
     let hearing = Atomic<Bool>(false)
     /// Callers of ``untilFollowing(atMost:)`` waiting for the first `.listening`.
@@ -93,9 +94,8 @@ public final class SessionManager: Sendable {
         self.storage = storage ?? Self.memoryJournal(registry, settings)
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
-        // Sessions of durable storage leave memory when idle, and past the memory budget.
-        self.memory = self.storage.lifetime == .durable ? MemoryBudget(limit: settings.memoryBytes) : nil
-        memory?.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
+        self.residency = Residency(for: self.storage.lifetime, settings)
+        residency.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
     }
 
     /// Memory mode's storage: a bounded journal of each session's last changes (as many as
@@ -109,7 +109,7 @@ public final class SessionManager: Sendable {
 
     /// Whether every session there is is in memory here (memory mode: sessions never leave
     /// it), so a session not found in memory does not exist — known without waiting.
-    public var holdsEverySession: Bool { storage.lifetime == .process }
+    public var holdsEverySession: Bool { residency.holdsEverySession }
     /// Several nodes with one owner per session (see ``SessionOwnership``).
     public var ownership: (any SessionOwnership)? { storage.ownership }
 
@@ -126,8 +126,7 @@ public final class SessionManager: Sendable {
         let token = Self.randomString(bytes: 32)
         let id = Self.randomString(bytes: 16)
         let now = WallClock.now
-        let bounded = storage.lifetime == .process
-        if bounded, count >= settings.maxSessions { throw .limitReached }
+        guard residency.mayCreate(holding: count) else { throw .limitReached }
         // Several nodes: the creating node owns the session (storage records it as the owner).
         var ownerEpoch: Int64 = 0
         do throws(StorageError) {
@@ -147,7 +146,7 @@ public final class SessionManager: Sendable {
         }
         let session = makeSession(id: id, tokenHash: SHA256.hash(token), ownerEpoch: ownerEpoch)
         let added = sessions.withLock { table -> Bool in
-            if bounded, table.byID.count >= settings.maxSessions { return false }
+            guard residency.mayCreate(holding: table.byID.count) else { return false }
             table.byID[id] = session
             return true
         }
@@ -165,7 +164,7 @@ public final class SessionManager: Sendable {
         Session(
             id: id, tokenHash: tokenHash, grants: grants, registry: registry, settings: settings, storage: storage,
             startSeq: startSeq, recent: recent, lastStoredActivity: lastStoredActivity, metrics: metrics,
-            replayBudget: replayBudget, encoder: encoder, memory: memory, ownerEpoch: ownerEpoch, notify: notify)
+            replayBudget: replayBudget, encoder: encoder, residency: residency, ownerEpoch: ownerEpoch, notify: notify)
     }
 
     /// The in-memory session with this id whose token is `token`; `nil` for an unknown id,
@@ -183,7 +182,7 @@ public final class SessionManager: Sendable {
     private func served(_ session: Session) -> (session: Session?, notMember: Bool) {
         let id = session.id
         if session.ownerEpoch != 0, let ownership {
-            if session.ownerEpoch != ownership.epoch || session.abandoned.load(ordering: .sequentiallyConsistent) {
+            if session.ownerEpoch != ownership.epoch || session.placement.abandoned {
                 // Owned under a membership that lapsed (another node may own it now), or a copy
                 // given up: load it afresh, or reach its owner.
                 drop(session)

@@ -18,7 +18,8 @@ struct MemoryBudgetTests {
             var settings = testSettings()
             settings.memoryBytes = 2_000
             let manager = try exampleManager(fixture.storage, settings: settings)
-            let budget = try #require(manager.memory)
+            let budget = manager.residency
+            #expect(budget.memoryLimit == 2_000)
             var sessions: [(session: StateSessions.Session, token: String)] = []
             for _ in 0..<2 {
                 let (session, token) = try await manager.create()
@@ -67,10 +68,12 @@ struct MemoryBudgetTests {
 
     @Test("memory mode has no such budget (nothing can leave memory); durable storage counts loads, changes and deletes")
     func counts() async throws {
-        #expect(SessionManager(registry: FeatureRegistry(), events: ServerSentEvents()).memory == nil)
+        let resident = SessionManager(registry: FeatureRegistry(), events: ServerSentEvents()).residency
+        #expect(resident.memoryLimit == nil && resident.holdsEverySession)
         let storage = InMemoryStorage()
         let manager = try exampleManager(storage)
-        let budget = try #require(manager.memory)
+        let budget = manager.residency
+        #expect(budget.memoryLimit != nil && !budget.holdsEverySession)
         let (session, _) = try await manager.create()
         #expect(budget.bytes == 0)
         try await session.dispatch("counter", #"{"type":"increment"}"#)
