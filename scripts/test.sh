@@ -41,8 +41,15 @@ step() { # step NAME COMMAND...
 # shellcheck source=lib/swift-test.sh
 source scripts/lib/swift-test.sh
 
+# README.md and docs/ARCHITECTURE.md name only files and Swift types that exist; the self-test
+# first shows that the check reports a missing file and a missing type.
+docs_names() {
+    python3 scripts/docs-names.py --self-test && python3 scripts/docs-names.py
+}
+
 step "build" "$SWIFT" build --build-tests
 if [ "$failed" -eq 0 ]; then
+    step "docs names" docs_names
     step "swift test" swift_test --skip-build --skip PostgresTests
     export STATE_SERVER_TEST_STORAGE=sqlite
     step "HTTP suite on SQLite" swift_test --skip-build --filter StateServerIntegrationTests
@@ -68,7 +75,7 @@ if [ "$failed" -eq 0 ]; then
     # Examples/CartServer: a package of its own on StateServer (its build, tests, a live run).
     step "template package" bash scripts/template-check.sh
 else
-    for name in "swift test" "HTTP suite on SQLite" "stops under load" "PostgreSQL parallel start" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults" "template package"; do
+    for name in "docs names" "swift test" "HTTP suite on SQLite" "stops under load" "PostgreSQL parallel start" "PostgreSQL storage" "schemathesis" "OpenAPI client check" "httplint" "metrics lint" "browser" "faults" "template package"; do
         names+=("$name")
         results+=("not run (the build failed)")
     done

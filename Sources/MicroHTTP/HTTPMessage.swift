@@ -67,9 +67,9 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// What a responder returns: a response now (for quick, non-blocking work) or an async
-/// computation that produces one later. libmicrohttpd's threads never wait for the latter: the
-/// connection is suspended and resumed when the response is ready.
+/// What a responder returns: a response now (for quick, non-blocking work), or one given later
+/// (by a task, or through a callback: ``NowOrLater``). libmicrohttpd's threads never wait for
+/// the latter: the connection is suspended and resumed when the response is ready.
 public typealias HTTPResult = NowOrLater<HTTPResponse, Never>
 
 /// Answers requests. Called on libmicrohttpd's event threads: `respond` must not block.

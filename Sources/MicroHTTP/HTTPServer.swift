@@ -7,9 +7,10 @@ import Synchronization
 ///
 /// libmicrohttpd runs `threads` event threads on epoll (no thread per connection). Request
 /// bodies are collected up to `bodyLimit` bytes (larger ones are drained and flagged), then the
-/// responder is called once per request. Slow work is answered with ``HTTPResult/later(_:)``:
-/// the connection is suspended while a Swift task computes the response. Event streams suspend
-/// themselves when idle.
+/// responder is called once per request. Slow work is answered later — ``HTTPResult/later(_:)``
+/// on a Swift task, or `.promised` by whatever thread gives the response — and the connection
+/// is suspended until it is ready. An event stream leaves libmicrohttpd for a socket of its own
+/// (``StreamSockets``); one that stays (TLS) suspends its connection when idle.
 ///
 /// The server object must stay alive while the daemon runs: `stop()` before releasing it.
 public final class HTTPServer: Sendable {

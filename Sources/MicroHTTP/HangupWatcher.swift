@@ -6,9 +6,11 @@ import Synchronization
 ///
 /// libmicrohttpd 0.9.75 does not watch suspended connections, so a client that goes away is
 /// only found at the next write (a heartbeat): until then its connection and its stream slot
-/// stay taken. This watcher puts every stream's socket in its own epoll set for `EPOLLRDHUP`
-/// (the peer closed) and ends that stream at once; libmicrohttpd then finishes and closes the
-/// connection as usual. It only reads readiness: it never reads, writes or closes the socket.
+/// stay taken. This watcher puts the socket of every stream that stays in libmicrohttpd (TLS, a
+/// body that is not events, a stream that could not leave: ``StreamSockets`` watches the sockets
+/// it took itself) in its own epoll set for `EPOLLRDHUP` (the peer closed) and ends that stream
+/// at once; libmicrohttpd then finishes and closes the connection as usual. It only reads
+/// readiness: it never reads, writes or closes the socket.
 ///
 /// Each registration carries an id, not the descriptor, so a late event for a socket number
 /// that was closed and reused cannot end another stream.

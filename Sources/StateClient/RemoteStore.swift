@@ -91,7 +91,7 @@ public final class RemoteStore<F: Feature>: Sendable {
         /// them (usually the stream, which also sees other clients' and follow-up actions').
         public var effect: F.Effect?
         public var cause: Cause
-        /// The action applied, for ``Cause/dispatch``; `nil` for rehydrate and reset. From the
+        /// The action applied, for ``Cause/dispatch``; `nil` for every other cause. From the
         /// event stream it is the feature's *public* form (login shows the password masked).
         public var action: F.Action?
         /// The event's sequence number, for changes from ``RemoteStore/changes(lastEventID:reconnect:)``

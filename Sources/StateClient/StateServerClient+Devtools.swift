@@ -15,7 +15,7 @@ extension StateServerClient {
         public var feature: String
         /// The store's version after the change.
         public var version: Int
-        /// `dispatch`, `rehydrate`, `reset` or `travel`.
+        /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`.
         public var cause: String
         /// A dispatch's action in its public form (secrets masked), as a tagged JSON object.
         public var action: JSONValue?

@@ -66,8 +66,6 @@ public final class SQLiteStorage: SessionStorage {
     /// log stays short (about 2 MB).
     public static let mergeEvery = 8192
 
-    /// Opens (creating if needed) the database at `path`. Fails with `.unusable` and a clear
-    /// reason when the path is a directory, not writable, or not a SQLite database.
     /// How much a commit waits for the disk.
     public enum Durability: String, Sendable {
         /// `synchronous=FULL`: every commit is fsynced before it returns; an acknowledged change
@@ -79,6 +77,9 @@ public final class SQLiteStorage: SessionStorage {
         case normal
     }
 
+    /// Opens (creating if needed) the database at `path`. Fails with `.unusable` and a clear
+    /// reason when the path is a directory, not writable, or not a SQLite database.
+    ///
     /// - Parameter durability: `.full` (fsync every commit) or `.normal` (see ``Durability``).
     /// - Parameter maxBytes: an upper bound on the file size (`PRAGMA max_page_count`); writes
     ///   past it fail like a full disk. `nil`: no bound but the disk's.

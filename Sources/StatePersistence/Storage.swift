@@ -100,7 +100,7 @@ public struct JournalEntry: Sendable, Equatable {
     public let seq: Int
     public let feature: String
     public let version: Int
-    /// `dispatch`, `rehydrate`, `reset` or `travel`.
+    /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`.
     public let cause: String
     /// The action of a dispatch as a tagged object, in its public form (secrets masked); nil
     /// for other causes.
@@ -222,7 +222,11 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
         public static let unusable = Kind("unusable")
         /// A write or read failed (disk full, I/O error); retry later.
         public static let unavailable = Kind("unavailable")
-        /// A write broke a rule of the schema (a duplicate version): a bug, never retried.
+        /// A write does not follow what is stored: a journal entry whose seq or version is not
+        /// the next (another writer, a compaction, a copy behind the journal), a key already
+        /// remembered, a session id already taken. Nothing of the batch is stored. With owners,
+        /// the node's copy is behind the journal (a commit whose outcome was lost): the copy
+        /// goes, as for ``notOwner``. With storage of one process, a bug.
         public static let conflict = Kind("conflict")
         /// A write was sent and its connection broke before the answer: it may or may not have
         /// been committed (a network database). Read the journal to know.

@@ -13,8 +13,8 @@ extension PostgresStorage {
     static let heartbeat = Duration.seconds(2)
     static let silenceLimit = Duration.seconds(6)
 
-    /// Every commit and delete of every node, heard on a connection of its own that LISTENs on
-    /// ``channel``. A broken connection is `.lost`; it reconnects by itself (after 0.1 s, then
+    /// Every node's deletes (and, on storage without owners, its commits: an append with owners
+    /// sends no NOTIFY), heard on a connection of its own that LISTENs on ``channel``. A broken connection is `.lost`; it reconnects by itself (after 0.1 s, then
     /// doubling up to 5 s) and says `.listening` again. A half-open connection (PostgreSQL gone
     /// without a reset, a black-holed network) would stay silent for as long as TCP takes to
     /// notice: while listening, the node NOTIFYs a heartbeat every ``heartbeat`` through its

@@ -11,7 +11,7 @@ extension PostgresStorage {
     /// Leases a connection (waiting at most `settings.connectionWait`), runs `body` on it, and
     /// turns every failure into a `StorageError`.
     ///
-    /// A write (`sent: true`) whose connection breaks once it was leased may have reached
+    /// A write (`writes: true`) whose connection breaks once it was leased may have reached
     /// PostgreSQL and committed: that failure is `.uncertain`, never `.unavailable`. The lease
     /// and the time-out decide once, atomically, which of them won: a connection leased after
     /// the time-out runs nothing.

@@ -17,8 +17,9 @@ import Synchronization
 /// Failures: no connection within `Settings.connectionWait`, a refused or lost connection,
 /// or a server shutting down is `.unavailable`; the pool reconnects by itself (with backoff)
 /// once PostgreSQL is back, so the same instance serves again without being re-created.
-/// A commit whose connection is lost during `COMMIT` reports `.unavailable` although it may
-/// have committed (as with any network database): a retry then sees `.conflict`.
+/// A write whose connection is lost once it was sent (during `COMMIT` among others) reports
+/// `.uncertain`, never `.unavailable`: it may have committed (as with any network database),
+/// and only the journal can tell (``perform(_:writes:bounded:_:)``).
 ///
 /// The schema is created and migrated at start (``open(settings:logger:)``) under an advisory
 /// lock, so nodes starting together do not race; a schema newer than this code knows is
@@ -29,7 +30,8 @@ import Synchronization
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
     public static let schemaVersion = 5
-    /// The LISTEN/NOTIFY channel commits announce their journal entries on.
+    /// The LISTEN/NOTIFY channel: deletes (`D SESSION`), heartbeats (`H`) and, without owners
+    /// only, appends (`SEQ SESSION`) are announced on it.
     static let channel = "state_server_changes"
 
     /// `postgres://USER[:***]@HOST:PORT/DB`: never the password.

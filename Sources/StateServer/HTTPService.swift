@@ -24,6 +24,7 @@ import StateServerHTTP
 /// | `http.connectionMemoryLimit` | bytes per connection | `8192` |
 /// | `http.reusePort` | share the port with other processes (SO_REUSEPORT) | `false` |
 /// | `recording.maxBytes` | bytes of one `GET .../recording` (its starting states always) | `67108864` |
+/// | `admin.tokenHash` | SHA-256 of the admin token, 64 hexadecimal digits; empty = no admin | `""` |
 struct HTTPSettings: Sendable {
     static let host = Setting("host", default: "127.0.0.1", "listen address")
     static let port = Setting("port", default: 8080, in: 0...65535, "port, 0 = any free")

@@ -142,8 +142,9 @@ struct StorageService: Service, CustomStringConvertible {
     }
 }
 
-/// Shared storage: hears other nodes' commits and deletes (``SessionManager/followOtherNodes()``)
-/// until graceful shutdown.
+/// Shared storage: follows the storage's notices (``SessionManager/followOtherNodes()``: other
+/// nodes' deletes, their commits on storage without owners, the channel lost and back) until
+/// graceful shutdown.
 struct FollowerService: Service, CustomStringConvertible {
     let sessions: SessionManager
 

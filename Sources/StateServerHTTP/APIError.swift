@@ -130,8 +130,10 @@ struct APIError: Error, Sendable {
             headers: [("Retry-After", "1")], cause: "\(error)")
     }
 
-    /// Several nodes: this node does not hear the others' changes now (its LISTEN connection to
-    /// PostgreSQL is down), so it opens no event stream.
+    /// Several nodes: this node cannot vouch for what it streams now — its LISTEN connection to
+    /// PostgreSQL is down (it would miss other nodes' deletes), or it is not a member of the
+    /// cluster this moment (its lease or liveness probe lapsed) — so it opens no event stream
+    /// (``SessionManager/isFollowing``).
     static let notFollowing = APIError(
         status: 503, code: "storage_unavailable",
         message: "this node cannot follow changes made on other nodes right now; try again or another node",

@@ -173,9 +173,11 @@ struct Router: Sendable {
         return nil
     }
 
-    /// Also the abuse limits (docs/API.md, "Order of checks": requests per address before the
-    /// path, session creation after the method) and CORS (a preflight instead of the 405, the
-    /// headers of every reply to an allowed origin).
+    /// The answer to `request`: the handler of the first route that matches it (404 when none
+    /// does, 405 when the route lists another method), its ``APIError`` turned into the
+    /// contract's response. Also the abuse limits (docs/API.md, "Order of checks": requests per
+    /// address before the path, session creation after the method) and CORS (a preflight
+    /// instead of the 405, the headers of every reply to an allowed origin).
     func respond(to request: HTTPRequest, _ responder: StateServerResponder) -> HTTPResult {
         responder.cors.decorate(route(request, responder), for: request)
     }

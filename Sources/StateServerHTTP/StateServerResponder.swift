@@ -39,12 +39,13 @@ public struct RouteSettings: Sendable {
 }
 
 /// The routes of the v1 contract (`docs/API.md`) over MicroHTTP: a ``Router`` over the table
-/// in ``routes``, one file per route group (`Routes/`).
+/// in ``router``, one file per route group (`Routes/`).
 ///
 /// Requests on sessions in memory are answered on libmicrohttpd's threads without blocking
-/// (a change runs synchronously through the session's change path when its journal keeps
-/// nothing). Anything that waits — loading from storage, a durable commit, a change queued
-/// behind another — is answered from a task (`HTTPResult.later`); the event threads never wait.
+/// (a change runs synchronously through the session's change path when its storage answers
+/// the commit at once: memory mode). Anything that waits is answered later: loading from
+/// storage from a task (`.later`), a durable commit from the thread that gives its outcome (the
+/// storage's answer queue, `.promised`: no task); the event threads never wait.
 public final class StateServerResponder: HTTPResponder {
     let sessions: SessionManager
     let settings: RouteSettings

@@ -5,7 +5,7 @@ import Foundation
 public struct EncodedChange: Sendable {
     public let feature: String
     public let version: Int
-    /// `dispatch`, `rehydrate`, `reset` or `travel`.
+    /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`.
     public let cause: String
     /// The action as a tagged object, for dispatches, in its public form
     /// (``Feature/publicAction(_:)``: secrets such as passwords masked).

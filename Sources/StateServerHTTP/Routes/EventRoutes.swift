@@ -100,7 +100,7 @@ extension StateServerResponder {
 
 extension StateServerResponder {
     /// Takes one of the server's `streams.total` slots for a stream served here or relayed
-    /// from the session's owner (several nodes), or refuses with `503 too_many_streams`.
+    /// from the session's owner (several nodes), or refuses with `429 too_many_streams`.
     func admitStream() throws(APIError) -> OpenStreamCounter {
         guard openStreams.add(1, ordering: .relaxed).newValue <= settings.maxStreams else {
             openStreams.subtract(1, ordering: .relaxed)
