@@ -235,18 +235,10 @@ public final class EventHub: Sendable {
             let heldSize = state.replaySize
             state.replay = Deque(frames.map { Frame(seq: $0.seq, feature: $0.feature, content: .data($0.data)) })
             state.replaySize = state.replay.reduce(0) { $0 + $1.size }
-            _ = budget?.add(state.replaySize)
+            let total = budget?.add(state.replaySize) ?? 0
             state.replay.append(contentsOf: held)
             state.replaySize += heldSize
-            var total = budget?.bytes ?? 0
-            while state.replay.count > replayLimit || state.replaySize > replayBytes
-                || (budget.map { total > $0.limit } ?? false),
-                let oldest = state.replay.popFirst()
-            {
-                state.replaySize -= oldest.size
-                budget?.remove(oldest.size)
-                total -= oldest.size
-            }
+            Self.trim(&state, limit: replayLimit, bytes: replayBytes, budget: budget, total: total)
         }
     }
 
@@ -356,7 +348,13 @@ public final class EventHub: Sendable {
         guard replayLimit > 0 else { return }
         state.replay.append(frame)
         state.replaySize += frame.size
-        var total = budget?.add(frame.size) ?? 0
+        trim(&state, limit: replayLimit, bytes: replayBytes, budget: budget, total: budget?.add(frame.size) ?? 0)
+    }
+
+    /// Forgets the oldest frames past `replayLimit` frames or `replayBytes` bytes, or while the
+    /// server's budget (holding `total` bytes) is exceeded.
+    private static func trim(_ state: inout State, limit replayLimit: Int, bytes replayBytes: Int, budget: ReplayBudget?, total: Int) {
+        var total = total
         while state.replay.count > replayLimit || state.replaySize > replayBytes
             || (budget.map { total > $0.limit } ?? false),
             let oldest = state.replay.popFirst()

@@ -274,10 +274,15 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     }
 
     public func addObserver(_ observer: @escaping @Sendable (Change) -> Void) -> ObserverToken {
+        register { inner, token in inner.observers.append((token, observer)) }
+    }
+
+    /// A new observer token, and `add` to put the observer in its list, under the lock.
+    private func register(_ add: (inout Inner, ObserverToken) -> Void) -> ObserverToken {
         inner.withLock { inner in
             inner.nextObserverID += 1
             let token = ObserverToken(id: inner.nextObserverID)
-            inner.observers.append((token, observer))
+            add(&inner, token)
             return token
         }
     }
@@ -292,12 +297,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     /// Adds an observer of changes as JSON bytes (see ``AnyStateStore``). Each change is encoded
     /// once, and the same bytes go to every observer and to the caller that made the change.
     public func addJSONObserver(_ observer: @escaping @Sendable (EncodedChange) -> Void) -> ObserverToken {
-        inner.withLock { inner in
-            inner.nextObserverID += 1
-            let token = ObserverToken(id: inner.nextObserverID)
-            inner.jsonObservers.append((token, observer))
-            return token
-        }
+        register { inner, token in inner.jsonObservers.append((token, observer)) }
     }
 
     /// Applies one change under the lock: computes it (``compute(_:ifVersion:from:enforceCeiling:_:)``),
