@@ -314,7 +314,9 @@ struct Server {
         routes.jwt = settings.auth.jwt
         routes.sessionsNeedJWT = settings.auth.createSessions == .jwt
         return StateServerApplication(
-            registry: registry, sessions: sessions, routes: routes, storage: storage,
+            registry: registry, sessions: sessions, routes: routes,
+            // Memory mode is decided here, once: its storage is the process's bounded journal.
+            storage: storage ?? SessionManager.memoryStorage(registry, sessions),
             logger: logger, notify: notify, metrics: { sessions, streams in
             gauges.sessions.record(sessions.count)
             gauges.stores.record(sessions.storeCount)

@@ -5,7 +5,8 @@ import StateStore
 import Synchronization
 
 /// The application `state-server` runs, built in one place: the sessions of the registered
-/// features over a storage (`nil`: memory), and the responder that answers the v1 contract.
+/// features over a storage (memory mode: ``SessionManager/memoryStorage(_:_:)``), and the
+/// responder that answers the v1 contract.
 /// The in-process test server builds it the same way, so the contract suites exercise the
 /// server's own wiring, not a copy of it.
 public struct StateServerApplication: Sendable {
@@ -19,7 +20,7 @@ public struct StateServerApplication: Sendable {
     ///   - forwarder: several nodes: how requests reach the node that owns their session.
     public init(
         registry: FeatureRegistry, sessions settings: SessionSettings, routes: RouteSettings,
-        storage: (any SessionStorage)?, logger: Logger,
+        storage: any SessionStorage, logger: Logger,
         notify: @escaping @Sendable (SessionNotice) -> Void = { _ in },
         metrics: (@Sendable (_ sessions: SessionManager, _ streams: Int) -> [UInt8])? = nil,
         forwarder: (any RequestForwarder)? = nil

@@ -85,13 +85,13 @@ public final class SessionManager: Sendable {
     ///   events over HTTP).
     public init(
         registry: FeatureRegistry, settings: SessionSettings = SessionSettings(),
-        storage: (any SessionStorage)? = nil, events: any EventEncoder,
+        storage: any SessionStorage, events: any EventEncoder,
         notify: @escaping @Sendable (SessionNotice) -> Void = { _ in }
     ) {
         self.encoder = events
         self.registry = registry
         self.settings = settings
-        self.storage = storage ?? Self.memoryJournal(registry, settings)
+        self.storage = storage
         self.notify = notify
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
         self.residency = Residency(for: self.storage.lifetime, settings)
@@ -100,7 +100,9 @@ public final class SessionManager: Sendable {
 
     /// Memory mode's storage: a bounded journal of each session's last changes (as many as
     /// events replay or history keeps, the larger), whole states, in the process's memory.
-    static func memoryJournal(_ registry: FeatureRegistry, _ settings: SessionSettings) -> InMemoryStorage {
+    /// The composition root passes it as the storage when the server keeps nothing across
+    /// restarts.
+    public static func memoryStorage(_ registry: FeatureRegistry, _ settings: SessionSettings) -> InMemoryStorage {
         InMemoryStorage.process(InMemoryStorage.Bounds(
             changes: max(settings.replayBuffer, settings.historyKeep, 1), bytes: settings.replayBytes,
             serverBytes: settings.serverReplayBytes, keys: settings.idempotencyKeys,

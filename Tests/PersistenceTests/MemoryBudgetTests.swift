@@ -68,7 +68,10 @@ struct MemoryBudgetTests {
 
     @Test("memory mode has no such budget (nothing can leave memory); durable storage counts loads, changes and deletes")
     func counts() async throws {
-        let resident = SessionManager(registry: FeatureRegistry(), events: ServerSentEvents()).residency
+        let resident = SessionManager(
+            registry: FeatureRegistry(), storage: SessionManager.memoryStorage(FeatureRegistry(), SessionSettings()),
+            events: ServerSentEvents()
+        ).residency
         #expect(resident.memoryLimit == nil && resident.holdsEverySession)
         let storage = InMemoryStorage()
         let manager = try exampleManager(storage)

@@ -203,7 +203,8 @@ struct OpenAPIFeatureTests {
         let lines = MiddlewareTests.Log()
         let logger = Logger(label: "start") { _ in MiddlewareTests.LineHandler(lines: lines) }
         let application = StateServerApplication(
-            registry: registry, sessions: SessionSettings(), routes: RouteSettings(), storage: nil, logger: logger)
+            registry: registry, sessions: SessionSettings(), routes: RouteSettings(), storage: SessionManager.memoryStorage(registry, SessionSettings()),
+            logger: logger)
         let logged = lines.all.filter { $0.hasPrefix("a feature's schema is not fully derived") }
         #expect(logged.count == 1, "\(lines.all)")
         #expect(logged.first?.contains("feature strict") == true, "\(logged)")

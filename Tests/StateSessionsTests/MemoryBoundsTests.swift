@@ -15,8 +15,9 @@ struct MemoryBoundsTests {
         settings.replayBytes = replayBytes
         settings.serverReplayBytes = serverReplayBytes
         settings.idempotencyBytes = idempotencyBytes
+        let registry = try ExampleFeatures.registry(loginCheckDelay: .milliseconds(20))
         return SessionManager(
-            registry: try ExampleFeatures.registry(loginCheckDelay: .milliseconds(20)), settings: settings,
+            registry: registry, settings: settings, storage: SessionManager.memoryStorage(registry, settings),
             events: ServerSentEvents())
     }
 

@@ -71,7 +71,8 @@ package final class InProcessServer: Sendable {
         let registry = try registry ?? ExampleFeatures.registry(loginCheckDelay: settings.loginCheckDelay)
         let logger = Logger(label: "state-server-in-process") { _ in SwiftLogNoOpLogHandler() }
         let application = StateServerApplication(
-            registry: registry, sessions: settings.sessions, routes: settings.routes, storage: storage, logger: logger)
+            registry: registry, sessions: settings.sessions, routes: settings.routes,
+            storage: storage ?? SessionManager.memoryStorage(registry, settings.sessions), logger: logger)
         sessions = application.sessions
         responder = application.responder
     }
