@@ -33,7 +33,8 @@ let package = Package(
         // An exhaustive TestStore (Swift Testing) for testing your own features.
         .library(name: "StateStoreTesting", targets: ["StateStoreTesting"]),
         // The whole server as a library: `StateServer.run(features:)` in your own package's
-        // executable serves your features (docs/FEATURES.md).
+        // executable serves your features; it throws `CommandFailure` and your `main` exits
+        // (docs/FEATURES.md).
         .library(name: "StateServer", targets: ["StateServer"]),
         .executable(name: "state-server", targets: ["state-server"]),
     ],
