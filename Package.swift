@@ -15,8 +15,9 @@ let strictSettings: [SwiftSetting] = [
 
 /// Unsafe code (`Unsafe*` pointers, C calls that take them) lives only in the modules that
 /// bridge C: MicroHTTP (libmicrohttpd), StatePersistence (SQLite, GnuTLS's SHA-256, flock) and
-/// the server library's stderr writer, signal pipe and TLS health probe. Every other target is compiled with strict
-/// memory safety, so an unsafe construct there is a diagnostic.
+/// the server library's stderr writer, signal pipe and TLS health probe. Every other target,
+/// StatePostgres included, is compiled with strict memory safety, so an unsafe construct there is
+/// a diagnostic.
 let safeSettings: [SwiftSetting] = strictSettings + [.strictMemorySafety()]
 
 let package = Package(
@@ -33,7 +34,8 @@ let package = Package(
         // An exhaustive TestStore (Swift Testing) for testing your own features.
         .library(name: "StateStoreTesting", targets: ["StateStoreTesting"]),
         // The whole server as a library: `StateServer.run(features:)` in your own package's
-        // executable serves your features (docs/FEATURES.md).
+        // executable serves your features; it throws `CommandFailure` and your `main` exits
+        // (docs/FEATURES.md).
         .library(name: "StateServer", targets: ["StateServer"]),
         .executable(name: "state-server", targets: ["state-server"]),
     ],
@@ -162,7 +164,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
-            swiftSettings: strictSettings
+            swiftSettings: safeSettings
         ),
 
         // MARK: Sessions, event hub, idempotency (no HTTP)

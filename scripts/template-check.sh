@@ -2,7 +2,8 @@
 # Examples/CartServer, the package a team copies to serve its own features: builds it (a package
 # of its own, depending on this checkout by path), runs its TestStore tests, then runs its binary
 # on a free port and checks over HTTP what the package promises (scripts/template/flow.py): the
-# command line and subcommands of state-server, dispatch, state, events with the checkout's
+# command line and subcommands of state-server (not its example login's setting), the exit
+# statuses its main takes from the library's CommandFailure, dispatch, state, events with the checkout's
 # follow-up and effect, devtools (history), its middleware, and /openapi.json typing the cart:
 # schemathesis against it, and clients generated from it that send and read the cart's own types:
 # Python (openapi-python-client, no warnings; scripts/template/client_flow.py) and Swift
@@ -43,6 +44,20 @@ features=$("$BIN" features)
     || { echo "template-check.sh: FAILED: 'CartServer features' printed: $features" >&2; exit 1; }
 "$BIN" --print-config --storage memory | grep -q '"storage"' \
     || { echo "template-check.sh: FAILED: --print-config" >&2; exit 1; }
+# The example login's setting is state-server's, not the library's.
+if "$BIN" --print-config | grep -q 'login.checkDelay' || grep -q 'LOGIN_CHECK_DELAY' "$WORK/help"; then
+    echo "template-check.sh: FAILED: CartServer has state-server's login.checkDelay" >&2; exit 1
+fi
+# The library throws; the package's main reports and exits as state-server does: 64 for a usage
+# error (its message and the usage on stderr), 1 for a server that cannot start.
+set +e
+"$BIN" --storage bogus: --print-config 2>"$WORK/usage.err"; usage=$?
+"$BIN" --storage sqlite:/proc/none/cart.db --port 0 2>"$WORK/start.err"; start=$?
+set -e
+[ "$usage" = 64 ] && grep -q "^Error: setting 'storage' must be" "$WORK/usage.err" && grep -q '^Usage: CartServer' "$WORK/usage.err" \
+    || { cat "$WORK/usage.err" >&2; echo "template-check.sh: FAILED: a usage error exited $usage" >&2; exit 1; }
+[ "$start" = 1 ] && grep -q 'cannot open storage' "$WORK/start.err" \
+    || { cat "$WORK/start.err" >&2; echo "template-check.sh: FAILED: a server that cannot start exited $start" >&2; exit 1; }
 
 start_server template-check.sh --storage memory
 port=${BASE##*:}

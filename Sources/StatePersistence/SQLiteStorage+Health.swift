@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Whether the database file a ``SQLiteStorage`` has open is still the one at its path, and
-/// writable: checked by `/readyz` (``SQLiteStorage/ping()``), and for commits once a second.
+/// writable: checked by `/readyz` (``SQLiteStorage/ping()``), and for commits on a timer.
 ///
 /// A file deleted or replaced under a running server (`rm`, a restore that moves another file
 /// into place) stays open: SQLite would go on acknowledging changes into an unlinked inode, lost
@@ -18,36 +18,54 @@ import Glibc
 /// immutable file, permissions; `access(W_OK)`, which also answers for root on read-only
 /// mounts) is refused the same way while it lasts.
 ///
-/// Commits do not look at the file themselves (a `stat` and an `access` each, on the thread
-/// that hands the change over): they read the verdict of the last look, taken again once it is
-/// ``interval`` old (so at most one look a second, whatever the rate of commits). `/readyz`
-/// always looks afresh. So after the file is deleted, replaced or made read-only, writes are
-/// refused within about a second (at once after a `/readyz`); changes acknowledged in that
-/// second went to the file that was open.
+/// Commits never look at the file (a `stat` and an `access`): they read the verdict of the last
+/// look, which a timer takes again every ``interval`` on a queue of its own (Dispatch's utility
+/// queue), off the commit path and whatever the rate of commits. `/readyz` always looks afresh.
+/// So after the file is deleted, replaced or made read-only, writes are refused from the next
+/// look, within about a second (at once after a `/readyz`); changes acknowledged before it went
+/// to the file that was open. The timer stops at ``stop()`` (the storage's `close()`) or when
+/// the storage is gone.
 ///
 /// Thread-safe: the identity is immutable, the sticky failure and the last verdict sit behind
-/// `Mutex`es.
+/// `Mutex`es, the timer's flag is atomic.
 final class SQLiteHealth: Sendable {
     let path: String
     private let identity: (device: UInt64, inode: UInt64)?
     /// Set once the file was found deleted or replaced: it never comes back.
     private let lost = Mutex<String?>(nil)
-    /// The last verdict, and when it was taken (nanoseconds on the monotonic clock).
-    private let last = Mutex<(at: UInt64, problem: StorageError?)?>(nil)
-    /// How long a verdict stands for commits.
-    static let interval: UInt64 = 1_000_000_000
+    /// The verdict of the last look, which commits read.
+    private let last = Mutex<StorageError?>(nil)
+    /// Set by ``stop()``: the timer looks no more.
+    private let stopped = Atomic<Bool>(false)
+    /// How often the timer looks at the file.
+    static let interval: DispatchTimeInterval = .seconds(1)
 
     init(path: String) {
         self.path = path
         identity = Self.identity(of: path)
+        _ = problem()
+        scheduleLook()
     }
 
-    /// Why writes must be refused, by the last look at the file if it is younger than
-    /// ``interval``, else by a fresh one.
+    /// Why writes must be refused, by the last look at the file (at most about ``interval``
+    /// old); reads no file.
     func recentProblem() -> StorageError? {
-        let now = DispatchTime.now().uptimeNanoseconds
-        if let (at, problem) = last.withLock({ $0 }), now &- at < Self.interval { return problem }
-        return problem(at: now)
+        last.withLock { $0 }
+    }
+
+    /// Stops the timer (the storage is closing).
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+    }
+
+    /// The next look, ``interval`` from now. The timer holds the health weakly: a storage
+    /// released without `close()` stops it too.
+    private func scheduleLook() {
+        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + Self.interval) { [weak self] in
+            guard let self, !self.stopped.load(ordering: .relaxed) else { return }
+            _ = self.problem()
+            self.scheduleLook()
+        }
     }
 
     private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
@@ -56,14 +74,10 @@ final class SQLiteHealth: Sendable {
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
-    /// Why writes must be refused now, or nil: a fresh look at the file.
+    /// Why writes must be refused now, or nil: a fresh look at the file, which commits then read.
     func problem() -> StorageError? {
-        problem(at: DispatchTime.now().uptimeNanoseconds)
-    }
-
-    private func problem(at now: UInt64) -> StorageError? {
         let problem = look()
-        last.withLock { $0 = (now, problem) }
+        last.withLock { $0 = problem }
         return problem
     }
 

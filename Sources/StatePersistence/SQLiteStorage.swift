@@ -143,6 +143,7 @@ public final class SQLiteStorage: SessionStorage {
     }
 
     public func close() async {
+        health.stop()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             writer.stop { continuation.resume() }
         }

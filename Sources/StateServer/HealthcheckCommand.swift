@@ -45,7 +45,7 @@ struct HealthcheckCommand: AsyncParsableCommand {
         let file = server.config ?? ProcessInfo.processInfo.environment["STATE_SERVER_CONFIG"]
         let settings: ServerSettings
         do {
-            settings = try ServerSettings(try await Settings.reader(flags: flags, file: file))
+            settings = try ServerSettings(try await Settings.reader(flags: flags, file: file), features: HostedFeatures.settings)
         } catch {
             throw ValidationError("\(error)")
         }

@@ -10,8 +10,8 @@ import StateSessions
 /// file given by `--config` or `STATE_SERVER_CONFIG`, then the defaults — which
 /// `config/state-server.yaml` restates and documents. Each key is declared once, as a `Setting`
 /// of the component that uses it: `HTTPSettings`, `TLSSettings`, `StorageSettings`, `SessionsSettings`,
-/// `SweeperSettings`, `LogSettings`, `FeatureSettings` (their doc comments list key, type and
-/// default).
+/// `SweeperSettings`, `LogSettings`, `AuthSettings` (their doc comments list key, type and
+/// default), and the hosted features' own (``FeatureSetting``, declared by the executable).
 struct ServerSettings: Sendable {
     var http: HTTPSettings
     var tls: TLSSettings
@@ -24,9 +24,9 @@ struct ServerSettings: Sendable {
     /// Every setting with its effective value, in reading order.
     let entries: [(key: String, meaning: String, value: ConfigContent)]
 
-    /// Reads every setting: the default where no layer has the key; an error naming the key
-    /// for a value of the wrong type or out of range.
-    init(_ reader: SettingsReader) throws(SettingsError) {
+    /// Reads every setting, the hosted features' `declared` ones among them: the default where
+    /// no layer has the key; an error naming the key for a value of the wrong type or out of range.
+    init(_ reader: SettingsReader, features declared: [FeatureSetting]) throws(SettingsError) {
         var read = reader
         http = try HTTPSettings(&read)
         tls = try TLSSettings(&read)
@@ -34,7 +34,7 @@ struct ServerSettings: Sendable {
         sessions = try SessionsSettings(&read)
         sweeper = try SweeperSettings(&read)
         log = try LogSettings(&read)
-        features = try FeatureSettings(&read)
+        features = try FeatureSettings(declared, &read)
         auth = try AuthSettings(&read)
         entries = read.entries
     }
@@ -55,7 +55,7 @@ struct ServerSettings: Sendable {
             key), then built-in defaults. Environment variables:
 
             """
-        let entries = (try? ServerSettings(.defaults))?.entries ?? []
+        let entries = (try? ServerSettings(.defaults, features: HostedFeatures.settings))?.entries ?? []
         for entry in entries {
             text += "  \(Settings.environmentName(entry.key).padding(toLength: 43, withPad: " ", startingAt: 0)) \(entry.meaning)\n"
         }
@@ -112,23 +112,32 @@ struct SessionsSettings: Sendable {
     }
 }
 
-/// The example features.
-///
-/// | key | type | default |
-/// | --- | --- | --- |
-/// | `login.checkDelay` | seconds | `0.2` |
+/// A setting of the hosted features themselves, declared by the executable that hosts them
+/// (``HostedFeatures/settings``): read like the server's own (environment, the file, the default;
+/// no flag) and listed by `--help` and `--print-config`. `state-server` declares one for its
+/// example login, `login.checkDelay` (Sources/state-server/main.swift); a server built with
+/// ``run(features:middleware:arguments:)`` has none. A number.
+package struct FeatureSetting: Sendable {
+    let setting: Setting<Double>
+
+    package init(_ key: String, default defaultValue: Double, in range: ClosedRange<Double>, _ meaning: String) {
+        setting = Setting(key, default: defaultValue, in: range, meaning)
+    }
+}
+
+/// The values of the hosted features' own settings (``FeatureSetting``), to build them with.
 package struct FeatureSettings: Sendable {
-    static let loginCheckDelay = Setting("login.checkDelay", default: 0.2, in: 0...3600, "login check seconds")
+    private var values: [String: Double] = [:]
 
-    /// Seconds the example login feature's simulated credential check takes.
-    package var loginCheckDelay: Double
+    /// Every setting at its default, for commands that read no settings (`features`, `replay`).
+    package init() {}
 
-    /// The defaults, for commands that read no settings (`features`, `replay`).
-    package init(loginCheckDelay: Double = 0.2) {
-        self.loginCheckDelay = loginCheckDelay
+    init(_ declared: [FeatureSetting], _ read: inout SettingsReader) throws(SettingsError) {
+        for feature in declared { values[feature.setting.key] = try read(feature.setting) }
     }
 
-    init(_ read: inout SettingsReader) throws(SettingsError) {
-        loginCheckDelay = try read(Self.loginCheckDelay)
+    /// `setting`'s value: as read, else its default.
+    package subscript(_ setting: FeatureSetting) -> Double {
+        values[setting.setting.key] ?? setting.setting.defaultValue
     }
 }

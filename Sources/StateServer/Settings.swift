@@ -5,7 +5,8 @@ import SystemPackage
 // How settings are declared and read.
 //
 // A component owns a settings struct (`HTTPSettings`, `StorageSettings`, `SessionsSettings`,
-// `SweeperSettings`, `LogSettings`, `FeatureSettings`). Each of its settings is declared once, as
+// `SweeperSettings`, `LogSettings`, `AuthSettings`; the hosted features' own are `FeatureSetting`s
+// their executable declares). Each of its settings is declared once, as
 // a `static let` `Setting` naming its key, default, allowed values and one-line meaning, and the
 // struct's `init(_:)` reads them with a `SettingsReader`. Everything else — `--help`,
 // `--print-config`, the flags — is derived from those declarations: the reader records every

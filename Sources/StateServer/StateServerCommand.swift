@@ -16,15 +16,18 @@ import StateSessions
 import StateServerHTTP
 import StateStore
 
-/// The command line of `state-server` and of every server built on ``StateServer``: serve, or
-/// one of the subcommands. It is named after the program that runs it.
+/// The command line of `state-server` and of every server built with
+/// ``run(features:middleware:arguments:)``: serve, or one of the subcommands. It is named after
+/// the program that runs it, and its help lists the settings of the features it hosts.
 struct StateServerCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: programName,
-        abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
-        discussion: ServerSettings.helpText,
-        version: StateServerVersion.current,
-        subcommands: [FeaturesCommand.self, HealthcheckCommand.self, ReplayCommand.self])
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            commandName: programName,
+            abstract: "Hosts Redux-style state stores per client session over HTTP JSON and server-sent events.",
+            discussion: ServerSettings.helpText,
+            version: StateServerVersion.current,
+            subcommands: [FeaturesCommand.self, HealthcheckCommand.self, ReplayCommand.self])
+    }
 
     /// The running program's file name (`state-server`, `CartServer`), for usage and help.
     static var programName: String {
@@ -84,7 +87,7 @@ struct StateServerCommand: AsyncParsableCommand {
 
         let settings: ServerSettings
         do {
-            settings = try ServerSettings(try await Settings.reader(flags: flags, file: file))
+            settings = try ServerSettings(try await Settings.reader(flags: flags, file: file), features: HostedFeatures.settings)
         } catch {
             throw ValidationError("\(error)")
         }

@@ -36,7 +36,7 @@ struct ReadinessTests {
         }
     }
 
-    @Test("the database file deleted: writes alone find it out within about a second (the commits' look at the file is at most a second old), no /readyz needed")
+    @Test("the database file deleted: writes alone find it out within about a second (a timer looks at the file every second), no /readyz needed")
     func deletedFoundByWrites() async throws {
         try await withTemporaryDirectory { directory in
             let database = directory.path("state.db")

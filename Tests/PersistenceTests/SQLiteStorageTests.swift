@@ -140,6 +140,34 @@ struct SQLiteStorageTests {
         }
     }
 
+    @Test(
+        "the database file deleted or replaced: commits are refused from the next look at the file (a timer's, every second; commits do not look), and stay refused",
+        arguments: [false, true])
+    func fileGoneRefusesCommits(replaced: Bool) async throws {
+        try await withSQLiteStorage { storage, database in
+            try await storage.commit([.createSession(Rows.session("s"))])
+            if replaced {
+                let copy = database.path + ".copy"
+                try FileManager.default.copyItem(atPath: database.path, toPath: copy)
+                #expect(rename(copy, database.path) == 0)
+            } else {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: database.path + suffix) }
+            }
+            func touch() async -> StorageError? {
+                await storageError { () async throws(StorageError) in try await storage.commit([.touch(session: "s", at: 2_000)]) }
+            }
+            var refused: StorageError?
+            try await waitUntil("a commit refused once the file was \(replaced ? "replaced" : "deleted")") {
+                refused = await touch()
+                return refused != nil
+            }
+            #expect(refused?.kind == .unavailable, "\(String(describing: refused))")
+            #expect(refused?.message.contains(replaced ? "was replaced" : "was deleted") == true, "\(String(describing: refused))")
+            let again = await touch()
+            #expect(again?.kind == .unavailable, "it stays refused: \(String(describing: again))")
+        }
+    }
+
     @Test("a missing parent directory is created")
     func createsParentDirectory() async throws {
         try await withSQLiteStorage("a/b/state.sqlite") { storage, database in

@@ -1,4 +1,5 @@
 import Cart
+import Foundation
 import StateServer
 
 // Every setting, subcommand and storage of state-server, for these features:
@@ -7,4 +8,10 @@ import StateServer
 var middleware = MiddlewareChain()
 // Clients may not send the checkout's result: only the checkout work does (403 forbidden).
 middleware.use(ActionAllowList(["cart.add", "cart.remove", "cart.checkout"]), for: "cart")
-try await StateServer.run(features: [CartFeature()], middleware: middleware)
+do throws(CommandFailure) {
+    try await StateServer.run(features: [CartFeature()], middleware: middleware)
+} catch {
+    // A usage error (status 64) or a server that could not start (1): the message on stderr.
+    error.report()
+    exit(error.status)
+}
