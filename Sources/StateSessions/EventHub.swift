@@ -66,14 +66,17 @@ public enum Subscription: Sendable, Equatable {
     case full
 }
 
-/// A session's event log: numbers every change (`seq`, strictly increasing across the session's
+/// A session's event log: publishes each change under the `seq` its session gave it (numbered
+/// in ``Session/apply(_:_:attempt:release:finish:)`` by ``CommitChain/next(after:)``; the hub
+/// refuses a number not after its last, so `seq` strictly increases across the session's
 /// features), keeps the last `replayLimit` frames for `Last-Event-ID` resumption, and fans each
 /// frame out to the subscribers that observe its feature.
 ///
 /// Each change is encoded once by the transport's ``EventEncoder`` and the same bytes are queued on
 /// every subscriber. The hub also keeps the latest state bytes of every feature, so a snapshot
-/// needs no store lock (stores call `publish` while holding their own lock; the hub never calls
-/// back into a store, so the lock order is always store → hub).
+/// needs no store lock. The session publishes after `store.commit` has returned, holding no
+/// lock; the hub never calls back into a store or the session's pipeline, and queues frames on
+/// its subscribers under its own lock (lock order: pipeline → hub → event stream).
 public final class EventHub: Sendable {
     /// A change kept for replay. Its frame bytes are built only when someone needs them (a live
     /// subscriber at publish time, or a replay), so a session nobody watches pays no framing.
