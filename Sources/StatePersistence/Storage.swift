@@ -320,9 +320,9 @@ public protocol SessionStorage: Sendable {
     /// Stops the writer after pending commits.
     func close() async
 
-    /// Whether other processes (other nodes) write the same storage, so what one process holds
-    /// in memory may be behind: it catches up from the journal before reads and after a
-    /// conflicting commit. `false` for storage owned by one process (SQLite, memory).
+    /// Whether other processes (other nodes) share the storage: then each session has one owner
+    /// node (``ownership``), and a node serves no session before it joined. `false` for storage
+    /// owned by one process (SQLite, memory).
     var isShared: Bool { get }
 
     /// Commits and deletes made by any process, as they happen (shared storage). `.listening`

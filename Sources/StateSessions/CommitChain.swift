@@ -1,8 +1,8 @@
 import StatePersistence
 import Synchronization
 
-/// Durable mode over a journal that commits in order (``ChangeJournal/pipelines``): the
-/// session's changes handed to storage and not answered yet. Change N+1 is computed on top of
+/// The session's changes handed to storage and not answered yet, and their numbers (every
+/// storage commits a session's batches in order: ``SessionStorage/commit(_:done:)``). Change N+1 is computed on top of
 /// N (``StateStore/PreparedChange/advance()``) and handed to storage while N commits; each is
 /// applied in memory, published and acknowledged only once its own commit is answered, in order.
 ///

@@ -184,37 +184,6 @@ public final class EventHub: Sendable {
         state = Mutex(initial)
     }
 
-    /// Moves the sequence forward (a change journaled without being published).
-    public func advance(to seq: Int) {
-        state.withLock { $0.seq = max($0.seq, seq) }
-    }
-
-    /// Publishes a change another process journaled (its event data as stored), at its own
-    /// sequence number: kept for replay and queued on the subscribers of its feature.
-    ///
-    /// Returns `false` when `seq` is not after the last one published: the change is not
-    /// published (numbers only move forward), and the caller reports it.
-    @discardableResult
-    public func publishRecorded(seq: Int, feature: String, data: [UInt8]) -> Bool {
-        state.withLock { state in
-            guard !state.closed else { return true }
-            guard seq > state.seq else { return false }
-            state.seq = seq
-            let frame = Frame(seq: seq, feature: feature, content: .data(data))
-            keep(frame, in: &state)
-            var dropped: [UInt64] = []
-            let watched = state.subscribers.contains { $0.value.wants(feature) }
-            if watched {
-                let bytes = frame.bytes(encoder)
-                for (id, subscriber) in state.subscribers where subscriber.wants(feature) {
-                    if !subscriber.sink.send(bytes) { dropped.append(id) }
-                }
-            }
-            for id in dropped { state.subscribers[id] = nil }
-            return true
-        }
-    }
-
     /// The sequence numbers after `lastEventID` that a resume needs and the replay buffer no
     /// longer holds (nil when it holds them all, or when `lastEventID` is not a past event).
     public func missing(after lastEventID: Int) -> ClosedRange<Int>? {
@@ -255,7 +224,7 @@ public final class EventHub: Sendable {
     /// queues it on every subscriber observing its feature. Subscribers whose sink refuses the
     /// bytes are dropped. A number not after the last one published is refused: the change is
     /// not published and `false` is returned, for the caller to report (numbers only move
-    /// forward; the session numbers its changes in one place, ``Session/nextSeq(journaled:)``).
+    /// forward; the session numbers its changes in one place, ``Session/apply(_:_:attempt:release:finish:)``).
     ///
     /// `delta` is how the journal stored the change's state, when it did (a patch from the
     /// previous version, or the state itself when no patch was smaller): delta streams reuse it.

@@ -302,13 +302,6 @@ extension Session {
             notify(.sequenceRefused(session: id, feature: change.feature, seq: seq, last: hub.seq))
         }
     }
-
-    /// Publishes a change another node journaled, as stored; reported like ``publish(_:seq:delta:)``.
-    func publishRecorded(seq: Int, feature: String, data: [UInt8]) {
-        if !hub.publishRecorded(seq: seq, feature: feature, data: data) {
-            notify(.sequenceRefused(session: id, feature: feature, seq: seq, last: hub.seq))
-        }
-    }
 }
 
 /// What a commit's answer means for the change and the session (``Session/verdict(_:generation:)``).

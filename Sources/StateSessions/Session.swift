@@ -50,7 +50,8 @@ public enum SessionNotice: Sendable {
 /// delete is applied before it and one that arrived after is refused (`.sessionGone`).
 ///
 /// Thread-safety: tables sit behind their own locks; stores and the hub are thread-safe.
-/// Lock order: pipeline → hub; store → hub; idempotency alone.
+/// Lock order: pipeline → hub (a retire asks the hub under the pipeline's lock); the session
+/// publishes after `store.commit` returned, holding no lock; idempotency alone.
 public final class Session: Sendable {
     public let id: String
     /// Its credentials: the SHA-256 of the owner's token, and the tokens minted for it
