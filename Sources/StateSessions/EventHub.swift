@@ -82,7 +82,6 @@ public final class EventHub: Sendable {
     /// subscriber at publish time, or a replay), so a session nobody watches pays no framing.
     struct Frame {
         enum Content {
-            case framed([UInt8])
             case change(EncodedChange)
             case data([UInt8])
         }
@@ -93,23 +92,19 @@ public final class EventHub: Sendable {
         /// The JSON Patch from the feature's previous version, when one was known and smaller
         /// than the state (delta streams, `?delta=json-patch`, get it instead of the state).
         var patch: [UInt8]? = nil
-        /// The delta event framed, built at publish time when someone watched.
-        var delta: [UInt8]? = nil
 
         /// Bytes this frame pins in the replay buffer (roughly: its data).
         var size: Int {
             let own = switch content {
-            case .framed(let bytes): bytes.count
             case .change(let change): change.state.count + (change.action?.count ?? 0) + (change.effect?.count ?? 0) + 96
             case .data(let data): data.count
             }
-            return own + (patch?.count ?? 0) + (delta?.count ?? 0)
+            return own + (patch?.count ?? 0)
         }
 
         /// The frame for a subscriber: the delta form when it asked for deltas and there is one.
         func bytes(_ encoder: any EventEncoder, deltas: Bool) -> [UInt8] {
             if deltas {
-                if let delta { return delta }
                 if let patch, case .change(let change) = content {
                     return encoder.encode(seq: seq, event: "state", data: EventHub.deltaData(change, patch: patch))
                 }
@@ -119,7 +114,6 @@ public final class EventHub: Sendable {
 
         func bytes(_ encoder: any EventEncoder) -> [UInt8] {
             switch content {
-            case .framed(let bytes): bytes
             case .change(let change): encoder.encode(seq: seq, event: "state", data: EventHub.eventData(change))
             case .data(let data): encoder.encode(seq: seq, event: "state", data: data)
             }
@@ -254,23 +248,19 @@ public final class EventHub: Sendable {
             let base = state.latest.updateValue((change.version, change.state), forKey: change.feature)
             let patch = base?.version == change.version - 1 ? patch : nil
             let watched = state.subscribers.values.contains { $0.wants(change.feature) }
-            // Framed once, shared by every subscriber, only when someone watches.
-            var frame = Frame(
-                seq: state.seq, feature: change.feature,
-                content: watched ? .framed(encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))) : .change(change),
-                patch: patch)
-            if let patch, watched {
-                // Framed with the full form (which no longer holds the change's parts), for the
-                // delta streams now and for replays.
-                frame.delta = encoder.encode(seq: state.seq, event: "state", data: Self.deltaData(change, patch: patch))
-            }
+            // Kept as the change itself: its bytes are the ones the store and the journal hold
+            // (memory mode's ring shares them), so a kept change costs no second copy. Framed
+            // once, shared by every subscriber, only when someone watches; a replay frames
+            // again.
+            let frame = Frame(seq: state.seq, feature: change.feature, content: .change(change), patch: patch)
             keep(frame, in: &state)
             var dropped: [UInt64] = []
             var sent = 0
             if watched {
-                let full = frame.bytes(encoder)
+                let full = encoder.encode(seq: state.seq, event: "state", data: Self.eventData(change))
+                let delta = patch.map { encoder.encode(seq: state.seq, event: "state", data: Self.deltaData(change, patch: $0)) }
                 for (id, subscriber) in state.subscribers where subscriber.wants(change.feature) {
-                    let bytes = subscriber.deltas ? frame.delta ?? full : full
+                    let bytes = subscriber.deltas ? delta ?? full : full
                     if subscriber.sink.send(bytes) { sent += 1 } else { dropped.append(id) }
                 }
             }

@@ -102,12 +102,25 @@ struct VerifiedTokens: Sendable {
 
     /// The memo's key for `token`: 16 bytes, from two keyed hashes of it.
     static func digest(_ token: [UInt8]) -> [UInt8] {
+        // The token as 64-bit words (a few combines, not one per byte), then its length.
+        var words: [UInt64] = []
+        words.reserveCapacity(token.count / 8 + 2)
+        var word: UInt64 = 0
+        for (index, byte) in token.enumerated() {
+            word = word << 8 | UInt64(byte)
+            if index & 7 == 7 {
+                words.append(word)
+                word = 0
+            }
+        }
+        words.append(word)
+        words.append(UInt64(token.count))
         var bytes: [UInt8] = []
         bytes.reserveCapacity(16)
-        for half in [UInt8(1), 2] {
+        for half in [UInt64(1), 2] {
             var hasher = Hasher()
             hasher.combine(half)
-            hasher.combine(token)
+            for word in words { hasher.combine(word) }
             let value = UInt64(bitPattern: Int64(hasher.finalize()))
             for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
         }
