@@ -49,14 +49,13 @@ extension Session {
     /// One change: the idempotency key, the store's computation, the commit, then memory.
     /// `attempt` counts the computations after the store's head moved (a commit ahead failed
     /// meanwhile). `release`, when given, hands the pipeline on as soon as the change is handed
-    /// to storage (``CommitChain``). The pipeline loads a missing store before it runs this.
+    /// to storage (``CommitChain``). `store` is the request's (the pipeline loads a missing one
+    /// before it runs this): `nil` for an unknown feature.
     func execute(
-        _ request: ChangeRequest, attempt: Int = 0, release: ChangeRelease? = nil,
+        _ request: ChangeRequest, _ store: (any AnyStateStore)?, attempt: Int = 0, release: ChangeRelease? = nil,
         finish: @escaping @Sendable (ChangeOutcome) -> Void
     ) {
-        guard registry[request.feature] != nil, let store = request.installing ?? loadedStore(request.feature) else {
-            return finish(.failed(.unknownFeature(request.feature)))
-        }
+        guard let store else { return finish(.failed(.unknownFeature(request.feature))) }
         checkKey(request, store, attempt: attempt, release: release, finish: finish)
     }
 
@@ -130,10 +129,14 @@ extension Session {
             return finish(.failed(.store(error)))
         }
         let encoded = prepared.encoded
-        // The store's head moved since the change was computed: a commit failed meanwhile and
-        // the store went back to its committed state. Computed again on that (it was not
-        // handed to storage); a second time only when something else moves the store.
-        guard prepared.advance() else {
+        // Storage that answers later (durable) may be handed this change while the one before
+        // still commits, so the store holds it ahead; memory mode's journal answers before
+        // `commit` returns, with nothing ever ahead. The store's head moved since the change
+        // was computed: a commit failed meanwhile and the store went back to its committed
+        // state. Computed again on that (it was not handed to storage); a second time only
+        // when something else moves the store.
+        let durable = commitsAnswerLater
+        guard !durable || prepared.advance() else {
             if attempt < 2 { return apply(request, store, attempt: attempt + 1, release: release, finish: finish) }
             return finish(.failed(.store(StoreError(
                 .versionConflict, "the store changed meanwhile", currentVersion: prepared.baseVersion))))
@@ -144,7 +147,6 @@ extension Session {
         let (seq, generation) = chain.next(after: hub.seq)
         // Durable mode stores patches: from the state of the change ahead when one is still
         // committing (the store's own is not there yet), else from the store's.
-        let durable = storage.lifetime == .durable
         let base = durable ? chain.handedState(encoded.feature, version: prepared.baseVersion) : nil
         let batch = writes(prepared, store: store, seq: seq, key: remembered?.0, base: base, whole: request.installing != nil)
         if durable { chain.handed(encoded.feature, version: encoded.version, state: encoded.state) }
@@ -153,7 +155,7 @@ extension Session {
         let journaled: StateDelta? = if durable, case .append(let entry, _)? = batch.first { entry.delta } else { nil }
         // A recorded change replayed as recorded starts no work: its follow-ups are recorded too.
         let startsWork: Bool = if case .replay = request.kind { false } else { true }
-        pipeline.commitStarted()
+        if durable { pipeline.commitStarted() }
         storage.commit(batch) { [self] result in
             switch verdict(result, generation: generation) {
             case .applied:
@@ -197,7 +199,7 @@ extension Session {
             case .failed(let error):
                 finish(.failed(.storage(error)))
             }
-            if let parked = pipeline.commitEnded() { drain(parked) }
+            if durable, let parked = pipeline.commitEnded() { drain(parked) }
         }
         release?.fire()
     }

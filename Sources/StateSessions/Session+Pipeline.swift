@@ -29,7 +29,8 @@ extension Session {
         var job = first
         while true {
             // Only a plain change runs while changes commit; any other job waits for them.
-            if !commitsAhead(job), pipeline.park(job) { return }
+            // (Memory mode's journal answers before `commit` returns: nothing commits then.)
+            if commitsAnswerLater, !commitsAhead(job), pipeline.park(job) { return }
             let handoff = Handoff()
             run(job) { [self] in
                 // Finished after `run` returned: this completion carries the pipeline on.
@@ -57,11 +58,12 @@ extension Session {
             // outside the pipeline, then the change waits its turn again. A load may itself
             // submit a change (a recovery, a last-resort reset), which must not wait for this
             // job.
-            guard request.installing != nil || registry[request.feature] == nil || loadedStore(request.feature) != nil else {
+            let store = request.installing ?? loadedStore(request.feature)
+            guard store != nil || registry[request.feature] == nil else {
                 completion()
                 Task { [self] in
                     do throws(SessionFailure) {
-                        _ = try await store(request.feature)
+                        _ = try await self.store(request.feature)
                         enqueue(job)
                     } catch {
                         done(.failed(error))
@@ -72,7 +74,7 @@ extension Session {
             // A plain change hands the pipeline on once it is handed to storage; its caller
             // is answered after its own commit.
             let release = commitsAhead(job) ? ChangeRelease(completion) : nil
-            execute(request, release: release) { [self] outcome in
+            execute(request, store, release: release) { [self] outcome in
                 // A change counts as use when it ends, not only when its request looked the
                 // session up: one that waited or committed slowly must not leave the session
                 // looking idle (the TTL sweep judges loaded sessions by this time).
@@ -89,6 +91,11 @@ extension Session {
         }
     }
 
+    /// Whether storage answers a commit after `commit` returns (durable storage: SQLite's
+    /// writer, PostgreSQL, the twin's queue), so changes may be committing while later jobs
+    /// run; memory mode's journal answers before it returns.
+    var commitsAnswerLater: Bool { storage.lifetime == .durable }
+
     /// Whether `job` may run while earlier changes commit, and commit while later jobs run: a
     /// client's dispatch, rehydrate or reset with no idempotency key (a key must be answered by
     /// the change that made it) and no middleware (which reads the committed version), over
@@ -97,8 +104,8 @@ extension Session {
     /// is computed and again when it is applied, and a reset or rehydrate committing ahead of
     /// it would cancel the work in between.
     func commitsAhead(_ job: SessionPipeline.Job) -> Bool {
-        guard case .change(let request, _) = job, request.idempotencyKey == nil, settings.middleware.isEmpty,
-            storage.lifetime == .durable
+        guard commitsAnswerLater, case .change(let request, _) = job, request.idempotencyKey == nil,
+            settings.middleware.isEmpty
         else { return false }
         switch request.kind {
         case .dispatch, .rehydrate, .reset: return true

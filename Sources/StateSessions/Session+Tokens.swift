@@ -102,25 +102,18 @@ struct VerifiedTokens: Sendable {
 
     /// The memo's key for `token`: 16 bytes, from two keyed hashes of it.
     static func digest(_ token: [UInt8]) -> [UInt8] {
-        // The token as 64-bit words (a few combines, not one per byte), then its length.
-        var words: [UInt64] = []
-        words.reserveCapacity(token.count / 8 + 2)
-        var word: UInt64 = 0
-        for (index, byte) in token.enumerated() {
-            word = word << 8 | UInt64(byte)
-            if index & 7 == 7 {
-                words.append(word)
-                word = 0
-            }
-        }
-        words.append(word)
-        words.append(UInt64(token.count))
+        digest(String(decoding: token, as: UTF8.self))
+    }
+
+    /// ``digest(_:)-([UInt8])`` of a token as the request carries it: a token is ASCII, which a
+    /// `String` hashes as its bytes in one go.
+    static func digest(_ token: String) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(16)
-        for half in [UInt64(1), 2] {
+        for half in [UInt8(1), 2] {
             var hasher = Hasher()
             hasher.combine(half)
-            for word in words { hasher.combine(word) }
+            hasher.combine(token)
             let value = UInt64(bitPattern: Int64(hasher.finalize()))
             for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
         }
@@ -185,7 +178,7 @@ extension Session {
     /// The owner's hash is compared in constant time; minted tokens are found by hash.
     public func grant(for token: String, now: Int64 = WallClock.now) -> Grant? {
         let bytes = Array(token.utf8)
-        let digest = VerifiedTokens.digest(bytes)
+        let digest = VerifiedTokens.digest(token)
         let known = grants.table.withLock { $0.verified.hash(ofDigest: digest) }
         let hash = known ?? SHA256.hash(bytes)
         let grant: Grant?
