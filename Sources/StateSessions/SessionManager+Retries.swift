@@ -5,19 +5,21 @@
 // - A change whose session left memory between the caller's lookup and its turn (`.retired`:
 //   evicted idle, or another node owns it now): the session is looked up again (loaded, or
 //   found elsewhere) and the change submitted there, up to `resubmitAttempts` times
-//   (``SessionManager/submitAgain(_:id:token:admin:)``).
+//   (``SessionManager/submit(_:to:token:admin:)``, through `submitAgain`). Callers never see
+//   `.retired`: they get an outcome, `notFound`, or the node that serves the session now.
 // - A lookup that raced a delete of the same session: storage is read again (``locate``).
 // The HTTP layer retries only what is its own: a request forwarded to a node that no longer
 // owns the session (StateServerHTTP's Forwarding.swift, `forwardAttempts`).
+import NowOrLater
 import StatePersistence
 import StateStore
 
 extension SessionManager {
-    /// Where a change submitted again went (``submitAgain(_:id:token:admin:)``).
-    public enum Resubmitted: Sendable {
+    /// Where a change ended (``submit(_:to:token:admin:)``).
+    public enum Submitted: Sendable {
         /// Its outcome on this node.
         case outcome(ChangeOutcome)
-        /// Another node owns the session now: send the request there.
+        /// Another node serves the session now: send the request there.
         case elsewhere(url: String)
         /// No such session for this token (deleted meanwhile).
         case notFound
@@ -26,6 +28,39 @@ extension SessionManager {
     /// Times a retired session is looked up again for one change.
     static let resubmitAttempts = 3
 
+    /// Submits `change` to `session`, which the caller looked up with `token` (`admin`: the
+    /// caller proved a credential other than the session's tokens: the admin token, a verified
+    /// JWT). Its outcome now when the change path finished before this returns (a loaded
+    /// store, memory mode's journal, nothing waiting before it), else from the thread that
+    /// gives it. A copy that left service before the change's turn (`.retired`) is the session
+    /// layer's to deal with: the session is looked up again and the change submitted there
+    /// (``submitAgain(_:id:token:admin:)``, on a task), or the node that serves it now is named.
+    public func submit(_ change: ChangeRequest, to session: Session, token: String, admin: Bool) -> NowOrLater<Submitted, Never> {
+        let submitted = session.submit(change)
+        // The common case: answered now, no closure made.
+        if let outcome = submitted.now, !outcome.isRetired { return .now(.outcome(outcome)) }
+        let id = session.id
+        return .promised { [self] done in
+            submitted.whenReady { result in
+                let outcome: ChangeOutcome
+                switch result {
+                case .success(let value): outcome = value
+                }
+                guard outcome.isRetired else { return done(.success(.outcome(outcome))) }
+                Task { done(.success(await self.resubmit(change, id: id, token: token, admin: admin))) }
+            }
+        }
+    }
+
+    /// ``submitAgain(_:id:token:admin:)``, its failure to look the session up as the change's.
+    private func resubmit(_ change: ChangeRequest, id: String, token: String, admin: Bool) async -> Submitted {
+        do throws(SessionFailure) {
+            return try await submitAgain(change, id: id, token: token, admin: admin)
+        } catch {
+            return .outcome(.failed(error))
+        }
+    }
+
     /// Submits `change` to session `id` after its copy in memory was retired (its outcome was
     /// `.retired`): looks the session up again — loading it, or learning that another node
     /// owns it — and submits the change there; a copy retired again meanwhile is looked up
@@ -33,7 +68,7 @@ extension SessionManager {
     /// than the session's tokens (the admin token, a verified JWT).
     public func submitAgain(
         _ change: ChangeRequest, id: String, token: String, admin: Bool
-    ) async throws(SessionFailure) -> Resubmitted {
+    ) async throws(SessionFailure) -> Submitted {
         var outcome = ChangeOutcome.failed(.retired)
         for _ in 0..<Self.resubmitAttempts {
             let located: Located?
@@ -48,10 +83,18 @@ extension SessionManager {
             case .here(let session)?:
                 _ = try await session.store(change.feature)
                 outcome = await session.submit(change).value()
-                guard case .failed(.retired) = outcome else { return .outcome(outcome) }
+                guard outcome.isRetired else { return .outcome(outcome) }
             }
         }
         return .outcome(outcome)
+    }
+}
+
+extension ChangeOutcome {
+    /// Refused because the copy of the session left service (``SessionFailure/retired``).
+    var isRetired: Bool {
+        if case .failed(let failure) = self { return failure.isRetired }
+        return false
     }
 }
 
