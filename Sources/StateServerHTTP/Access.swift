@@ -64,18 +64,6 @@ struct SessionAccess: Sendable, Equatable {
     /// `413` with this limit (before the body is read when `Content-Length` says so).
     var bodyLimit: Int?
 
-    init(
-        scope: Grant.Scope, queryToken: Bool = false, admin: Bool = false, eventStream: Bool = false, reads: Reads = .nothing,
-        bodyLimit: Int? = nil
-    ) {
-        self.scope = scope
-        self.queryToken = queryToken
-        self.admin = admin
-        self.eventStream = eventStream
-        self.reads = reads
-        self.bodyLimit = bodyLimit
-    }
-
     /// A route that needs `scope` and reads nothing beforehand.
     static func needs(_ scope: Grant.Scope) -> SessionAccess { SessionAccess(scope: scope) }
 

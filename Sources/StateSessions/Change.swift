@@ -128,6 +128,21 @@ extension SessionFailure {
     }
 }
 
+extension SessionFailure: CustomStringConvertible {
+    /// The case's name (and what it carries): `sessionGone`, `store(...)`; `retired` for a copy
+    /// that left service.
+    public var description: String {
+        switch self {
+        case .store(let error): "store(\(error))"
+        case .storage(let error): isRetired ? "retired" : "storage(\(error))"
+        case .unknownFeature(let name): "unknownFeature(\(name))"
+        case .sessionGone: "sessionGone"
+        case .memoryFull: "memoryFull"
+        case .outcomeUnknown: "outcomeUnknown"
+        }
+    }
+}
+
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.
 public enum ChangeReply {
     /// With its final newline (the reply's bytes as sent: not copied again to add it).

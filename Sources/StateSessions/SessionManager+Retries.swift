@@ -13,6 +13,7 @@
 import NowOrLater
 import StatePersistence
 import StateStore
+import Synchronization
 
 extension SessionManager {
     /// Where a change ended (``submit(_:to:token:admin:)``).
@@ -36,20 +37,15 @@ extension SessionManager {
     /// layer's to deal with: the session is looked up again and the change submitted there
     /// (``submitAgain(_:id:token:admin:)``, on a task), or the node that serves it now is named.
     public func submit(_ change: ChangeRequest, to session: Session, token: String, admin: Bool) -> NowOrLater<Submitted, Never> {
-        let submitted = session.submit(change)
-        // The common case: answered now, no closure made.
-        if let outcome = submitted.now, !outcome.isRetired { return .now(.outcome(outcome)) }
+        // As ``Session/submit(_:)`` does, with the look-up again at the fill: no closure or
+        // promise more than a change submitted to the session takes.
+        let submitted = SubmittedPromise()
         let id = session.id
-        return .promised { [self] done in
-            submitted.whenReady { result in
-                let outcome: ChangeOutcome
-                switch result {
-                case .success(let value): outcome = value
-                }
-                guard outcome.isRetired else { return done(.success(.outcome(outcome))) }
-                Task { done(.success(await self.resubmit(change, id: id, token: token, admin: admin))) }
-            }
-        }
+        session.enqueue(.change(change) { [self] outcome in
+            guard outcome.isRetired else { return submitted.fill(.outcome(outcome)) }
+            Task { submitted.fill(await resubmit(change, id: id, token: token, admin: admin)) }
+        })
+        return submitted.outcome
     }
 
     /// ``submitAgain(_:id:token:admin:)``, its failure to look the session up as the change's.
@@ -110,5 +106,58 @@ extension Session {
     func holdsStores(_ features: [String]?) -> Bool {
         guard let features else { return holdsEveryStore }
         return stores.hold(features, of: registry)
+    }
+}
+
+/// Where a change went (``SessionManager/submit(_:to:token:admin:)``), given once (``fill(_:)``,
+/// from any thread) and read once (``outcome``): `now` when it was given before it is read, else
+/// `promised`, the thread that fills it calling the waiter (no task). ``OutcomePromise`` for
+/// ``SessionManager/Submitted``, not generic for the same reason.
+final class SubmittedPromise: Sendable {
+    typealias Value = SessionManager.Submitted
+    typealias Waiter = @Sendable (Result<Value, Never>) -> Void
+
+    private enum State {
+        case empty
+        case filled(Value)
+        case waiting(Waiter)
+        case taken
+    }
+
+    private let state = Mutex(State.empty)
+
+    /// Gives the value; only the first call counts.
+    func fill(_ value: Value) {
+        let waiter = state.withLock { state -> Waiter? in
+            switch state {
+            case .empty: state = .filled(value)
+            case .waiting(let done):
+                state = .taken
+                return done
+            case .filled, .taken: break
+            }
+            return nil
+        }
+        waiter?(.success(value))
+    }
+
+    /// The value now if it was given already, else later. Read it once.
+    var outcome: NowOrLater<Value, Never> {
+        if let value = take(orWait: nil) { return .now(value) }
+        return .promised { [self] done in
+            if let value = take(orWait: done) { done(.success(value)) }
+        }
+    }
+
+    /// The value if it was given (taken), else nil, and `done` waits for it.
+    private func take(orWait done: Waiter?) -> Value? {
+        state.withLock { state -> Value? in
+            if case .filled(let value) = state {
+                state = .taken
+                return value
+            }
+            if let done { state = .waiting(done) }
+            return nil
+        }
     }
 }
