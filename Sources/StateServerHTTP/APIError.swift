@@ -169,7 +169,6 @@ struct APIError: Error, Sendable {
         case .storage(let error): error.kind == .sessionGone ? sessionNotFound : storage(error)
         case .unknownFeature(let name): unknownFeature(name)
         case .sessionGone: sessionNotFound
-        case .retired: internalError(failure)  // callers look the session up again first
         case .outcomeUnknown:
             APIError(
                 status: 503, code: "outcome_unknown",

@@ -44,8 +44,8 @@ struct CORSPolicy: Sendable {
         return settings.allowedOrigins.contains(origin.lowercased()) ? origin : nil
     }
 
-    /// The answer to a preflight on `route`.
-    func preflight(_ request: HTTPRequest, route: Route, _ log: APIErrorLog) -> HTTPResponse {
+    /// The answer to a preflight on `route`, a template whose rows allow `methods`.
+    func preflight(_ request: HTTPRequest, route: String, methods: [String], _ log: APIErrorLog) -> HTTPResponse {
         let origin = request.header("origin") ?? ""
         guard request.path.hasPrefix("/v1/"), let allowed = allowedOrigin(origin) else {
             let why = !settings.isEnabled
@@ -53,17 +53,17 @@ struct CORSPolicy: Sendable {
                 : request.path.hasPrefix("/v1/")
                 ? "the origin '\(origin)' is not in this server's cors.allowedOrigins"
                 : "cross-origin requests are answered on /v1/ only"
-            return APIError(status: 403, code: "origin_not_allowed", message: why).response(route: route.template, log)
+            return APIError(status: 403, code: "origin_not_allowed", message: why).response(route: route, log)
         }
         var headers: [(name: String, value: String)] = [
             ("Access-Control-Allow-Origin", allowed),
-            ("Access-Control-Allow-Methods", route.methods.joined(separator: ", ")),
+            ("Access-Control-Allow-Methods", methods.joined(separator: ", ")),
             ("Access-Control-Allow-Headers", Self.allowedHeaders),
             ("Access-Control-Max-Age", Self.maxAge),
             Reply.noStore,
         ]
         if !settings.anyOrigin { headers.append(("Vary", "Origin, Access-Control-Request-Method, Access-Control-Request-Headers")) }
-        return Reply.empty(204, route: route.template, headers: headers)
+        return Reply.empty(204, route: route, headers: headers)
     }
 
     /// `result` with the CORS headers of an actual (not preflight) reply.

@@ -101,13 +101,10 @@ final class ClientLimits: Sendable {
         }
     }
 
-    /// `429 rate_limited` when `route` creates a session (`POST /v1/sessions`, `POST
-    /// /v1/recordings`: the only POST routes of these templates) and the request's client is
-    /// past `limits.sessionsPerMinute`.
-    func checkCreation(_ request: HTTPRequest, route: String, forwarded: PeerAuthentication.Forwarded? = nil) throws(APIError) {
-        guard let creations, route == "/v1/sessions" || route == "/v1/recordings", request.method == "POST",
-            let client = client(of: request, forwarded: forwarded)
-        else { return }
+    /// `429 rate_limited` when the request's client is past `limits.sessionsPerMinute`; asked
+    /// of the routes that create a session (declared ``Access/creating(admin:)``).
+    func checkCreation(_ request: HTTPRequest, forwarded: PeerAuthentication.Forwarded? = nil) throws(APIError) {
+        guard let creations, let client = client(of: request, forwarded: forwarded) else { return }
         if let wait = creations.take(client.limitKey, now: now()) {
             throw .rateLimited(
                 "too many new sessions from this address: limits.sessionsPerMinute allows \(settings.sessionsPerMinute) a minute",

@@ -54,15 +54,24 @@ extension StateServerResponder {
     /// Locates the session (loading or claiming it here when it is this node's to serve) and
     /// forwards the request to the owner when another node owns it. A request that was
     /// forwarded already is not forwarded again: the two nodes disagree on the owner for a
-    /// moment (a takeover under way), and the client is told to retry.
-    func find(_ request: RouteRequest, id: String, token: String, admin: Bool = false) async throws(APIError) -> Found {
+    /// moment (a takeover under way), and the client is told to retry. `access`: the route's
+    /// declaration (an event stream is relayed as one). `known`: where the session layer found
+    /// the session just now (its first look is not made again).
+    func find(
+        _ request: RouteRequest, _ access: SessionAccess, id: String, token: String, admin: Bool = false,
+        known: SessionManager.Located? = nil
+    ) async throws(APIError) -> Found {
         var attempt = 1
+        var known = known
         while true {
-            let located: SessionManager.Located?
-            do throws(StorageError) {
-                located = try await sessions.locate(id: id, token: token, admin: admin)
-            } catch {
-                throw .storage(error)
+            var located = known
+            known = nil
+            if located == nil {
+                do throws(StorageError) {
+                    located = try await sessions.locate(id: id, token: token, admin: admin)
+                } catch {
+                    throw .storage(error)
+                }
             }
             switch located {
             case nil: throw .sessionNotFound
@@ -79,7 +88,7 @@ extension StateServerResponder {
                 }
                 // A relayed event stream counts in this node's `streams.total` as one served
                 // here would (the owner counts it per session, where it subscribes).
-                let counter = Self.isEventStream(request) ? try admitStream() : nil
+                let counter = access.eventStream ? try admitStream() : nil
                 let response = await forwarder.forward(request.http, client: limits.client(of: request.http), to: url, route: request.template)
                 if let counter {
                     if case .stream(let stream) = response.body {
@@ -101,11 +110,6 @@ extension StateServerResponder {
 
     /// Forwards of one request at most: the owner may move between two looks.
     static let forwardAttempts = 5
-
-    /// Whether `request` opens an event stream (relayed through its own connection).
-    static func isEventStream(_ request: RouteRequest) -> Bool {
-        request.http.method == "GET" && request.template.hasSuffix("/events")
-    }
 }
 
 /// A `503` of the contract (`owner_unavailable`, `outcome_unknown`), as a forwarder answers

@@ -94,14 +94,53 @@ public enum SessionFailure: Error, Sendable {
     case unknownFeature(String)
     /// The session was deleted (before or while the request waited for its turn).
     case sessionGone
-    /// The session left memory (idle eviction) after the caller looked it up; look it up again.
-    case retired
     /// Loaded sessions hold the server's memory budget for states (`sessions.memoryBytes`) and
     /// none is idle enough to leave memory; nothing was loaded or applied.
     case memoryFull
     /// The commit was sent and the connection to the storage broke before its answer, and the
     /// journal could not tell yet whether it landed: the change may have been applied.
     case outcomeUnknown
+}
+
+extension SessionFailure {
+    /// The session layer's own control flow, never a public failure: the copy of the session
+    /// a caller looked up left service before the change's turn (evicted idle, or another node
+    /// owns the session now). ``SessionManager/submit(_:to:token:admin:)`` looks the session up
+    /// again and submits the change there (``SessionManager/submitAgain(_:id:token:admin:)``).
+    ///
+    /// Spelled as the storage's answer that means the same (``StorageError/Kind/notOwner``:
+    /// this copy does not serve the session; the request goes where it is served now), so that
+    /// it is no case of its own: the rare one that outlives the lookups again reads, outside the
+    /// session layer, as what it is, a session being served elsewhere (`503
+    /// owner_unavailable`). Matched with `case .retired` through ``~=(_:_:)``.
+    static let retired = SessionFailure.storage(
+        StorageError(.notOwner, "this copy of the session left service after it was looked up; look it up again"))
+
+    /// Whether this is ``retired`` (or storage's `.notOwner`, which means the same).
+    var isRetired: Bool {
+        if case .storage(let error) = self { return error.kind == .notOwner }
+        return false
+    }
+
+    /// `case .retired` in a pattern: matches a failure that means the copy left service.
+    static func ~= (pattern: SessionFailure, value: SessionFailure) -> Bool {
+        pattern.isRetired && value.isRetired
+    }
+}
+
+extension SessionFailure: CustomStringConvertible {
+    /// The case's name (and what it carries): `sessionGone`, `store(...)`; `retired` for a copy
+    /// that left service.
+    public var description: String {
+        switch self {
+        case .store(let error): "store(\(error))"
+        case .storage(let error): isRetired ? "retired" : "storage(\(error))"
+        case .unknownFeature(let name): "unknownFeature(\(name))"
+        case .sessionGone: "sessionGone"
+        case .memoryFull: "memoryFull"
+        case .outcomeUnknown: "outcomeUnknown"
+        }
+    }
 }
 
 /// The reply body of a change: `{"feature", "version", "state"}`, plus `"effect"` for dispatches.

@@ -1,7 +1,7 @@
 import Foundation
 import TestSupport
 import StatePersistence
-import StateSessions
+@testable import StateSessions
 import StateStore
 import Testing
 

@@ -37,6 +37,31 @@ struct RetryTests {
         #expect(manager.isLoaded(id: session.id))
     }
 
+    @Test("SessionManager.submit answers a change to a copy evicted meanwhile with its outcome on the session loaded again, never retired")
+    func submitThroughTheManager() async throws {
+        let manager = try exampleManager(InMemoryStorage())
+        let (session, token) = try await manager.create()
+        _ = try await session.store("counter")
+        let first = await manager.submit(Self.increment, to: session, token: token, admin: false).value()
+        guard case .outcome(.applied) = first else {
+            Issue.record("not applied: \(first)")
+            return
+        }
+        let (evicted, _) = await manager.sweep(now: WallClock.now + SessionManager.milliseconds(testSettings().idleTimeout) + 1_000)
+        #expect(evicted == 1)
+        let again = await manager.submit(Self.increment, to: session, token: token, admin: false).value()
+        guard case .outcome(.applied(let change, _)) = again else {
+            Issue.record("not applied to the session loaded again: \(again)")
+            return
+        }
+        #expect(change.version == 2)
+        // The copy in hand is the evicted one still: looked up again, another token finds nothing.
+        guard case .notFound = await manager.submit(Self.increment, to: session, token: "another", admin: false).value() else {
+            Issue.record("another token reached the session")
+            return
+        }
+    }
+
     @Test("a change for a session deleted meanwhile is not found; with another token too")
     func deletedIsNotFound() async throws {
         let manager = try exampleManager(InMemoryStorage())

@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import StatePersistence
 import StateServerHTTP
-import StateSessions
+@testable import StateSessions
 import StateStore
 import Testing
 

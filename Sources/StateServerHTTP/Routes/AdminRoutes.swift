@@ -4,11 +4,10 @@ import StateSessions
 import StateStore
 import StateJSON
 
-/// Admin routes: the admin credential (`admin.tokenHash`) as the bearer token.
+/// Admin routes: the admin credential (`admin.tokenHash`) as the bearer token (``Access/admin``).
 extension StateServerResponder {
     static let adminRoutes: [Route] = [
-        Route(["GET"], "/v1/admin/sessions") { responder, request throws(APIError) in
-            try requireAdmin(responder, request)
+        .admin(["GET"], "/v1/admin/sessions") { responder, request throws(APIError) in
             let afters = request.http.queryValues("after")
             guard afters.count <= 1 else { throw .invalidRequest("give 'after' at most once") }
             let after = afters.first ?? ""
@@ -37,8 +36,7 @@ extension StateServerResponder {
             }
         },
         // The cluster's live members as PostgreSQL has them (several nodes); none otherwise.
-        Route(["GET"], "/v1/admin/cluster") { responder, request throws(APIError) in
-            try requireAdmin(responder, request)
+        .admin(["GET"], "/v1/admin/cluster") { responder, request throws(APIError) in
             return .later { () throws(APIError) in
                 var members: [ClusterMember] = []
                 if let ownership = responder.sessions.ownership, ownership.hasJoined {
@@ -65,10 +63,4 @@ extension StateServerResponder {
             }
         },
     ]
-
-    /// `401` without a bearer token, `403 forbidden` unless it is the admin credential.
-    private static func requireAdmin(_ responder: StateServerResponder, _ request: RouteRequest) throws(APIError) {
-        guard let token = Credentials.token(request.http, allowQueryToken: false) else { throw .unauthorized }
-        guard Credentials.isAdmin(token, hash: responder.settings.adminTokenHash) else { throw .notAdmin }
-    }
 }

@@ -5,17 +5,15 @@ import StateStore
 /// `POST /v1/sessions/{id}/dispatch`: a client's action, through the session's change path.
 extension StateServerResponder {
     static let dispatchRoutes: [Route] = [
-        Route(["POST"], "/v1/sessions/{id}/dispatch") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .dispatch) { session, grant throws(APIError) in
-                try responder.limits.checkDispatch(session)
-                var asked = try responder.dispatchRequest(request.http)
-                try StateServerResponder.require(dispatchOf: asked, by: grant)
-                asked.subject = grant.subject
-                asked.tokenID = grant.tokenID
-                // The change path finds the store (and loads it in its turn when it is not in
-                // memory): nothing to look up here.
-                return responder.change(session, asked, request: request, grant: grant)
-            }
+        .session(["POST"], "/v1/sessions/{id}/dispatch", .needs(.dispatch)) { responder, request throws(APIError) in
+            try responder.limits.checkDispatch(request.session)
+            var asked = try responder.dispatchRequest(request.http)
+            try StateServerResponder.require(dispatchOf: asked, by: request.grant)
+            asked.subject = request.grant.subject
+            asked.tokenID = request.grant.tokenID
+            // The change path finds the store (and loads it in its turn when it is not in
+            // memory): nothing to look up here.
+            return responder.change(request, asked)
         }
     ]
 

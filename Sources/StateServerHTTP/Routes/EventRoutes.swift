@@ -7,24 +7,17 @@ extension StateServerResponder {
     static let eventRoutes: [Route] = [
         // No HEAD: `405` with `Allow: GET` (a HEAD answer has no body bytes, and a stream's
         // chunked terminator behind a keep-alive proxy would be read as the next reply's start).
-        Route(["GET"], "/v1/sessions/{id}/events", head: false) { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .observe, allowQueryToken: true, allowAdmin: true) { session, grant throws(APIError) in
-                let requested = try StateServerResponder.streamedFeatures(request, grant, responder.sessions.registry)
-                _ = try StateServerResponder.wantsDeltas(request)
-                let needs = SessionNeeds(
-                    features: requested.isEmpty ? nil : requested, resumingAfter: StateServerResponder.lastEventID(request))
-                return try responder.withLoaded(session, needs) { () throws(APIError) in
-                    .now(try responder.events(request, session, grant))
-                }
-            }
+        .session(["GET"], "/v1/sessions/{id}/events", .eventStream, head: false, query: StreamQuery.self) {
+            responder, request, query throws(APIError) in
+            .now(try responder.events(request, query))
         }
     ]
 
     /// The features a stream asks for (`?feature=`, each known and reached by the grant, else
     /// `404 unknown_feature` / `403 forbidden`); none named: every feature the grant reaches
     /// (empty: every feature).
-    static func streamedFeatures(_ request: RouteRequest, _ grant: Grant, _ registry: FeatureRegistry) throws(APIError) -> [String] {
-        let requested = request.http.queryValues("feature")
+    static func streamedFeatures(_ request: HTTPRequest, _ grant: Grant, _ registry: FeatureRegistry) throws(APIError) -> [String] {
+        let requested = request.queryValues("feature")
         for name in requested where registry[name] == nil { throw .unknownFeature(name) }
         for name in requested { try require(feature: name, of: grant) }
         if requested.isEmpty, let reached = grant.features {
@@ -36,8 +29,8 @@ extension StateServerResponder {
 
     /// `delta=json-patch`: `state` events carry a patch from the previous version instead of
     /// the state. Any other value, or the parameter twice, is `400 invalid_request`.
-    static func wantsDeltas(_ request: RouteRequest) throws(APIError) -> Bool {
-        let values = request.http.queryValues("delta")
+    static func wantsDeltas(_ request: HTTPRequest) throws(APIError) -> Bool {
+        let values = request.queryValues("delta")
         guard values.count <= 1 else { throw .invalidRequest("give 'delta' at most once") }
         guard let value = values.first else { return false }
         guard value == "json-patch" else {
@@ -46,25 +39,21 @@ extension StateServerResponder {
         return true
     }
 
-    static func lastEventID(_ request: RouteRequest) -> Int? {
-        request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
-    }
-
     /// Opens the stream: admission (per session, atomically in the hub; per server, here),
     /// then the replay after `Last-Event-ID` or a snapshot, then live changes.
-    func events(_ request: RouteRequest, _ session: Session, _ grant: Grant) throws(APIError) -> HTTPResponse {
-        let requested = try StateServerResponder.streamedFeatures(request, grant, sessions.registry)
-        let filter: Set<String>? = requested.isEmpty ? nil : Set(requested)
+    func events(_ request: SessionRequest, _ query: StreamQuery) throws(APIError) -> HTTPResponse {
+        let session = request.session
+        let grant = request.grant
+        let filter: Set<String>? = query.features.isEmpty ? nil : Set(query.features)
         // Several nodes: a stream opened while this node does not hear the others would miss
         // their changes silently.
         guard sessions.isFollowing else { throw .notFollowing }
         let counter = try admitStream()
-        let lastEventID = StateServerResponder.lastEventID(request)
         let stream = EventStream(bufferLimit: settings.streamBufferLimit)
         let hub = session.hub
-        let deltas = try StateServerResponder.wantsDeltas(request)
         switch session.subscribe(
-            features: filter, lastEventID: lastEventID, sink: stream, limit: settings.maxStreamsPerSession, deltas: deltas)
+            features: filter, lastEventID: query.lastEventID, sink: stream, limit: settings.maxStreamsPerSession,
+            deltas: query.deltas)
         {
         case .closed:
             counter.release()
@@ -72,7 +61,7 @@ extension StateServerResponder {
             // Not deleted: this copy was given up since it was found (handed over to another
             // node, or this node's membership lapsed). The session is elsewhere now: nothing
             // was opened; the client (or the node that forwarded this) looks again.
-            throw .ownerUnavailable("this copy of the session was given up meanwhile (it moved, or is loaded again); try again", misdirected: request.forwarded != nil)
+            throw .ownerUnavailable("this copy of the session was given up meanwhile (it moved, or is loaded again); try again", misdirected: request.route.forwarded != nil)
         case .full:
             counter.release()
             throw .tooManyStreams("this session already has \(settings.maxStreamsPerSession) open event streams")
@@ -107,6 +96,26 @@ extension StateServerResponder {
             throw .tooManyStreams("the server has its maximum of \(settings.maxStreams) open event streams")
         }
         return OpenStreamCounter(responder: self)
+    }
+}
+
+/// The query of `GET .../events`, parsed once: the features streamed (`feature=`, checked
+/// against the registry and the grant), `delta=json-patch`, and `Last-Event-ID` (a stream
+/// resuming: the events after it are loaded first).
+struct StreamQuery: SessionQuery {
+    /// The features asked for, or those the grant reaches; empty: every feature.
+    let features: [String]
+    let deltas: Bool
+    let lastEventID: Int?
+
+    init(_ request: SessionRequest, features registry: FeatureRegistry) throws(APIError) {
+        features = try StateServerResponder.streamedFeatures(request.http, request.grant, registry)
+        deltas = try StateServerResponder.wantsDeltas(request.http)
+        lastEventID = request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
+    }
+
+    var needs: SessionNeeds? {
+        SessionNeeds(features: features.isEmpty ? nil : features, resumingAfter: lastEventID)
     }
 }
 

@@ -5,67 +5,48 @@ import StateStore
 /// `GET /v1/sessions/{id}/history`: the session's changes in order, paged with a cursor.
 extension StateServerResponder {
     static let historyRoutes: [Route] = [
-        Route(["GET"], "/v1/sessions/{id}/history") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .observe, allowAdmin: true) { session, grant throws(APIError) in
-                var asked = try HistoryQuery(request.http, features: responder.sessions.registry)
-                if let reached = grant.features {
-                    // A token limited to some features reads the history of one at a time.
-                    if let feature = asked.feature {
-                        try StateServerResponder.require(feature: feature, of: grant)
-                    } else if reached.count == 1, let only = reached.first {
-                        asked.feature = only
-                    } else {
-                        throw .forbidden(
-                            "this token reaches only the features \(Grant.list(reached)); ask for one with '?feature='")
-                    }
+        .session(["GET"], "/v1/sessions/{id}/history", .adminMayRead, query: HistoryQuery.self) { _, request, query throws(APIError) in
+            let session = request.session
+            return .later { () throws(APIError) in
+                let page: HistoryPage
+                do throws(SessionFailure) {
+                    page = try await session.history(after: query.after, limit: query.limit, feature: query.feature)
+                } catch {
+                    throw .session(error)
                 }
-                let query = asked
-                return .later { () throws(APIError) in
-                    let page: HistoryPage
-                    do throws(SessionFailure) {
-                        page = try await session.history(after: query.after, limit: query.limit, feature: query.feature)
-                    } catch {
-                        throw .session(error)
-                    }
-                    return Reply.json(200, historyBody(session.id, page), route: request.template, headers: [Reply.noStore])
-                }
+                return Reply.json(200, historyBody(session.id, page), route: request.template, headers: [Reply.noStore])
             }
         },
-        Route(["GET"], "/v1/sessions/{id}/recording") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .observe, allowAdmin: true) { session, grant throws(APIError) in
-                if let reached = grant.features {
-                    throw .forbidden(
-                        "a recording holds every feature of the session; this token reaches only \(Grant.list(reached))")
+        .session(["GET"], "/v1/sessions/{id}/recording", .adminMayRead) { responder, request throws(APIError) in
+            if let reached = request.grant.features {
+                throw .forbidden(
+                    "a recording holds every feature of the session; this token reaches only \(Grant.list(reached))")
+            }
+            let session = request.session
+            return .later { () throws(APIError) in
+                // The starting states are read before the answer, so a failure is an error
+                // reply; the changes stream behind them, a journal page at a time, as fast
+                // as the client reads (the stream's buffer bounds what waits in memory).
+                let export: RecordingExport
+                do throws(SessionFailure) {
+                    export = try await session.recordingExport(server: responder.settings.serverVersion)
+                } catch {
+                    throw .session(error)
                 }
-                return .later { () throws(APIError) in
-                    // The starting states are read before the answer, so a failure is an error
-                    // reply; the changes stream behind them, a journal page at a time, as fast
-                    // as the client reads (the stream's buffer bounds what waits in memory).
-                    let export: RecordingExport
-                    do throws(SessionFailure) {
-                        export = try await session.recordingExport(server: responder.settings.serverVersion)
-                    } catch {
-                        throw .session(error)
-                    }
-                    let body = EventStream(bufferLimit: RecordingExport.chunk * 4, carriesEvents: false)
-                    let maxBytes = responder.settings.recordingMaxBytes
-                    Task {
-                        await export.writeChanges(maxBytes: maxBytes) { await body.write($0) }
-                        body.close()
-                    }
-                    return HTTPResponse(
-                        status: 200, headers: [Reply.jsonType, Reply.noStore], body: .stream(body), route: request.template)
+                let body = EventStream(bufferLimit: RecordingExport.chunk * 4, carriesEvents: false)
+                let maxBytes = responder.settings.recordingMaxBytes
+                Task {
+                    await export.writeChanges(maxBytes: maxBytes) { await body.write($0) }
+                    body.close()
                 }
+                return HTTPResponse(
+                    status: 200, headers: [Reply.jsonType, Reply.noStore], body: .stream(body), route: request.template)
             }
         },
-        Route(["POST"], "/v1/recordings") { responder, request throws(APIError) in
-            // The admin credential imports as recorded; anything else (or nothing) as a client.
-            let asRecorded = Credentials.token(request.http, allowQueryToken: false).map {
-                Credentials.isAdmin($0, hash: responder.settings.adminTokenHash)
-            } ?? false
-            // An import creates a session: it needs what creating one needs.
-            let creator = try responder.creator(request, admin: asRecorded)
-            if request.http.bodyTooLarge { throw .tooLarge(responder.settings.bodyLimit) }
+        // The admin credential imports as recorded; anything else (or nothing) as a client. An
+        // import creates a session: it needs what creating one needs.
+        .creating("/v1/recordings", admin: true) { responder, request, creator throws(APIError) in
+            let asRecorded = creator.isAdmin
             _ = try APIError.parse(request.http.body)
             let recording: Recording
             do throws(Recording.Unreadable) {
@@ -74,7 +55,7 @@ extension StateServerResponder {
                 throw .invalidRequest("the body is not a recording: \(error)")
             }
             return .later { () throws(APIError) in
-                try await creator?.verify()
+                try await creator.check?.verify()
                 return try await importRecording(recording, asRecorded: asRecorded, into: responder.sessions)
             }
         },
@@ -146,23 +127,41 @@ extension StateServerResponder {
 }
 
 /// The query of `GET .../history`: `after` (a seq, default 0), `limit` (1 to 1,000, default
-/// 100), `feature` (at most one, registered). Anything else is ignored, as on other routes.
-struct HistoryQuery {
+/// 100), `feature` (at most one, registered). Anything else is ignored, as on other routes. A
+/// credential limited to some features reads the history of one at a time: the one it names,
+/// or the only one it reaches (`403` otherwise).
+struct HistoryQuery: SessionQuery {
     static let defaultLimit = 100
     static let maxLimit = 1000
 
     let after: Int
     let limit: Int
-    var feature: String?
+    let feature: String?
 
-    init(_ request: HTTPRequest, features: FeatureRegistry) throws(APIError) {
-        after = try Self.integer(request, "after", default: 0, in: 0...Int.max)
-        limit = try Self.integer(request, "limit", default: Self.defaultLimit, in: 1...Self.maxLimit)
-        let named = request.queryValues("feature")
+    init(_ request: SessionRequest, features: FeatureRegistry) throws(APIError) {
+        let http = request.http
+        after = try Self.integer(http, "after", default: 0, in: 0...Int.max)
+        limit = try Self.integer(http, "limit", default: Self.defaultLimit, in: 1...Self.maxLimit)
+        let named = http.queryValues("feature")
         guard named.count <= 1 else { throw .invalidRequest("give at most one 'feature' for the history") }
         if let name = named.first, features[name] == nil { throw .unknownFeature(name) }
-        feature = named.first
+        let grant = request.grant
+        guard let reached = grant.features else {
+            feature = named.first
+            return
+        }
+        if let name = named.first {
+            try StateServerResponder.require(feature: name, of: grant)
+            feature = name
+        } else if reached.count == 1, let only = reached.first {
+            feature = only
+        } else {
+            throw .forbidden("this token reaches only the features \(Grant.list(reached)); ask for one with '?feature='")
+        }
     }
+
+    /// Nothing beforehand: the history is read from the journal.
+    var needs: SessionNeeds? { nil }
 
     static func integer(_ request: HTTPRequest, _ name: String, default value: Int, in range: ClosedRange<Int>) throws(APIError) -> Int {
         let values = request.queryValues(name)

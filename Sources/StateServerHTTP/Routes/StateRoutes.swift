@@ -7,65 +7,51 @@ import StateStore
 /// (DELETE).
 extension StateServerResponder {
     static let stateRoutes: [Route] = [
-        Route(["GET"], "/v1/sessions/{id}/state") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .observe) { session, grant throws(APIError) in
-                try responder.withLoaded(session, .everyStore) { () throws(APIError) in
-                    .now(try allState(session, grant, route: request.template))
-                }
-            }
+        .session(["GET"], "/v1/sessions/{id}/state", SessionAccess(scope: .observe, reads: .everyStore)) { _, request throws(APIError) in
+            .now(try allState(request.session, request.grant, route: request.template))
         },
-        Route(["GET", "PUT", "DELETE"], "/v1/sessions/{id}/state/{feature}") { responder, request throws(APIError) in
-            // Reading needs `observe`; setting (rehydrate) and resetting a state need `admin`.
-            let scope: Grant.Scope = request.http.method == "PUT" || request.http.method == "DELETE" ? .admin : .observe
-            return try responder.withSession(request, needs: scope) { session, grant throws(APIError) in
+        .session(["GET"], "/v1/sessions/{id}/state/{feature}", .needs(.observe), readingStore: { _, request, store throws(APIError) in
+            guard let feature = request["feature"] else { throw .notFound }
+            try require(feature: feature, of: request.grant)
+            return .now(try readState(request.http, store, feature: feature, route: request.template))
+        }),
+        // Setting a state (rehydrate) and resetting one need `admin`.
+        .session(["PUT"], "/v1/sessions/{id}/state/{feature}", .needs(.admin)) { responder, request throws(APIError) in
+            guard let feature = request["feature"] else { throw .notFound }
+            let state = try stateBody(request.http)
+            guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+            try require(feature: feature, of: request.grant)
+            let precondition = EntityTagCondition.precondition(request.http)
+            return responder.change(request, ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: precondition))
+        },
+        .session(["DELETE"], "/v1/sessions/{id}/state/{feature}", .needs(.admin)) { responder, request throws(APIError) in
+            guard let feature = request["feature"] else { throw .notFound }
+            guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
+            try require(feature: feature, of: request.grant)
+            let precondition = EntityTagCondition.precondition(request.http)
+            return responder.change(request, ChangeRequest(feature: feature, kind: .reset, precondition: precondition))
+        },
+        // The store is loaded after the body is read (`400` before `404 unknown_feature`).
+        .session(["POST"], "/v1/sessions/{id}/state/{feature}/travel", .needs(.admin)) { responder, request throws(APIError) in
+            let version = try StateServerResponder.travelBody(request.http)
+            let precondition = EntityTagCondition.precondition(request.http)
+            return try responder.withStore(request) { responder, request, store throws(APIError) in
                 guard let feature = request["feature"] else { throw .notFound }
-                let http = request.http
-                switch http.method {
-                case "PUT":
-                    let state = try StateServerResponder.stateBody(http)
-                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
-                    try StateServerResponder.require(feature: feature, of: grant)
-                    return responder.change(
-                        session,
-                        ChangeRequest(feature: feature, kind: .rehydrate(state), precondition: EntityTagCondition.precondition(http)),
-                        request: request)
-                case "DELETE":
-                    guard responder.sessions.registry[feature] != nil else { throw .unknownFeature(feature) }
-                    try StateServerResponder.require(feature: feature, of: grant)
-                    return responder.change(
-                        session,
-                        ChangeRequest(feature: feature, kind: .reset, precondition: EntityTagCondition.precondition(http)),
-                        request: request)
-                default:
-                    // Several nodes: caught up first, so a read shows writes made on any node.
-                    return try responder.withStore(session, feature) { store throws(APIError) in
-                        try StateServerResponder.require(feature: feature, of: grant)
-                        return .now(try readState(http, store, feature: feature, route: request.template))
+                try require(feature: feature, of: request.grant)
+                let session = request.session
+                return .later { () throws(APIError) in
+                    let source: TravelSource
+                    do throws(SessionFailure) {
+                        source = try await session.stateForTravel(store, to: version)
+                    } catch {
+                        throw .session(error)
                     }
-                }
-            }
-        },
-        Route(["POST"], "/v1/sessions/{id}/state/{feature}/travel") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .admin) { session, grant throws(APIError) in
-                guard let feature = request["feature"] else { throw .notFound }
-                let version = try StateServerResponder.travelBody(request.http)
-                let precondition = EntityTagCondition.precondition(request.http)
-                return try responder.withStore(session, feature) { store throws(APIError) in
-                    try StateServerResponder.require(feature: feature, of: grant)
-                    return .later { () throws(APIError) in
-                        let source: TravelSource
-                        do throws(SessionFailure) {
-                            source = try await session.stateForTravel(store, to: version)
-                        } catch {
-                            throw .session(error)
-                        }
-                        switch source {
-                        case .unreachable(let oldest, let current):
-                            throw .versionUnreachable(feature: feature, version: version, oldest: oldest, current: current)
-                        case .state(let state):
-                            let change = ChangeRequest(feature: feature, kind: .travel(state), precondition: precondition)
-                            return try await responder.change(session, change, request: request).value()
-                        }
+                    switch source {
+                    case .unreachable(let oldest, let current):
+                        throw .versionUnreachable(feature: feature, version: version, oldest: oldest, current: current)
+                    case .state(let state):
+                        let change = ChangeRequest(feature: feature, kind: .travel(state), precondition: precondition)
+                        return try await responder.change(request, change).value()
                     }
                 }
             }

@@ -16,48 +16,48 @@ extension StateServerResponder {
     static let maxMintBody = 4096
 
     static let tokenRoutes: [Route] = [
-        Route(["GET", "POST"], "/v1/sessions/{id}/tokens") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .admin) { session, caller throws(APIError) in
-                guard request.http.method == "POST" else {
-                    return .now(
-                        Reply.json(200, tokenList(session.tokens(visibleTo: caller)), route: request.template, headers: [Reply.noStore]))
+        .session(["GET"], "/v1/sessions/{id}/tokens", .needs(.admin)) { _, request throws(APIError) in
+            let listed = request.session.tokens(visibleTo: request.grant)
+            return .now(Reply.json(200, tokenList(listed), route: request.template, headers: [Reply.noStore]))
+        },
+        .session(["POST"], "/v1/sessions/{id}/tokens", SessionAccess(scope: .admin, bodyLimit: maxMintBody)) {
+            responder, request throws(APIError) in
+            let caller = request.grant
+            let now = WallClock.now
+            let wanted = try responder.mintRequest(request.http, caller: caller, now: now)
+            if let reason = caller.widening(wanted) {
+                throw .forbidden("a token cannot mint one wider than itself: \(reason)")
+            }
+            let session = request.session
+            return .later { () throws(APIError) in
+                let minted: (id: String, token: String)
+                do throws(TokenFailure) {
+                    minted = try await session.mint(wanted, now: now)
+                } catch {
+                    throw .token(error)
                 }
-                guard request.http.body.count <= maxMintBody else { throw .tooLarge(maxMintBody) }
-                let now = WallClock.now
-                let wanted = try responder.mintRequest(request.http, caller: caller, now: now)
-                if let reason = caller.widening(wanted) {
-                    throw .forbidden("a token cannot mint one wider than itself: \(reason)")
-                }
-                return .later { () throws(APIError) in
-                    let minted: (id: String, token: String)
-                    do throws(TokenFailure) {
-                        minted = try await session.mint(wanted, now: now)
-                    } catch {
-                        throw .token(error)
-                    }
-                    var body = JSONObjectWriter()
-                    body.string("id", minted.id)
-                    body.string("token", minted.token)
-                    tokenFields(wanted, into: &body)
-                    return Reply.json(
-                        201, body.finish(), route: request.template,
-                        headers: [("Location", "/v1/sessions/\(session.id)/tokens/\(minted.id)"), Reply.noStore])
-                }
+                var body = JSONObjectWriter()
+                body.string("id", minted.id)
+                body.string("token", minted.token)
+                tokenFields(wanted, into: &body)
+                return Reply.json(
+                    201, body.finish(), route: request.template,
+                    headers: [("Location", "/v1/sessions/\(session.id)/tokens/\(minted.id)"), Reply.noStore])
             }
         },
-        Route(["DELETE"], "/v1/sessions/{id}/tokens/{tokenId}") { responder, request throws(APIError) in
-            try responder.withSession(request, needs: .admin) { session, caller throws(APIError) in
-                guard let tokenID = request["tokenId"] else { throw .notFound }
-                return .later { () throws(APIError) in
-                    let revoked: [String]
-                    do throws(TokenFailure) {
-                        revoked = try await session.revoke(tokenID, by: caller)
-                    } catch {
-                        throw .token(error)
-                    }
-                    responder.streamsByToken.revoked(revoked, session: session.id)
-                    return Reply.empty(204, route: request.template, headers: [Reply.noStore])
+        .session(["DELETE"], "/v1/sessions/{id}/tokens/{tokenId}", .needs(.admin)) { responder, request throws(APIError) in
+            guard let tokenID = request["tokenId"] else { throw .notFound }
+            let session = request.session
+            let caller = request.grant
+            return .later { () throws(APIError) in
+                let revoked: [String]
+                do throws(TokenFailure) {
+                    revoked = try await session.revoke(tokenID, by: caller)
+                } catch {
+                    throw .token(error)
                 }
+                responder.streamsByToken.revoked(revoked, session: session.id)
+                return Reply.empty(204, route: request.template, headers: [Reply.noStore])
             }
         },
     ]
