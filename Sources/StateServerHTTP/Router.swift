@@ -28,7 +28,7 @@ struct RouteRequest: Sendable {
 /// may call it (``Access``, declared as data) and the handler that answers. GET rows answer HEAD
 /// too. Rows of one template with different methods (reads and writes of one state) are one
 /// path to the router, each row with its own access.
-struct Route: Sendable {
+final class Route: Sendable {
     typealias Handler = @Sendable (StateServerResponder, RouteRequest) throws(APIError) -> Answer
     typealias CreatingHandler = @Sendable (StateServerResponder, RouteRequest, Creator) throws(APIError) -> Answer
     typealias SessionHandler = @Sendable (StateServerResponder, SessionRequest) throws(APIError) -> Answer
