@@ -23,6 +23,8 @@ final class LoadedStores: Sendable {
 
     func insert(_ store: any AnyStateStore, for feature: String) { table.withLock { $0[feature] = store } }
 
+    func remove(_ feature: String) { table.withLock { _ = $0.removeValue(forKey: feature) } }
+
     /// The stores in memory, by feature.
     var byFeature: [String: any AnyStateStore] { table.withLock { $0 } }
 
