@@ -5,28 +5,37 @@ import Foundation
 public struct EncodedChange: Sendable {
     public let feature: String
     public let version: Int
-    /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`.
+    /// `dispatch`, `rehydrate`, `reset`, `travel`, `import` or `timer`.
     public let cause: String
     /// The action as a tagged object, for dispatches, in its public form
-    /// (``Feature/publicAction(_:)``: secrets such as passwords masked).
+    /// (``Feature/publicAction(_:)``: secrets such as passwords masked); for a timer, the timer
+    /// that fired, `{"id", "action", "due", "scheduledAt"}` (``PendingTimer/json(feature:)``).
     public let action: [UInt8]?
     public let state: [UInt8]
     /// The one-shot effect as a tagged object, if the change produced one.
     public let effect: [UInt8]?
+    /// What the change does to its store's pending timers (nil: nothing). Storage keeps them
+    /// in the same commit as the change.
+    public let timers: TimerChanges?
 
     init<State: Encodable, Action: Encodable, Effect: Encodable>(
         feature: String, change: StoreChange<State, Action, Effect>, currentVersion: Int,
-        publicAction: (Action) -> Action = { $0 }
+        publicAction: (Action) -> Action = { $0 }, firing: PendingTimer? = nil, timers: TimerChanges? = nil
     ) throws(StoreError) {
         self.feature = feature
         self.version = change.version
         self.cause = change.cause.name
+        self.timers = timers
         do {
             state = try JSONCoding.encode(change.state)
-            if case .dispatch(let action) = change.cause {
-                self.action = try Self.tagged(publicAction(action))
-            } else {
-                self.action = nil
+            switch change.cause {
+            case .dispatch(let action): self.action = try Self.tagged(publicAction(action))
+            case .timer(let id, let action):
+                let visible = try Self.tagged(publicAction(action))
+                let due = firing?.due ?? 0
+                let scheduledAt = firing?.scheduledAt ?? 0
+                self.action = PendingTimer(id: id, action: [], publicAction: visible, due: due, scheduledAt: scheduledAt).json()
+            default: self.action = nil
             }
             effect = try change.effect.map(Self.tagged)
         } catch {
@@ -37,7 +46,11 @@ public struct EncodedChange: Sendable {
     }
 
     /// A change from its parts as journaled (a change recorded by another process).
-    public init(feature: String, version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?) {
+    public init(
+        feature: String, version: Int, cause: String, action: [UInt8]?, state: [UInt8], effect: [UInt8]?,
+        timers: TimerChanges? = nil
+    ) {
+        self.timers = timers
         self.feature = feature
         self.version = version
         self.cause = cause
@@ -119,6 +132,17 @@ public protocol AnyStateStore: AnyObject, Sendable {
     func prepareRecovery() throws(StoreError) -> PreparedChange?
     /// Whether declared asynchronous work is still live (started, not returned, not cancelled).
     var hasRunningWork: Bool { get }
+
+    // MARK: Timers
+
+    /// The pending timers, due first.
+    var pendingTimers: [PendingTimer] { get }
+    /// Sets the pending timers as storage kept them, replacing any the store holds.
+    func restoreTimers(_ timers: [PendingTimer])
+    /// Fires the pending timer `id` due at `due`, prepared (a change of cause `timer`); nil when
+    /// it is no longer pending. `action` replaces its action; `refused` consumes it keeping the
+    /// state (a middleware refused it).
+    func prepareTimer(id: String, due: Int64, action: JSONValue?, refused: Bool) throws(StoreError) -> PreparedChange?
     /// Cancels all running work without a change (for an owner discarding the store, such as
     /// a deleted session); what it sends afterwards is dropped.
     func cancelAllWork()
@@ -246,6 +270,8 @@ extension DefaultStateStore: AnyStateStore {
             }
         case "reset":
             prepared = try prepare(ifVersion: nil, enforceCeiling: enforceCeiling) { _, _ in (feature.initialState, nil, .reset) }
+        case "timer":
+            prepared = try prepareTimerReplay(payload, enforceCeiling: enforceCeiling)
         default:
             throw StoreError(.invalidAction, "unknown journaled cause '\(cause)'", currentVersion: version)
         }
@@ -283,6 +309,11 @@ extension DefaultStateStore: AnyStateStore {
                 throw StoreError(.invalidAction, "a journaled action is not JSON", currentVersion: current)
             }
             changeCause = .dispatch(try Self.decodeAction(actionJSON, version: current))
+        case "timer":
+            guard let action, let parts = PendingTimer.parse(action) else {
+                throw StoreError(.invalidAction, "a journaled timer is not JSON", currentVersion: current)
+            }
+            changeCause = .timer(id: parts.id, action: try Self.decodeAction(parts.action, version: current))
         case "rehydrate": changeCause = .rehydrate
         case "travel": changeCause = .travel
         case "import": changeCause = .import

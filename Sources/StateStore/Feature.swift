@@ -155,7 +155,8 @@ public struct WorkID: Hashable, Sendable {
     public func hash(into hasher: inout Hasher) { hasher.combine(AnyHashable(base)) }
 }
 
-/// Handed to a reducer so it can declare asynchronous work, and cancel work declared earlier.
+/// Handed to a reducer so it can declare asynchronous work and timers, and cancel work and
+/// timers declared earlier.
 /// The work runs after the change is applied, never inside the reducer, and not at all when the
 /// store replays history with side effects off. Cancellations also take effect when the change
 /// is applied (a change that is refused, or prepared and never committed, cancels nothing).
@@ -197,9 +198,25 @@ public final class Dispatcher<Action: Sendable>: Sendable {
     }
 
     /// Cancels the running work declared with `id` (by earlier changes) when this change is
-    /// applied. Anything it sends afterwards is dropped.
+    /// applied, and the pending timer of that id when `id` is a `String`. Anything the work
+    /// sends afterwards is dropped.
     public func cancel(id: some Hashable & Sendable) {
-        declarations.withLock { $0.cancelled.append(WorkID(id)) }
+        declarations.withLock {
+            $0.cancelled.append(WorkID(id))
+            if let name = id as? String { $0.timers.append(.cancel(id: name)) }
+        }
+    }
+
+    /// Schedules `action` to be applied to this store after `delay` (0 s to 366 days), as a
+    /// change of cause `timer`, under `id` (unique per store: scheduling an id again replaces
+    /// its timer; ``cancel(id:)`` cancels it). Scheduling is part of the change: stored in the
+    /// same commit as its state, and nothing is scheduled when the change is refused or not
+    /// committed. The timer survives restarts and eviction on durable storage, and fires exactly
+    /// once: its firing and its removal commit together. A change that would leave more timers
+    /// pending than the store's limit (1,000 by default) is refused, like a bad delay or an
+    /// empty id. Reset, rehydrate, travel and deleting the session cancel a store's timers.
+    public func schedule(_ action: Action, after delay: Duration, id: String) {
+        declarations.withLock { $0.timers.append(.schedule(id: id, after: delay, action: action)) }
     }
 
     /// What was declared so far, emptied.
@@ -227,6 +244,8 @@ package struct Declared: Sendable {
 package struct Declarations: Sendable {
     package var works: [Declared] = []
     package var cancelled: [WorkID] = []
-    package var isEmpty: Bool { works.isEmpty && cancelled.isEmpty }
+    /// Timers scheduled and cancelled, in the order they were declared.
+    package var timers: [TimerOperation] = []
+    package var isEmpty: Bool { works.isEmpty && cancelled.isEmpty && timers.isEmpty }
     package init() {}
 }

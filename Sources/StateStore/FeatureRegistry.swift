@@ -5,14 +5,14 @@ public struct AnyFeature: Sendable {
     public let name: String
     /// The initial state as JSON bytes.
     public let initialStateJSON: [UInt8]
-    private let make: @Sendable (_ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void) -> any AnyStateStore
+    private let make: @Sendable (_ timers: TimerPolicy, _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void) -> any AnyStateStore
 
     /// The version of the feature's state shape (see ``Feature/stateVersion``).
     public let stateVersion: Int
     /// The most bytes the state may take as JSON (see ``Feature/maxStateBytes``).
     public let maxStateBytes: Int
     private let restoreBody: @Sendable (
-        _ state: JSONValue?, _ stateVersion: Int, _ version: Int,
+        _ state: JSONValue?, _ stateVersion: Int, _ version: Int, _ timers: TimerPolicy,
         _ onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
     ) throws(StoreError) -> any AnyStateStore
 
@@ -33,15 +33,15 @@ public struct AnyFeature: Sendable {
         initialStateJSON = try JSONCoding.encode(feature.initialState)
         stateVersion = feature.stateVersion
         maxStateBytes = feature.maxStateBytes
-        make = { onRejected in DefaultStateStore(feature: feature, onFollowUpRejected: onRejected) }
-        restoreBody = { saved, savedVersion, version, onRejected throws(StoreError) in
+        make = { timers, onRejected in DefaultStateStore(feature: feature, timers: timers, onFollowUpRejected: onRejected) }
+        restoreBody = { saved, savedVersion, version, timers, onRejected throws(StoreError) in
             guard StoreVersion.isValid(version) else {
                 throw StoreError(
                     .invalidState, "a store's version must be from 0 to \(StoreVersion.max), not \(version)",
                     currentVersion: 0)
             }
             guard var json = saved else {
-                return DefaultStateStore(feature: feature, version: version, onFollowUpRejected: onRejected)
+                return DefaultStateStore(feature: feature, version: version, timers: timers, onFollowUpRejected: onRejected)
             }
             if savedVersion != feature.stateVersion {
                 do throws(ActionRejected) {
@@ -59,7 +59,8 @@ public struct AnyFeature: Sendable {
                     "the saved state of \(feature.name) does not decode: \(DecodingErrorText.describe(error))",
                     currentVersion: version)
             }
-            return DefaultStateStore(feature: feature, state: state, version: version, onFollowUpRejected: onRejected)
+            return DefaultStateStore(
+                feature: feature, state: state, version: version, timers: timers, onFollowUpRejected: onRejected)
         }
     }
 
@@ -78,30 +79,30 @@ public struct AnyFeature: Sendable {
     /// or at the initial state when `state` is nil. Throws `.invalidState` when the saved state
     /// neither decodes nor migrates.
     public func restoreStore(
-        state: [UInt8]?, stateVersion: Int, version: Int,
+        state: [UInt8]?, stateVersion: Int, version: Int, timers: TimerPolicy = .standard,
         onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
     ) throws(StoreError) -> any AnyStateStore {
-        guard let state else { return try restoreBody(nil, stateVersion, version, onFollowUpRejected) }
+        guard let state else { return try restoreBody(nil, stateVersion, version, timers, onFollowUpRejected) }
         guard let json = JSONCoding.parse(state) else {
             throw StoreError(.invalidState, "the saved state of \(name) is not JSON", currentVersion: version)
         }
-        return try restoreBody(json, stateVersion, version, onFollowUpRejected)
+        return try restoreBody(json, stateVersion, version, timers, onFollowUpRejected)
     }
 
     /// ``restoreStore(state:stateVersion:version:onFollowUpRejected:)`` from a state already
     /// parsed (a journal's patches applied to it), without encoding and parsing it again.
     public func restoreStore(
-        json: JSONValue, stateVersion: Int, version: Int,
+        json: JSONValue, stateVersion: Int, version: Int, timers: TimerPolicy = .standard,
         onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
     ) throws(StoreError) -> any AnyStateStore {
-        try restoreBody(json, stateVersion, version, onFollowUpRejected)
+        try restoreBody(json, stateVersion, version, timers, onFollowUpRejected)
     }
 
-    /// A new store at the initial state, version 0.
+    /// A new store at the initial state, version 0, holding its timers to `timers`.
     public func makeStore(
-        onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
+        timers: TimerPolicy = .standard, onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
     ) -> any AnyStateStore {
-        make(onFollowUpRejected)
+        make(timers, onFollowUpRejected)
     }
 }
 

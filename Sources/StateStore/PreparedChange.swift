@@ -18,10 +18,11 @@ public struct PreparedChange: Sendable {
     @discardableResult
     public func advance() -> Bool { holdAhead() }
 
-    /// What replays the change from a journal: the public action for a dispatch, the state
-    /// for a rehydrate, a travel or an import, nothing for a reset.
+    /// What replays the change from a journal: the public action for a dispatch, the timer
+    /// (with its public action) for a timer, the state for a rehydrate, a travel or an import,
+    /// nothing for a reset.
     public var payload: [UInt8]? {
-        if encoded.cause == "dispatch" { return encoded.action }
+        if encoded.cause == "dispatch" || encoded.cause == "timer" { return encoded.action }
         return ChangeCauseName.setsState(encoded.cause) ? encoded.state : nil
     }
 }
@@ -54,12 +55,14 @@ extension DefaultStateStore {
     /// (checked under the lock, together with applying).
     func prepare(
         ifVersion: Int?, from work: UInt64? = nil, enforceCeiling: Bool = true,
-        dispatcher: Dispatcher<F.Action>? = nil, _ next: Next
+        dispatcher: Dispatcher<F.Action>? = nil, firing: Firing? = nil, _ next: Next
     ) throws(StoreError) -> PreparedChange {
-        let (change, encoded) = try inner.withLock { (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange) in
-            try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, next)
+        let (change, encoded, declared) = try inner.withLock {
+            (inner: inout Inner) throws(StoreError) -> (Change, EncodedChange, Declarations) in
+            try compute(
+                &inner, ifVersion: ifVersion, from: work, enforceCeiling: enforceCeiling, dispatcher: dispatcher,
+                firing: firing, next)
         }
-        let declared = dispatcher?.take() ?? Declarations()
         return PreparedChange(
             encoded: encoded,
             apply: { [self] startWork in
@@ -74,6 +77,7 @@ extension DefaultStateStore {
             holdAhead: { [self] in
                 inner.withLock { inner in
                     guard inner.headVersion == change.version - 1 else { return false }
+                    if let timers = encoded.timers { inner.aheadTimers = timers.applied(to: inner.aheadTimers ?? inner.timers) }
                     inner.ahead = change.state
                     inner.aheadVersion = change.version
                     return true

@@ -82,7 +82,7 @@ public struct Recording: Sendable, Equatable {
         /// led to: the action of a dispatch, the state of a rehydrate, travel or import, nothing
         /// for a reset.
         public func payload(state: JSONValue) -> [UInt8]? {
-            if cause == "dispatch" { return action?.bytes }
+            if cause == "dispatch" || cause == "timer" { return action?.bytes }
             return ChangeCauseName.setsState(cause) ? state.bytes : nil
         }
 

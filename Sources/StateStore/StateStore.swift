@@ -9,11 +9,15 @@ public enum ChangeCause<Action: Sendable>: Sendable {
     case travel
     /// A recording's starting state, set in the session it is imported into.
     case `import`
+    /// A timer the store's reducer scheduled (``Dispatcher/schedule(_:after:id:)``) fired: its
+    /// action, applied as the server's own.
+    case timer(id: String, action: Action)
 
-    /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`, as on the wire.
+    /// `dispatch`, `rehydrate`, `reset`, `travel`, `import` or `timer`, as on the wire.
     public var name: String {
         switch self {
         case .dispatch: "dispatch"
+        case .timer: "timer"
         case .rehydrate: "rehydrate"
         case .reset: "reset"
         case .travel: "travel"
@@ -146,6 +150,10 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         /// Its state (nil when no change is ahead) and version (0 when none is).
         var ahead: F.State?
         var aheadVersion = 0
+        /// The pending timers (``PendingTimer``) by id, as committed; and, while a change is
+        /// ahead, as that change leaves them (nil when it leaves them as committed).
+        var timers: [String: PendingTimer] = [:]
+        var aheadTimers: [String: PendingTimer]?
 
         /// The version the next change is computed on: the change ahead's, else the committed one's.
         var headVersion: Int { aheadVersion != 0 ? aheadVersion : version }
@@ -155,6 +163,8 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     let inner: Mutex<Inner>
     private let runsSideEffects: Bool
     let onFollowUpRejected: @Sendable (StoreError) -> Void
+    /// The limit of pending timers and the clock their due times are counted from.
+    let timerPolicy: TimerPolicy
     let followUpRoute = Mutex<FollowUpRoute?>(nil)
     /// `inner.works.count`, updated under the lock with every change of it, so
     /// ``hasRunningWork`` can be read without the lock (owners ask it under their own locks).
@@ -179,10 +189,12 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ///   - state: a restored state (defaults to the feature's initial state).
     ///   - version: the version of `state` (0 for a new store).
     ///   - runsSideEffects: `false` while replaying history: declared work is dropped.
+    ///   - timers: the limit of pending timers and the clock they are due by.
     public init(
         feature: F, state: F.State? = nil, version: Int = 0, runsSideEffects: Bool = true,
-        onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
+        timers: TimerPolicy = .standard, onFollowUpRejected: @escaping @Sendable (StoreError) -> Void = { _ in }
     ) {
+        self.timerPolicy = timers
         self.feature = feature
         self.inner = Mutex(Inner(state: state ?? feature.initialState, version: version))
         self.versionNow = Atomic(version)
@@ -308,8 +320,8 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ) throws(StoreError) -> (change: Change, encoded: EncodedChange) {
         let (result, cancelled) = try inner.withLock {
             (inner: inout Inner) throws(StoreError) -> ((Change, EncodedChange), [Task<Void, Never>]) in
-            let (change, encoded) = try compute(&inner, ifVersion: ifVersion, from: work, enforceCeiling: true, next)
-            let declared = dispatcher?.take() ?? Declarations()
+            let (change, encoded, declared) = try compute(
+                &inner, ifVersion: ifVersion, from: work, enforceCeiling: true, dispatcher: dispatcher, next)
             let cancelled = install(&inner, change, encoded, declared: declared, startWork: true)
             return ((change, encoded), cancelled)
         }
@@ -318,11 +330,14 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     }
 
     /// The next change against `inner`, changing nothing: the sending work still live (for a
-    /// follow-up), the version precondition, `next` (the reducer, or a new state), the JSON
-    /// encoding and, with `enforceCeiling`, the feature's ``Feature/maxStateBytes``.
+    /// follow-up), the version precondition, `next` (the reducer, or a new state), what it does
+    /// to the pending timers (``timerChanges(_:cause:firing:operations:version:)``), the JSON
+    /// encoding and, with `enforceCeiling`, the feature's ``Feature/maxStateBytes``. Returns what
+    /// the reducer declared to `dispatcher` too.
     func compute(
-        _ inner: inout Inner, ifVersion: Int?, from work: UInt64?, enforceCeiling: Bool, _ next: Next
-    ) throws(StoreError) -> (Change, EncodedChange) {
+        _ inner: inout Inner, ifVersion: Int?, from work: UInt64?, enforceCeiling: Bool,
+        dispatcher: Dispatcher<F.Action>? = nil, firing: Firing? = nil, _ next: Next
+    ) throws(StoreError) -> (Change, EncodedChange, Declarations) {
         if let work, inner.works[work] == nil {
             throw StoreError(
                 .workCancelled, "the work that sent this follow-up was cancelled or has returned",
@@ -339,20 +354,31 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
                 .invalidState, "the store is at version \(headVersion), the last a store can reach: it accepts no change",
                 currentVersion: headVersion)
         }
+        let baseTimers = inner.aheadTimers ?? inner.timers
+        if let firing, firing.required, baseTimers[firing.timer.id]?.due != firing.timer.due {
+            throw StoreError(.timerNotPending, "timer '\(firing.timer.id)' is no longer pending", currentVersion: headVersion)
+        }
         let (state, effect, cause) =
             if inner.aheadVersion != 0, let ahead = inner.ahead { try next(ahead, headVersion) } else { try next(inner.state, headVersion) }
+        let declared = dispatcher?.take() ?? Declarations()
+        let timers = try timerChanges(baseTimers, cause: cause, firing: firing, operations: declared.timers, version: headVersion)
         let change = Change(version: headVersion + 1, cause: cause, state: state, effect: effect)
         let encoded = try EncodedChange(
-            feature: feature.name, change: change, currentVersion: headVersion, publicAction: feature.publicAction)
+            feature: feature.name, change: change, currentVersion: headVersion, publicAction: feature.publicAction,
+            firing: firing?.timer, timers: timers)
         if enforceCeiling, encoded.state.count > feature.maxStateBytes {
-            let kind: StoreError.Kind = if case .dispatch = cause { .actionRejected } else { .invalidState }
+            let kind: StoreError.Kind =
+                switch cause {
+                case .dispatch, .timer: .actionRejected
+                case .rehydrate, .reset, .travel, .import: .invalidState
+                }
             throw StoreError(
                 kind,
                 "the state of \(feature.name) would take \(encoded.state.count) bytes as JSON, "
                     + "more than its limit of \(feature.maxStateBytes)",
                 currentVersion: headVersion)
         }
-        return (change, encoded)
+        return (change, encoded, declared)
     }
 
     /// Makes `change` current and tells the observers, in application order; then cancels the
@@ -365,9 +391,11 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
     ) -> [Task<Void, Never>] {
         inner.state = change.state
         inner.version = change.version
+        if let timers = encoded.timers { inner.timers = timers.applied(to: inner.timers) }
         if inner.aheadVersion != 0, inner.aheadVersion <= change.version {
             inner.ahead = nil
             inner.aheadVersion = 0
+            inner.aheadTimers = nil
         }
         versionNow.store(change.version, ordering: .releasing)
         published.withLock { $0 = PublishedState(state: encoded.state, version: change.version) }
@@ -383,7 +411,7 @@ public final class DefaultStateStore<F: Feature>: StateStore, Sendable {
         }
         switch change.cause {
         case .reset, .rehydrate, .travel, .import: cancel { _ in true }
-        case .dispatch: break
+        case .dispatch, .timer: break
         }
         for id in declared.cancelled { cancel { $0 == id } }
         guard startWork, runsSideEffects, !declared.works.isEmpty else {

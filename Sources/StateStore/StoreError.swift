@@ -22,6 +22,9 @@ public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         /// A follow-up action sent by asynchronous work that was cancelled (or has returned):
         /// it is dropped. Owners routing follow-ups should drop it silently, not report it.
         public static let workCancelled = Kind("work_cancelled")
+        /// A timer to fire is no longer pending (it fired, or was cancelled or replaced): there
+        /// is nothing to fire. Owners firing timers drop it silently.
+        public static let timerNotPending = Kind("timer_not_pending")
     }
 
     public let kind: Kind
