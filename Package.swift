@@ -150,6 +150,7 @@ let package = Package(
             dependencies: [
                 "CSQLite", "CGnuTLS", "StateStore",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             swiftSettings: strictSettings

@@ -1,5 +1,7 @@
 import DequeModule
 import Dispatch
+import HeapModule
+import StateStore
 import Synchronization
 
 /// The in-memory twin of ``SQLiteStorage``: the same tables in dictionaries, with the same
@@ -131,6 +133,34 @@ public final class InMemoryStorage: SessionStorage {
         var totalBytes = 0
         var kept = 0
         var order = Deque<(session: String, seq: Int)>()
+        /// Pending timers by session, feature and id, how many, and every one by due time (a
+        /// reference whose timer was removed or replaced is skipped, and dropped, when read).
+        var timers: [String: [String: [String: PendingTimer]]] = [:]
+        var timerCount = 0
+        var dueIndex = Heap<TimerReference>()
+
+        /// Applies a change's timers (its session exists: checked with the batch's other writes).
+        mutating func apply(_ changes: TimerChanges, session: String, feature: String) {
+            var store = timers[session]?[feature] ?? [:]
+            let before = store.count
+            store = changes.applied(to: store)
+            for timer in changes.set {
+                dueIndex.insert(TimerReference(session: session, feature: feature, id: timer.id, due: timer.due))
+            }
+            timerCount += store.count - before
+            timers[session, default: [:]][feature] = store.isEmpty ? nil : store
+            if timers[session]?.isEmpty == true { timers[session] = nil }
+        }
+
+        /// Whether `reference` names a timer still pending at that due time.
+        func isPending(_ reference: TimerReference) -> Bool {
+            timers[reference.session]?[reference.feature]?[reference.id]?.due == reference.due
+        }
+
+        /// Drops the references of timers no longer pending from the top of the index.
+        mutating func dropStaleTimers() {
+            while let top = dueIndex.min, !isPending(top) { _ = dueIndex.removeMin() }
+        }
     }
 
     /// What several views of one in-memory storage share, as nodes share a database: the
@@ -285,6 +315,11 @@ public final class InMemoryStorage: SessionStorage {
                 for write in batch { try apply(write, to: &copy) }
                 t = copy
             }
+            // Timers last, in place, once nothing of the batch can fail (a copy would copy the
+            // whole due index).
+            for case .timers(let session, let feature, let changes) in batch where t.sessions[session] != nil {
+                t.apply(changes, session: session, feature: feature)
+            }
         }
         announce(batch)
     }
@@ -308,6 +343,9 @@ public final class InMemoryStorage: SessionStorage {
             t.snapshots[id] = nil
             t.keys[id] = nil
             t.grants[id] = nil
+            if let removed = t.timers.removeValue(forKey: id) {
+                t.timerCount -= removed.values.reduce(0) { $0 + $1.count }
+            }
         case .append(let e, let key):
             // The session's entries are found once each (every lookup hashes its id): this runs
             // for every change in memory mode.
@@ -367,6 +405,9 @@ public final class InMemoryStorage: SessionStorage {
             try Self.requireSession(session, in: t)
             let revoked = Set(ids)
             t.grants[session]?.removeAll { revoked.contains($0.id) }
+        case .timers(let session, _, _):
+            // Applied once the whole batch is checked (``commitNow(_:)``).
+            try Self.requireSession(session, in: t)
         }
     }
 
@@ -464,6 +505,46 @@ public final class InMemoryStorage: SessionStorage {
 
     public func sessionCount() async throws(StorageError) -> Int {
         database.tables.withLock { $0.sessions.count }
+    }
+
+    public func timers(session: String) async throws(StorageError) -> [StoredTimer] {
+        database.tables.withLock { t in
+            (t.timers[session] ?? [:]).flatMap { feature, timers in
+                timers.values.map { StoredTimer(session: session, feature: feature, timer: $0) }
+            }
+        }.sorted { $0.reference < $1.reference }
+    }
+
+    public func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference] {
+        let epoch = membership?.fence
+        return database.tables.withLock { t in
+            // Popped in due order, the stale ones dropped, the pending ones put back: they stay
+            // indexed until the change that fires them removes them.
+            var due: [TimerReference] = []
+            var skipped: [TimerReference] = []
+            while due.count < limit, let top = t.dueIndex.min, top.due <= time {
+                let reference = t.dueIndex.removeMin()
+                guard t.isPending(reference) else { continue }
+                if let epoch, let owner = t.owners[reference.session], owner != epoch, t.members[owner] != nil {
+                    skipped.append(reference)
+                } else {
+                    due.append(reference)
+                }
+            }
+            for reference in due + skipped { t.dueIndex.insert(reference) }
+            return due
+        }
+    }
+
+    public func nextTimerDue() async throws(StorageError) -> Int64? {
+        database.tables.withLock { t in
+            t.dropStaleTimers()
+            return t.dueIndex.min?.due
+        }
+    }
+
+    public func timerCount() async throws(StorageError) -> Int {
+        database.tables.withLock { $0.timerCount }
     }
 
     /// Ends every notice stream (every node's: they share the storage), and this node's

@@ -355,6 +355,7 @@ extension SQLiteStorage {
                 case .compact(let session, _, _, _, _, _): try requireSession(session, &existing)
                 case .createGrant(let grant): try requireSession(grant.session, &existing)
                 case .deleteGrants(let session, _): try requireSession(session, &existing)
+                case .timers(let session, _, _): try requireSession(session, &existing)
                 }
                 try apply(write)
             }
@@ -378,7 +379,7 @@ extension SQLiteStorage {
                     [.text(s.id), .blob(s.tokenHash), .int(s.createdAt), .int(s.lastActiveAt)])
                 heads.set(s.id, SQLiteHeads.Head(seq: 0, stores: [:], storedActivity: s.lastActiveAt))
             case .deleteSession(let id):
-                for table in ["changes", "recent_changes", "stores", "bases", "remembered_keys", "tokens"] {
+                for table in ["changes", "recent_changes", "stores", "bases", "remembered_keys", "tokens", "timers"] {
                     try db.run("DELETE FROM \(table) WHERE session = ?", [.text(id)])
                 }
                 try db.run("DELETE FROM sessions WHERE id = ?", [.text(id)])
@@ -485,6 +486,24 @@ extension SQLiteStorage {
             case .deleteGrants(let session, let ids):
                 for id in ids {
                     try db.run("DELETE FROM tokens WHERE session = ? AND id = ?", [.text(session), .text(id)])
+                }
+            case .timers(let session, let feature, let changes):
+                if changes.clearsAll {
+                    try db.run("DELETE FROM timers WHERE session = ? AND feature = ?", [.text(session), .text(feature)])
+                }
+                for id in changes.removed {
+                    try db.run("DELETE FROM timers WHERE session = ? AND feature = ? AND id = ?", [.text(session), .text(feature), .text(id)])
+                }
+                for timer in changes.set {
+                    try db.run(
+                        """
+                        INSERT OR REPLACE INTO timers (session, feature, id, action, public_action, due, scheduled_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                        [
+                            .text(session), .text(feature), .text(timer.id), .blob(timer.action), .blob(timer.publicAction),
+                            .int(timer.due), .int(timer.scheduledAt),
+                        ])
                 }
             }
         }

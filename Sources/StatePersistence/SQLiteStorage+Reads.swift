@@ -8,6 +8,45 @@ import StateStore
 import Synchronization
 
 extension SQLiteStorage {
+    public func timers(session: String) async throws(StorageError) -> [StoredTimer] {
+        try await reader.read { db throws(StorageError) in
+            try db.query(
+                """
+                SELECT feature, id, action, public_action, due, scheduled_at FROM timers
+                WHERE session = ? ORDER BY due, feature, id
+                """,
+                [.text(session)]
+            ) {
+                StoredTimer(
+                    session: session, feature: $0.text(0),
+                    timer: PendingTimer(
+                        id: $0.text(1), action: $0.blob(2) ?? [], publicAction: $0.blob(3) ?? [], due: $0.int(4),
+                        scheduledAt: $0.int(5)))
+            }
+        }
+    }
+
+    public func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference] {
+        try await reader.read { db throws(StorageError) in
+            try db.query(
+                "SELECT session, feature, id, due FROM timers WHERE due <= ? ORDER BY due, session, feature, id LIMIT ?",
+                [.int(time), .int(Int64(max(0, limit)))]
+            ) { TimerReference(session: $0.text(0), feature: $0.text(1), id: $0.text(2), due: $0.int(3)) }
+        }
+    }
+
+    public func nextTimerDue() async throws(StorageError) -> Int64? {
+        try await reader.read { db throws(StorageError) in
+            try db.query("SELECT due FROM timers ORDER BY due LIMIT 1", []) { $0.int(0) }.first
+        }
+    }
+
+    public func timerCount() async throws(StorageError) -> Int {
+        try await reader.read { db throws(StorageError) in
+            try db.query("SELECT count(*) FROM timers", []) { Int($0.int(0)) }.first ?? 0
+        }
+    }
+
     public func session(id: String) async throws(StorageError) -> StoredSession? {
         try await reader.read { db throws(StorageError) in
             try db.query("SELECT id, token_hash, created_at, last_active FROM sessions WHERE id = ?", [.text(id)]) {

@@ -66,6 +66,17 @@ extension SQLiteStorage {
             expires_at INTEGER,
             PRIMARY KEY (session, id)
         ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS timers (
+            session TEXT NOT NULL,
+            feature TEXT NOT NULL,
+            id TEXT NOT NULL,
+            action BLOB NOT NULL,
+            public_action BLOB NOT NULL,
+            due INTEGER NOT NULL,
+            scheduled_at INTEGER NOT NULL,
+            PRIMARY KEY (session, feature, id)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS timers_by_due ON timers (due, session, feature, id);
         SELECT count(*) FROM sqlite_master;
         """
 

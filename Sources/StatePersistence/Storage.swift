@@ -210,6 +210,51 @@ public enum StorageWrite: Sendable {
     case createGrant(StoredGrant)
     /// Revokes the session's tokens with these ids (ids not stored are ignored).
     case deleteGrants(session: String, ids: [String])
+    /// What a change does to its store's pending timers (``StateStore/TimerChanges``): in the
+    /// batch of the change's `append`, so a timer is stored with the change that scheduled it
+    /// and removed with the change that fired it.
+    case timers(session: String, feature: String, TimerChanges)
+}
+
+/// A pending timer of a session's store, as storage keeps it.
+public struct StoredTimer: Sendable, Equatable {
+    public let session: String
+    public let feature: String
+    public let timer: PendingTimer
+
+    public init(session: String, feature: String, timer: PendingTimer) {
+        self.session = session
+        self.feature = feature
+        self.timer = timer
+    }
+
+    public var reference: TimerReference {
+        TimerReference(session: session, feature: feature, id: timer.id, due: timer.due)
+    }
+}
+
+/// Which timer is due when: what a scheduler reads to fire timers in due order.
+public struct TimerReference: Sendable, Hashable, Comparable {
+    public let session: String
+    public let feature: String
+    public let id: String
+    /// Milliseconds since 1970.
+    public let due: Int64
+
+    public init(session: String, feature: String, id: String, due: Int64) {
+        self.session = session
+        self.feature = feature
+        self.id = id
+        self.due = due
+    }
+
+    /// Due order, then session, feature and id (byte order): the order timers fire in.
+    public static func < (a: TimerReference, b: TimerReference) -> Bool {
+        if a.due != b.due { return a.due < b.due }
+        if a.session != b.session { return a.session.utf8.lexicographicallyPrecedes(b.session.utf8) }
+        if a.feature != b.feature { return a.feature.utf8.lexicographicallyPrecedes(b.feature.utf8) }
+        return a.id.utf8.lexicographicallyPrecedes(b.id.utf8)
+    }
 }
 
 /// Why storage failed. A struct so kinds can be added later.
@@ -319,6 +364,19 @@ public protocol SessionStorage: Sendable {
     func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession]
     /// Stops the writer after pending commits.
     func close() async
+
+    // MARK: Timers (indexed by due time)
+
+    /// The session's pending timers, every store's, in due order.
+    func timers(session: String) async throws(StorageError) -> [StoredTimer]
+    /// Timers due at or before `time`, in due order (``TimerReference``), at most `limit`.
+    /// Shared storage with owners: only timers of sessions this node owns or that no live node
+    /// owns (their owner's lease ran out), which this node may take over to fire them.
+    func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference]
+    /// When the next timer is due (of those ``dueTimers(through:limit:)`` would give), or nil.
+    func nextTimerDue() async throws(StorageError) -> Int64?
+    /// How many timers are pending, in every session.
+    func timerCount() async throws(StorageError) -> Int
 
     /// Whether other processes (other nodes) share the storage: then each session has one owner
     /// node (``ownership``), and a node serves no session before it joined. `false` for storage

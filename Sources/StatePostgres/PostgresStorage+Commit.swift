@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import StatePersistence
+import StateStore
 import Synchronization
 
 extension PostgresStorage {
@@ -44,7 +45,7 @@ extension PostgresStorage {
                     case .snapshot(let s): named.append(s.session)
                     case .touch(let session, _), .compact(let session, _, _, _, _, _): named.append(session)
                     case .createGrant(let grant): named.append(grant.session)
-                    case .deleteGrants(let session, _): named.append(session)
+                    case .deleteGrants(let session, _), .timers(let session, _, _): named.append(session)
                     case .deleteSession(let id):
                         // Waits for appends under way on the session row, so the delete's own
                         // statement (a later snapshot) sees and removes what they wrote.
@@ -123,7 +124,8 @@ extension PostgresStorage {
                      h AS (DELETE FROM state_stores WHERE session = \(id)),
                      s AS (DELETE FROM state_bases WHERE session = \(id)),
                      r AS (DELETE FROM state_keys WHERE session = \(id)),
-                     t AS (DELETE FROM state_tokens WHERE session = \(id))
+                     t AS (DELETE FROM state_tokens WHERE session = \(id)),
+                     m AS (DELETE FROM state_timers WHERE session = \(id))
                 DELETE FROM state_sessions WHERE id = \(id)
                 """, logger: logger)
         case .append(let e, let key):
@@ -176,6 +178,24 @@ extension PostgresStorage {
                 """, logger: logger)
         case .deleteGrants(let session, let ids):
             try await db.query("DELETE FROM state_tokens WHERE session = \(session) AND id = ANY(\(ids))", logger: logger)
+        case .timers(let session, let feature, let changes):
+            if changes.clearsAll {
+                try await db.query("DELETE FROM state_timers WHERE session = \(session) AND feature = \(feature)", logger: logger)
+            } else if !changes.removed.isEmpty {
+                try await db.query(
+                    "DELETE FROM state_timers WHERE session = \(session) AND feature = \(feature) AND id = ANY(\(changes.removed))",
+                    logger: logger)
+            }
+            for timer in changes.set {
+                try await db.query(
+                    """
+                    INSERT INTO state_timers (session, feature, id, action, public_action, due, scheduled_at)
+                    VALUES (\(session), \(feature), \(timer.id), \(ByteBuffer(bytes: timer.action)),
+                        \(ByteBuffer(bytes: timer.publicAction)), \(timer.due), \(timer.scheduledAt))
+                    ON CONFLICT (session, feature, id) DO UPDATE SET action = excluded.action,
+                        public_action = excluded.public_action, due = excluded.due, scheduled_at = excluded.scheduled_at
+                    """, logger: logger)
+            }
         }
     }
 

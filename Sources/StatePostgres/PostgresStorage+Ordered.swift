@@ -114,6 +114,7 @@ extension StorageWrite {
         case .compact(let session, _, _, _, _, _): session
         case .createGrant(let g): g.session
         case .deleteGrants(let session, _): session
+        case .timers(let session, _, _): session
         }
     }
 }

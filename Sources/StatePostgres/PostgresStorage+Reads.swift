@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import StatePersistence
+import StateStore
 import Synchronization
 
 extension PostgresStorage {
@@ -153,6 +154,73 @@ extension PostgresStorage {
     public func sessionCount() async throws(StorageError) -> Int {
         try await perform("count sessions") { db, logger in
             let rows = try await db.query("SELECT count(*) FROM state_sessions", logger: logger)
+            for try await count in rows.decode(Int.self) { return count }
+            return 0
+        }
+    }
+
+    // MARK: Timers
+
+    public func timers(session: String) async throws(StorageError) -> [StoredTimer] {
+        try await perform("list timers") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT feature, id, action, public_action, due, scheduled_at FROM state_timers
+                WHERE session = \(session) ORDER BY due, feature COLLATE "C", id COLLATE "C"
+                """, logger: logger)
+            var timers: [StoredTimer] = []
+            for try await (feature, id, action, visible, due, scheduledAt) in rows.decode(
+                (String, String, ByteBuffer, ByteBuffer, Int64, Int64).self)
+            {
+                timers.append(StoredTimer(
+                    session: session, feature: feature,
+                    timer: PendingTimer(
+                        id: id, action: Array(buffer: action), publicAction: Array(buffer: visible), due: due,
+                        scheduledAt: scheduledAt)))
+            }
+            return timers
+        }
+    }
+
+    /// Due timers of sessions this node may fire: its own, and those no live node owns (a
+    /// lapsed owner's, or none), which it takes over to fire them.
+    public func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference] {
+        let epoch = epoch
+        return try await perform("list due timers") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT t.session, t.feature, t.id, t.due
+                FROM state_timers t JOIN state_sessions s ON s.id = t.session
+                WHERE t.due <= \(time) AND (s.owner IS NULL OR s.owner = \(epoch)
+                    OR NOT EXISTS (SELECT 1 FROM state_nodes n WHERE n.epoch = s.owner AND n.expires_at > now()))
+                ORDER BY t.due, t.session COLLATE "C", t.feature COLLATE "C", t.id COLLATE "C" LIMIT \(max(0, limit))
+                """, logger: logger)
+            var due: [TimerReference] = []
+            for try await (session, feature, id, at) in rows.decode((String, String, String, Int64).self) {
+                due.append(TimerReference(session: session, feature: feature, id: id, due: at))
+            }
+            return due
+        }
+    }
+
+    public func nextTimerDue() async throws(StorageError) -> Int64? {
+        let epoch = epoch
+        return try await perform("find the next timer") { db, logger in
+            let rows = try await db.query(
+                """
+                SELECT t.due FROM state_timers t JOIN state_sessions s ON s.id = t.session
+                WHERE s.owner IS NULL OR s.owner = \(epoch)
+                    OR NOT EXISTS (SELECT 1 FROM state_nodes n WHERE n.epoch = s.owner AND n.expires_at > now())
+                ORDER BY t.due LIMIT 1
+                """, logger: logger)
+            for try await due in rows.decode(Int64.self) { return due }
+            return nil
+        }
+    }
+
+    public func timerCount() async throws(StorageError) -> Int {
+        try await perform("count timers") { db, logger in
+            let rows = try await db.query("SELECT count(*) FROM state_timers", logger: logger)
             for try await count in rows.decode(Int.self) { return count }
             return 0
         }

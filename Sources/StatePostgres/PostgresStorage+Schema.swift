@@ -169,6 +169,22 @@ extension PostgresStorage {
         // Version 5: whether a node holds its liveness lock (PostgresStorage+Liveness.swift).
         // Nodes of older builds insert `false`: they are never declared dead early.
         ["ALTER TABLE state_nodes ADD COLUMN locked boolean NOT NULL DEFAULT false"],
+        // Version 6: timers reducers scheduled, pending until due; indexed by due time.
+        [
+            """
+            CREATE TABLE state_timers (
+                session text NOT NULL,
+                feature text NOT NULL,
+                id text NOT NULL,
+                action bytea NOT NULL,
+                public_action bytea NOT NULL,
+                due bigint NOT NULL,
+                scheduled_at bigint NOT NULL,
+                PRIMARY KEY (session, feature, id)
+            )
+            """,
+            "CREATE INDEX state_timers_by_due ON state_timers (due)",
+        ],
     ]
 
     /// Brings the schema to ``schemaVersion`` in one transaction, under an advisory lock.

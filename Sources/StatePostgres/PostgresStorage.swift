@@ -29,7 +29,7 @@ import Synchronization
 /// thread: the I/O runs on SwiftNIO's event loops.
 public final class PostgresStorage: SessionStorage {
     /// The schema version this code creates and understands.
-    public static let schemaVersion = 5
+    public static let schemaVersion = 6
     /// The LISTEN/NOTIFY channel: deletes (`D SESSION`), heartbeats (`H`) and, without owners
     /// only, appends (`SEQ SESSION`) are announced on it.
     static let channel = "state_server_changes"

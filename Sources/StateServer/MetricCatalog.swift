@@ -42,6 +42,12 @@ enum MetricCatalog {
     ]
     /// 50 µs … 10 s: requests and commits, from a cached read to a slow disk or database.
     static let latencyBuckets: [Duration] = dispatchBuckets + [.milliseconds(2500), .seconds(5), .seconds(10)]
+    /// 1 ms … 1 day: a timer fires within milliseconds of its due time, or, missed while the
+    /// server was down, when it starts again.
+    static let latenessBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(5), .milliseconds(25), .milliseconds(100), .milliseconds(250), .seconds(1),
+        .seconds(5), .seconds(30), .seconds(300), .seconds(3600), .seconds(86_400),
+    ]
     /// 1 … 512 batches in one group commit.
     static let batchBuckets: [Double] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 
@@ -94,6 +100,16 @@ enum MetricCatalog {
             name: "stateserver_cluster_dead_node_detection_seconds", kind: .histogram,
             help: "PostgreSQL, several nodes: seconds from a node's last membership renewal until this node declared it dead (at most the time its sessions waited).",
             durationBuckets: latencyBuckets),
+        Entry(
+            name: "stateserver_timers_pending", kind: .gauge,
+            help: "Timers reducers scheduled and not fired yet, in every session (as storage last counted them)."),
+        Entry(
+            name: "stateserver_timers_fired_total", kind: .counter,
+            help: "Timers fired on this node, each as a change of cause timer."),
+        Entry(
+            name: "stateserver_timer_lateness_seconds", kind: .histogram,
+            help: "Seconds from a timer's due time until it fired (missed while the server was down: the whole wait).",
+            durationBuckets: latenessBuckets),
     ] + ProcessMetrics.entries
 
     private static let byName: [String: Entry] = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0) })

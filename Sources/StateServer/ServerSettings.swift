@@ -79,6 +79,7 @@ struct ServerSettings: Sendable {
 /// | `replayBytes` | bytes of events kept for resume per session | `16777216` |
 /// | `serverReplayBytes` | bytes of events kept for resume, all sessions | `1073741824` |
 /// | `sessions.memoryBytes` | state bytes loaded sessions may hold together (SQLite, PostgreSQL) | `1073741824` |
+/// | `timers.maxPerStore` | timers a store may hold pending | `1000` |
 struct SessionsSettings: Sendable {
     static let replayBuffer = Setting("replayBuffer", default: 1000, in: 0...1_000_000, "events kept for resume")
     static let historyKeep = Setting("history.keep", default: 1000, in: 0...1_000_000, "changes kept for history")
@@ -91,6 +92,7 @@ struct SessionsSettings: Sendable {
     static let idempotencyTTL = Setting("idempotency.ttl", default: 86_400.0, in: 1...31_536_000, "seconds a key is kept")
     static let replayBytes = Setting("replayBytes", default: 16 << 20, in: 0...(1 << 34), "event bytes per session")
     static let serverReplayBytes = Setting("serverReplayBytes", default: 1 << 30, in: 0...(1 << 40), "event bytes in all")
+    static let maxTimers = Setting("timers.maxPerStore", default: 1000, in: 0...1_000_000, "pending timers per store")
     static let memoryBytes = Setting("sessions.memoryBytes", default: 1 << 30, in: 1...(1 << 50), "state bytes loaded")
 
     /// What `SessionManager` takes.
@@ -104,6 +106,7 @@ struct SessionsSettings: Sendable {
         manager.ttl = .milliseconds(Int(try read(Self.ttl) * 1000))
         manager.snapshotEvery = try read(Self.snapshotEvery)
         manager.idempotencyKeys = try read(Self.idempotencyKeys)
+        manager.maxTimersPerStore = try read(Self.maxTimers)
         manager.idempotencyBytes = try read(Self.idempotencyBytes)
         manager.idempotencyTTL = .milliseconds(Int(try read(Self.idempotencyTTL) * 1000))
         manager.replayBytes = try read(Self.replayBytes)

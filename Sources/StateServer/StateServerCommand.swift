@@ -178,6 +178,7 @@ struct Server {
         }
         let notify: @Sendable (SessionNotice) -> Void = { notice in
             switch notice {
+            case .timersScheduled: break
             case .followUpRejected(let session, let error):
                 logger.warning("follow-up action rejected", metadata: ["session.id": "\(session)", "error": "\(error)"])
             case .followUpNotStored(let session, let error):
@@ -237,6 +238,7 @@ struct Server {
             services.append(.init(service: StorageService(storage: storage, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         }
         services.append(.init(service: SweeperService(sessions: sessions, settings: settings.sweeper, logger: logger)))
+        services.append(.init(service: TimerService(sessions: sessions, logger: logger)))
         if storage?.isShared == true {
             services.append(.init(service: FollowerService(sessions: sessions)))
         }

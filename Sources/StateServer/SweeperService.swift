@@ -56,6 +56,20 @@ struct SweeperService<C: Clock>: Service, CustomStringConvertible where C.Durati
     }
 }
 
+/// Fires the timers reducers scheduled when they are due (``TimerScheduler``), from `run()`
+/// until graceful shutdown.
+struct TimerService: Service, CustomStringConvertible {
+    let sessions: SessionManager
+    let logger: Logger
+
+    var description: String { "TimerService" }
+
+    func run() async {
+        await cancelWhenGracefulShutdown { [sessions] in await sessions.timers.run() }
+        logger.debug("timer scheduler stopped")
+    }
+}
+
 extension SweeperService where C == ContinuousClock {
     init(sessions: SessionManager, settings: SweeperSettings, logger: Logger) {
         self.init(sessions: sessions, settings: settings, clock: ContinuousClock(), logger: logger)

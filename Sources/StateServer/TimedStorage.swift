@@ -82,6 +82,22 @@ struct TimedStorage: SessionStorage {
         try await base.sessions(after: id, limit: limit)
     }
 
+    func timers(session: String) async throws(StorageError) -> [StoredTimer] {
+        try await base.timers(session: session)
+    }
+
+    func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference] {
+        try await base.dueTimers(through: time, limit: limit)
+    }
+
+    func nextTimerDue() async throws(StorageError) -> Int64? {
+        try await base.nextTimerDue()
+    }
+
+    func timerCount() async throws(StorageError) -> Int {
+        try await base.timerCount()
+    }
+
     func close() async {
         await base.close()
     }

@@ -98,7 +98,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + adminRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + timerRoutes + adminRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

@@ -17,6 +17,10 @@ public struct ChangeRequest: Sendable {
         case followUp(@Sendable (_ ifVersion: Int?) throws(StoreError) -> PreparedChange)
         /// Settles a state left waiting by work lost in a restart (``Feature/recoveryAction(for:)``).
         case recovery
+        /// Fires the store's pending timer `id` due at `due` (cause `timer`): a server action,
+        /// seen by middleware with cause `timer`, held to no client rule. Refused with
+        /// `.timerNotPending` when it is no longer pending (fired, cancelled or replaced).
+        case timer(id: String, due: Int64)
         /// A recorded change applied as the server's own (no client rule, no asynchronous work,
         /// the size ceiling held): the admin's import of a recording as recorded
         /// (``StateStore/AnyStateStore/prepareReplay(cause:payload:enforceCeiling:)``).
@@ -49,10 +53,12 @@ public struct ChangeRequest: Sendable {
         self.idempotencyKey = idempotencyKey
     }
 
-    /// Dispatch replies carry the change's effect; rehydrate and reset replies do not.
+    /// Dispatch (and timer) replies carry the change's effect; rehydrate and reset replies do not.
     var replyHasEffect: Bool {
-        if case .dispatch = kind { return true }
-        return false
+        switch kind {
+        case .dispatch, .timer: true
+        default: false
+        }
     }
 }
 

@@ -17,6 +17,9 @@ public struct DispatchContext: Sendable {
     public var subject: String? = nil
     /// The id of the minted token the request came with; nil for the owner's token and JWTs.
     public var tokenID: String? = nil
+    /// What sends the action: `dispatch` (a client) or `timer` (a timer the reducer scheduled
+    /// fired: a server action, with no subject or token).
+    public var cause: String = "dispatch"
 }
 
 /// Code around every client dispatch, in the shape of Redux middleware and Hummingbird's

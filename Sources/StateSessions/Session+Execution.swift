@@ -100,6 +100,7 @@ extension Session {
         case .replay(let cause, let payload): return try store.prepareReplay(cause: cause, payload: payload, enforceCeiling: true)
         case .importStart(let state, let asRecorded): return try store.prepareImport(json: state, asRecorded: asRecorded)
         case .followUp(let prepare): return try prepare(version)
+        case .timer(let timerID, let due): return try prepareTimer(timerID, due: due, request, store)
         case .recovery:
             let (_, current) = try store.currentJSON()
             if let version, version != current {
@@ -109,6 +110,38 @@ extension Session {
                 throw StoreError(.actionRejected, "nothing to recover", currentVersion: current)
             }
             return recovery
+        }
+    }
+
+    /// A pending timer's firing: its action through the middleware (with cause `timer`), then
+    /// the reducer. A refusal consumes the timer all the same, keeping the state: a timer fires
+    /// once, whatever its action meets.
+    func prepareTimer(_ timerID: String, due: Int64, _ request: ChangeRequest, _ store: any AnyStateStore) throws(StoreError) -> PreparedChange {
+        let notPending = { () -> StoreError in
+            StoreError(.timerNotPending, "timer '\(timerID)' of \(request.feature) is no longer pending", currentVersion: (try? store.currentJSON().version) ?? 0)
+        }
+        guard !settings.middleware.isEmpty else {
+            guard let prepared = try store.prepareTimer(id: timerID, due: due, action: nil, refused: false) else { throw notPending() }
+            return prepared
+        }
+        guard let timer = store.pendingTimers.first(where: { $0.id == timerID && $0.due == due }),
+            let action = JSONCoding.parse(timer.action)
+        else { throw notPending() }
+        var context = DispatchContext(
+            session: id, feature: request.feature, version: (try? store.currentJSON().version) ?? 0, idempotencyKey: nil, subject: nil, tokenID: nil)
+        context.cause = "timer"
+        do throws(StoreError) {
+            return try settings.middleware.run(action, context: context) { (action) throws(StoreError) in
+                guard let prepared = try store.prepareTimer(id: timerID, due: due, action: action, refused: false) else {
+                    throw notPending()
+                }
+                return prepared
+            }
+        } catch where error.kind == .timerNotPending {
+            throw error
+        } catch {
+            guard let prepared = try store.prepareTimer(id: timerID, due: due, action: nil, refused: true) else { throw notPending() }
+            return prepared
         }
     }
 
@@ -167,6 +200,7 @@ extension Session {
                     break
                 }
                 if request.installing != nil { install(store, feature: encoded.feature) }
+                if let earliest = encoded.timers?.set.lazy.map(\.due).min() { notify(.timersScheduled(earliest: earliest)) }
                 publish(encoded, seq: seq, delta: journaled)
                 if let remembered { idempotency.remember(remembered.0, remembered.1) }
                 recount()
@@ -262,11 +296,13 @@ extension Session {
             // Memory mode: the whole state (no diff), no snapshot (the ring's oldest change
             // becomes the base when it leaves), no key (the session's table is what remembers
             // keys: a key it forgot is a new request, which the journal must not refuse).
-            return [.append(
+            let append = StorageWrite.append(
                 JournalEntry(
                     session: id, seq: seq, feature: encoded.feature, version: encoded.version, cause: encoded.cause,
                     action: encoded.action, effect: encoded.effect, delta: .state(encoded.state), time: now),
-                idempotencyKey: nil)]
+                idempotencyKey: nil)
+            guard let timers = encoded.timers else { return [append] }
+            return [append, .timers(session: id, feature: encoded.feature, timers)]
         }
         let previous =
             prepared.baseVersion == 0 || whole
@@ -277,6 +313,10 @@ extension Session {
         var batch: [StorageWrite] = [.append(entry, idempotencyKey: key)]
         let version = encoded.version
         let feature = encoded.feature
+        // A last-resort reset's store held no timers: the ones storage kept go with the reset.
+        if let timers = whole ? TimerChanges(clearsAll: true) : encoded.timers {
+            batch.append(.timers(session: id, feature: feature, timers))
+        }
         let due = chain.journaled(feature, bytes: entry.size) { grown in
             whole || version == 1 || (settings.snapshotEvery > 0 && version % settings.snapshotEvery == 0)
                 || grown > max(encoded.state.count, Self.snapshotSlack)

@@ -20,6 +20,11 @@ extension Session {
         let store: any AnyStateStore
         do {
             store = try await load(definition, from: storage)
+            // Its pending timers, as the changes that scheduled them stored them.
+            let timers = try await storage.timers(session: id)
+            if timers.contains(where: { $0.feature == feature }) {
+                store.restoreTimers(timers.filter { $0.feature == feature }.map(\.timer))
+            }
         } catch {
             throw .storage(error)
         }
@@ -81,7 +86,7 @@ extension Session {
             do throws(StoreError) {
                 restored = try state.restore(
                     definition, stateVersion: snapshot?.stateVersion ?? definition.stateVersion, version: version,
-                    onFollowUpRejected: onRejected)
+                    timers: timerPolicy, onFollowUpRejected: onRejected)
             } catch {
                 let base = snapshot.map { "the snapshot at version \($0.version)" } ?? "the journal"
                 problem = "\(base) and the changes after it (to version \(version)) could not be restored: \(error.message)"
@@ -106,10 +111,10 @@ extension Session {
             var rebuilt: (any AnyStateStore)?
             if case .success(let (state, version)) = Self.roll(all, from: nil) {
                 rebuilt = try? state.restore(
-                    definition, stateVersion: definition.stateVersion, version: version, onFollowUpRejected: onRejected)
+                    definition, stateVersion: definition.stateVersion, version: version, timers: timerPolicy, onFollowUpRejected: onRejected)
             }
             if rebuilt == nil {
-                let replayed = definition.makeStore(onFollowUpRejected: onRejected)
+                let replayed = definition.makeStore(timers: timerPolicy, onFollowUpRejected: onRejected)
                 if Self.replayActions(all, into: replayed) { rebuilt = replayed }
             }
             if let rebuilt {
@@ -126,7 +131,7 @@ extension Session {
         let reason = problem ?? "the journal of \(feature) cannot be replayed"
         let store: any AnyStateStore
         do {
-            store = try definition.restoreStore(state: nil, stateVersion: definition.stateVersion, version: lastVersion, onFollowUpRejected: onRejected)
+            store = try definition.restoreStore(state: nil, stateVersion: definition.stateVersion, version: lastVersion, timers: timerPolicy, onFollowUpRejected: onRejected)
         } catch {
             throw StorageError(.unavailable, "cannot create \(feature): \(error.message)")
         }
@@ -162,7 +167,8 @@ extension Session {
                 return false
             }
             let payload: [UInt8]? =
-                entry.cause == "dispatch" ? entry.action : ChangeCauseName.setsState(entry.cause) ? state : nil
+                entry.cause == "dispatch" || entry.cause == "timer"
+                ? entry.action : ChangeCauseName.setsState(entry.cause) ? state : nil
             do throws(StoreError) {
                 try store.replay(cause: entry.cause, payload: payload)
             } catch {
@@ -185,18 +191,18 @@ extension Session {
 
         func restore(
             _ definition: AnyFeature, stateVersion: Int, version: Int,
-            onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
+            timers: TimerPolicy, onFollowUpRejected: @escaping @Sendable (StoreError) -> Void
         ) throws(StoreError) -> any AnyStateStore {
             switch self {
             case .none:
                 return try definition.restoreStore(
-                    state: nil, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+                    state: nil, stateVersion: stateVersion, version: version, timers: timers, onFollowUpRejected: onFollowUpRejected)
             case .bytes(let bytes):
                 return try definition.restoreStore(
-                    state: bytes, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+                    state: bytes, stateVersion: stateVersion, version: version, timers: timers, onFollowUpRejected: onFollowUpRejected)
             case .tree(let json):
                 return try definition.restoreStore(
-                    json: json, stateVersion: stateVersion, version: version, onFollowUpRejected: onFollowUpRejected)
+                    json: json, stateVersion: stateVersion, version: version, timers: timers, onFollowUpRejected: onFollowUpRejected)
             }
         }
     }

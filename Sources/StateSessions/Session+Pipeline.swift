@@ -109,7 +109,7 @@ extension Session {
         else { return false }
         switch request.kind {
         case .dispatch, .rehydrate, .reset: return true
-        case .followUp, .travel, .replay, .importStart, .recovery: return false
+        case .followUp, .travel, .replay, .importStart, .recovery, .timer: return false
         }
     }
 }

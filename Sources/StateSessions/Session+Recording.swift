@@ -224,3 +224,15 @@ extension Session {
         }
     }
 }
+
+extension Session {
+    /// The session's pending timers, every store's, due first (as storage keeps them: a timer
+    /// is there once the change that scheduled it is committed).
+    public func pendingTimers() async throws(SessionFailure) -> [StoredTimer] {
+        do throws(StorageError) {
+            return try await storage.timers(session: id)
+        } catch {
+            throw .storage(error)
+        }
+    }
+}

@@ -31,6 +31,9 @@ public enum SessionNotice: Sendable {
     /// published: it was not published (its subscribers did not get it). A bug, never a
     /// client's doing: the server logs it as an error.
     case sequenceRefused(session: String, feature: String, seq: Int, last: Int)
+    /// A committed change scheduled timers, the earliest due at `earliest` (milliseconds since
+    /// 1970): the session manager's timer scheduler wakes for it if it sleeps longer.
+    case timersScheduled(earliest: Int64)
 }
 
 /// One client session: a store per registered feature (created or loaded on first use), an
@@ -183,7 +186,7 @@ public final class Session: Sendable {
     public func loadedStore(_ feature: String) -> (any AnyStateStore)? {
         stores.store(feature) {
             guard usage.residency.makesStoresOnUse, let definition = registry[feature] else { return nil }
-            let store = definition.makeStore(onFollowUpRejected: followUpRejected)
+            let store = definition.makeStore(timers: timerPolicy, onFollowUpRejected: followUpRejected)
             attach(store, feature: feature)
             return store
         }
@@ -219,6 +222,9 @@ public final class Session: Sendable {
             _ = try await store(name)
         }
     }
+
+    /// The limit of pending timers each of its stores holds to.
+    var timerPolicy: TimerPolicy { TimerPolicy(maxPending: settings.maxTimersPerStore) }
 
     var followUpRejected: @Sendable (StoreError) -> Void {
         let id = self.id

@@ -161,3 +161,25 @@ final class SubmittedPromise: Sendable {
         }
     }
 }
+
+extension SessionManager {
+    /// Fires one due timer through the change path: its session looked up (loaded, or taken
+    /// over from a node that is gone) and a `.timer` change submitted there.
+    func fireTimer(_ reference: TimerReference) async -> TimerScheduler.FiringResult {
+        let change = ChangeRequest(feature: reference.feature, kind: .timer(id: reference.id, due: reference.due))
+        let submitted: Submitted
+        do throws(SessionFailure) {
+            submitted = try await submitAgain(change, id: reference.session, token: "", admin: true)
+        } catch {
+            return .failed
+        }
+        switch submitted {
+        case .notFound: return .nothingToFire
+        case .elsewhere: return .elsewhere
+        case .outcome(.applied), .outcome(.replayed): return .fired
+        case .outcome(.failed(.store(let error))) where error.kind == .timerNotPending: return .nothingToFire
+        case .outcome(.failed(.sessionGone)), .outcome(.failed(.unknownFeature)): return .nothingToFire
+        case .outcome(.failed): return .failed
+        }
+    }
+}

@@ -36,6 +36,9 @@ public struct SessionSettings: Sendable {
     public var idleTimeout: Duration = .seconds(300)
     /// Sessions inactive this long are deleted (memory and storage).
     public var ttl: Duration = .seconds(30 * 86_400)
+    /// Timers a store may hold pending (``StateStore/Dispatcher/schedule(_:after:id:)``); a
+    /// change that would leave more is refused.
+    public var maxTimersPerStore = TimerPolicy.defaultMaxPending
 
     public init() {}
 }
@@ -58,6 +61,9 @@ public final class SessionManager: Sendable {
     /// How sessions stay in memory (resident in memory mode, evictable over durable storage):
     /// decided here, once, from the storage.
     public let residency: Residency
+    /// Fires the timers reducers scheduled when they are due (``TimerScheduler``); runs while
+    /// its ``TimerScheduler/run()`` does (the server runs it as a service).
+    public let timers: TimerScheduler
     /// Shared storage: whether this node hears other nodes' commits now (``followOtherNodes()``).
     let hearing = Atomic<Bool>(false)
     /// Callers of ``untilFollowing(atMost:)`` waiting for the first `.listening`.
@@ -92,10 +98,17 @@ public final class SessionManager: Sendable {
         self.registry = registry
         self.settings = settings
         self.storage = storage
-        self.notify = notify
+        let timers = TimerScheduler(storage: storage)
+        self.timers = timers
+        // A change that scheduled a timer wakes the scheduler; everything else is the server's.
+        self.notify = { notice in
+            if case .timersScheduled(let earliest) = notice { return timers.wake(before: earliest) }
+            notify(notice)
+        }
         self.replayBudget = ReplayBudget(limit: settings.serverReplayBytes)
         self.residency = Residency(for: self.storage.lifetime, settings)
         residency.evictor { [weak self] limit, sparing in self?.evictIdle(until: limit, sparing: sparing) }
+        timers.firing { [weak self] reference in await self?.fireTimer(reference) ?? .failed }
     }
 
     /// Memory mode's storage: a bounded journal of each session's last changes (as many as

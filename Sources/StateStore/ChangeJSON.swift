@@ -2,8 +2,13 @@ import StateJSON
 
 /// The one writer of a change as JSON — events, delta events, replies, history and recordings
 /// all write a change through it, so its members have one spelling and one order:
-/// `seq`, `feature`, `version`, `cause`, `action`, `baseVersion`, the state or patch, `effect`,
-/// `time`, each where the place writing it has it.
+/// `seq`, `feature`, `version`, `cause`, `action`, `timer`, `baseVersion`, the state or patch,
+/// `effect`, `time`, each where the place writing it has it.
+///
+/// A change of cause `timer` is kept (journal, ``EncodedChange/action``) with the timer that
+/// fired as its action, `{"id", "action", "due", "scheduledAt"}`; written, its `action` is the
+/// timer's action (a tagged object, as for a dispatch) and `timer` is `{"id", "due",
+/// "scheduledAt"}`.
 public enum ChangeJSON {
     /// The state member: whole (`state`), a patch from `baseVersion` (delta events:
     /// `baseVersion` and `patch`), a patch alone (recordings: `patch`), or none (history).
@@ -42,7 +47,18 @@ public enum ChangeJSON {
         out.string("feature", feature)
         out.int("version", version)
         if parts.contains(.cause) { out.string("cause", cause) }
-        if parts.contains(.action) { out.raw("action", action) }
+        if parts.contains(.action) {
+            if cause == "timer", let action, let timer = PendingTimer.parse(action) {
+                out.raw("action", timer.action.bytes)
+                var fired = JSONObjectWriter(capacity: 64 + timer.id.utf8.count)
+                fired.string("id", timer.id)
+                fired.int("due", Int(timer.due))
+                fired.int("scheduledAt", Int(timer.scheduledAt))
+                out.raw("timer", fired.finish())
+            } else {
+                out.raw("action", action)
+            }
+        }
         switch content {
         case .state(let state): out.raw("state", state)
         case .patchFrom(let base, let patch):

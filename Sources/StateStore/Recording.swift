@@ -201,7 +201,12 @@ public struct Recording: Sendable, Equatable {
             default:
                 throw Unreadable(description: "changes[\(index)] needs one of state and patch")
             }
-            let action = c["action"].flatMap { $0 == .null ? nil : $0 }
+            var action = c["action"].flatMap { $0 == .null ? nil : $0 }
+            // A timer's change keeps its timer with its action, as the journal does.
+            if cause == "timer", let fired = action, case .object(var timer)? = c["timer"] {
+                timer["action"] = fired
+                action = .object(timer)
+            }
             let effect = c["effect"].flatMap { $0 == .null ? nil : $0 }
             steps.append(Step(seq: seq, feature: feature, version: version, cause: cause, action: action, content: content, effect: effect))
         }

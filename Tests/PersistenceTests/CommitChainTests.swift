@@ -216,6 +216,12 @@ final class GatedStorage: SessionStorage {
         try await base.sessions(inactiveBefore: time, limit: limit)
     }
     func sessionCount() async throws(StorageError) -> Int { try await base.sessionCount() }
+    func timers(session: String) async throws(StorageError) -> [StoredTimer] { try await base.timers(session: session) }
+    func dueTimers(through time: Int64, limit: Int) async throws(StorageError) -> [TimerReference] {
+        try await base.dueTimers(through: time, limit: limit)
+    }
+    func nextTimerDue() async throws(StorageError) -> Int64? { try await base.nextTimerDue() }
+    func timerCount() async throws(StorageError) -> Int { try await base.timerCount() }
     func sessions(after id: String, limit: Int) async throws(StorageError) -> [StoredSession] {
         try await base.sessions(after: id, limit: limit)
     }

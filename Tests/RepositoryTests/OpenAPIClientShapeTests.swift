@@ -51,7 +51,7 @@ struct OpenAPIClientShapeTests {
         let schemas = try #require((try OpenAPISpecTests.spec()["components"] as? [String: Any])?["schemas"] as? [String: Any])
         for (name, fields) in [
             ("DispatchResult", ["feature", "version", "state", "effect"]), ("FeatureState", ["feature", "version", "state"]),
-            ("StateEventData", ["feature", "version", "cause", "action", "state", "effect"]), ("FeatureInfo", ["name", "initialState"]),
+            ("StateEventData", ["feature", "version", "cause", "action", "timer", "state", "effect"]), ("FeatureInfo", ["name", "initialState"]),
         ] {
             let schema = try #require(schemas[name] as? [String: Any], "no schema \(name)")
             #expect(schema["type"] as? String == "object", "\(name)")
