@@ -44,6 +44,7 @@ struct RouteAccessTests {
             SessionAccess(scope: .observe, queryToken: true, admin: true, eventStream: true, reads: .query)),
         "GET /v1/sessions/{id}/history": .session(SessionAccess(scope: .observe, admin: true, reads: .query)),
         "GET /v1/sessions/{id}/recording": .session(SessionAccess(scope: .observe, admin: true)),
+        "GET /v1/sessions/{id}/timers": .session(SessionAccess(scope: .observe, admin: true)),
     ]
 
     static var rows: [Route] { StateServerResponder.router.routes }
