@@ -237,6 +237,7 @@ extension DefaultStateStore: AnyStateStore {
         inner.withLock { inner in
             inner.ahead = nil
             inner.aheadVersion = 0
+            inner.aheadTimers = nil
         }
     }
 

@@ -3,8 +3,9 @@
     python flow.py BASE RECORDING_OUT [STATE_OUT]
 
 The package's one feature, `cart`, served by StateServer.run(features:middleware:): session,
-dispatch, state, the event stream with the checkout's follow-up and effect, the history
-(devtools), the package's middleware (clients may not send `checkoutFinished`), the recording
+dispatch, state, the event stream with the checkout's follow-up and effect, the cart's idle
+timer (pending after an add, cancelled by the checkout), the history (devtools), the package's
+middleware (clients may send neither `checkoutFinished` nor the timer's `expire`), the recording
 (written to RECORDING_OUT for `CartServer replay`), and /openapi.json naming the feature.
 Every wait is bounded by a socket timeout; nothing sleeps.
 """
@@ -86,18 +87,28 @@ if STATE_OUT:  # the cart's state as the server wrote it, for the generated Swif
     with open(STATE_OUT, "w") as out:
         json.dump(change["state"], out)
 
+# The idle timer the add scheduled: pending, its action the server's own.
+status, timers = request("GET", f"{root}/timers", token=token)
+check(status == 200 and [(t["id"], t["feature"], t["action"]) for t in timers["timers"]] == [("cart-idle", "cart", {"type": "expire"})], f"GET timers: {status} {timers}")
+check(timers["timers"][0]["due"] - timers["timers"][0]["scheduledAt"] == 30 * 60 * 1000, f"the idle period: {timers}")
+
 status, refused = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "remove", "product": "kiwi"}}, token)
 check(status == 422 and refused["error"]["code"] == "action_rejected", f"remove kiwi: {status} {refused}")
 
 # The package's middleware: only the checkout work sends checkoutFinished.
 status, forbidden = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "checkoutFinished"}}, token)
 check(status == 403 and forbidden["error"]["code"] == "forbidden", f"checkoutFinished from a client: {status} {forbidden}")
+# Nor does a client send the idle timer's action (the middleware lets it through for the timer).
+status, forbidden = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "expire"}}, token)
+check(status == 403 and forbidden["error"]["code"] == "forbidden", f"expire from a client: {status} {forbidden}")
 
 status, unknown = request("POST", f"{root}/dispatch", {"feature": "counter", "action": {"type": "increment"}}, token)
 check(status == 404 and unknown["error"]["code"] == "unknown_feature", f"an example feature on CartServer: {status} {unknown}")
 
 status, change = request("POST", f"{root}/dispatch", {"feature": "cart", "action": {"type": "checkout"}}, token)
 check(status == 200 and change["state"]["isCheckingOut"] is True, f"checkout: {status} {change}")
+status, timers = request("GET", f"{root}/timers", token=token)
+check(status == 200 and timers["timers"] == [], f"the checkout cancels the idle timer: {status} {timers}")
 
 # A stream starts with a snapshot of the observed features.
 snapshot = events(f"{root}/events?feature=cart", token, 1)[0]
@@ -127,4 +138,4 @@ status, spec = request("GET", "/openapi.json")
 check(status == 200, f"GET /openapi.json: {status}")
 check("cart" in json.dumps(spec), "/openapi.json does not name the cart feature")
 
-print("template flow: 13 checks passed")
+print("template flow: 17 checks passed")
