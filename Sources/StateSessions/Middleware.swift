@@ -33,8 +33,9 @@ public struct DispatchContext: Sendable {
 ///
 /// Middleware runs where the change is computed — on the session's owner, inside the session's
 /// pipeline, one change at a time — so it cannot break one writer per store. It runs for
-/// client dispatches only: follow-ups of asynchronous work, rehydrates, resets and travels do
-/// not go through it. It must be quick and must not block (it runs on the change path); slow
+/// client dispatches and for the actions of timers the reducers scheduled (``DispatchContext/cause``
+/// `timer`; refusing one consumes the timer and changes nothing): follow-ups of asynchronous
+/// work, rehydrates, resets and travels do not go through it. It must be quick and must not block (it runs on the change path); slow
 /// work belongs in a feature's asynchronous work. With several nodes on shared storage without
 /// owners a change computed again after a conflict runs the chain again.
 public protocol DispatchMiddleware: Sendable {
@@ -84,8 +85,9 @@ public struct MiddlewareChain: Sendable {
     }
 }
 
-/// Refuses actions not on a list: `feature.type` names (`"counter.increment"`), or
-/// `feature.*` for all of a feature's. Anything else is `403 forbidden` and nothing is applied.
+/// Refuses clients' actions not on a list: `feature.type` names (`"counter.increment"`), or
+/// `feature.*` for all of a feature's. Anything else a client sends is `403 forbidden` and
+/// nothing is applied. A timer's action (cause `timer`) is the server's own and always passes.
 /// An example of a middleware that refuses (docs/FEATURES.md, "Middleware").
 public struct ActionAllowList: DispatchMiddleware {
     public let allowed: Set<String>
@@ -98,6 +100,7 @@ public struct ActionAllowList: DispatchMiddleware {
         _ action: JSONValue, context: DispatchContext,
         next: (JSONValue) throws(StoreError) -> PreparedChange
     ) throws(StoreError) -> PreparedChange {
+        guard context.cause == "dispatch" else { return try next(action) }
         let type: String
         if case .object(let fields) = action, case .string(let name)? = fields["type"] {
             type = name

@@ -141,8 +141,8 @@ extension Session {
 public struct ImportSummary: Sendable {
     /// Changes the import applied: starting states and steps.
     public var changes = 0
-    /// Recorded follow-ups (actions a client may not send) not copied: the work of the
-    /// recorded dispatches ran again on the server and sent its own.
+    /// Recorded follow-ups (actions a client may not send) and timer firings not copied: the
+    /// work and the timers of the recorded dispatches ran again on the server and sent their own.
     public var leftToServer = 0
 }
 
@@ -208,6 +208,11 @@ extension Session {
             case "travel": kind = .travel(state)
             case "import": kind = .importStart(state, asRecorded: false)
             case "reset": kind = .reset
+            case "timer":
+                // The timer a recorded dispatch scheduled was scheduled again by that dispatch
+                // here, and fires on its own when due: the recorded firing is not copied.
+                summary.leftToServer += 1
+                continue
             default:
                 throw .store(StoreError(.invalidAction, "unknown recorded cause '\(step.cause)'", currentVersion: 0))
             }

@@ -22,6 +22,7 @@ public struct AnyFeature: Sendable {
     public let effectType: (any (Codable & Sendable).Type)?
     private let refine: @Sendable (inout FeatureSchema) -> Void
     private let accepts: @Sendable (Any) -> Bool?
+    private let migrateBody: @Sendable (JSONValue, Int) throws(ActionRejected) -> JSONValue
 
     public init<F: Feature>(_ feature: F) throws {
         name = feature.name
@@ -30,6 +31,7 @@ public struct AnyFeature: Sendable {
         effectType = F.Effect.self == Never.self ? nil : F.Effect.self
         refine = { feature.refineSchema(&$0) }
         accepts = { ($0 as? F.Action).map(feature.acceptsFromClient) }
+        migrateBody = { (state, version) throws(ActionRejected) in try feature.migrate(state, from: version) }
         initialStateJSON = try JSONCoding.encode(feature.initialState)
         stateVersion = feature.stateVersion
         maxStateBytes = feature.maxStateBytes
@@ -62,6 +64,12 @@ public struct AnyFeature: Sendable {
             return DefaultStateStore(
                 feature: feature, state: state, version: version, timers: timers, onFollowUpRejected: onRejected)
         }
+    }
+
+    /// `state`, saved at `stateVersion`, in today's shape (``Feature/migrate(_:from:)``); as it
+    /// is when `stateVersion` is today's.
+    public func migrated(_ state: JSONValue, from stateVersion: Int) throws(ActionRejected) -> JSONValue {
+        stateVersion == self.stateVersion ? state : try migrateBody(state, stateVersion)
     }
 
     /// Applies the feature's ``Feature/refineSchema(_:)`` to its derived schemas.

@@ -314,6 +314,56 @@ public struct Recording: Sendable, Equatable {
     /// starting state it cannot restore, or a state larger than its feature's
     /// ``Feature/maxStateBytes`` (one the server would not import).
     public func replay(with registry: FeatureRegistry) throws(Unreadable) -> Divergence? {
+        try upgraded(with: registry).replayAsIs(with: registry)
+    }
+
+    /// The recording in the state shapes of `registry`'s features: a feature recorded at an
+    /// older ``Feature/stateVersion`` gets its starting state and the state of each of its steps
+    /// migrated (``Feature/migrate(_:from:)``; its patches, which apply to the old shape, become
+    /// whole states). Replaying and importing upgrade first, so a recording made before a
+    /// feature's state changed shape still replays. Throws ``Unreadable`` when a state has no
+    /// way to today's shape (a recording of a newer server, or a migration that refuses).
+    public func upgraded(with registry: FeatureRegistry) throws(Unreadable) -> Recording {
+        var older: [String: (definition: AnyFeature, from: Int)] = [:]
+        for start in features {
+            if let definition = registry[start.name], definition.stateVersion != start.stateVersion {
+                older[start.name] = (definition, start.stateVersion)
+            }
+        }
+        guard !older.isEmpty else { return self }
+        func migrate(_ state: JSONValue, _ name: String, _ what: String) throws(Unreadable) -> JSONValue {
+            guard let (definition, from) = older[name] else { return state }
+            do throws(ActionRejected) {
+                return try definition.migrated(state, from: from)
+            } catch {
+                throw Unreadable(description: "\(what) of \(name) (state version \(from)) cannot be brought to state version \(definition.stateVersion): \(error.message)")
+            }
+        }
+        var starts: [Start] = []
+        for start in features {
+            guard let (definition, _) = older[start.name] else {
+                starts.append(start)
+                continue
+            }
+            starts.append(Start(
+                name: start.name, stateVersion: definition.stateVersion, version: start.version,
+                state: try migrate(start.state, start.name, "the starting state")))
+        }
+        var steps: [Step] = []
+        steps.reserveCapacity(changes.count)
+        try forEachState { index, step, state throws(Unreadable) in
+            guard older[step.feature] != nil else {
+                steps.append(step)
+                return
+            }
+            steps.append(Step(
+                seq: step.seq, feature: step.feature, version: step.version, cause: step.cause, action: step.action,
+                state: try migrate(state, step.feature, "changes[\(index)]"), effect: step.effect))
+        }
+        return Recording(server: server, features: starts, changes: steps, complete: complete)
+    }
+
+    private func replayAsIs(with registry: FeatureRegistry) throws(Unreadable) -> Divergence? {
         var stores: [String: any AnyStateStore] = [:]
         var maxStateBytes: [String: Int] = [:]
         for start in features {

@@ -48,6 +48,34 @@ struct RecordingTests {
         #expect(text.contains(#"recorded: {"count":1}"#) && text.contains(#"replayed: {"count":2}"#), "\(text)")
     }
 
+    @Test("a todos recording made at state version 1 (before reminders) replays, upgraded with reminded false; a newer one is unreadable")
+    func olderStateVersionReplays() throws {
+        let registry = try ExampleFeatures.registry()
+        let bytes = try #require(FileManager.default.contents(atPath: Self.path("todos-state-version-1")))
+        let recording = try Recording(json: Array(bytes))
+        #expect(recording.features.map(\.stateVersion) == [1])
+        #expect(try recording.replay(with: registry) == nil)
+        let upgraded = try recording.upgraded(with: registry)
+        #expect(upgraded.features.map(\.stateVersion) == [2])
+        let states = try upgraded.states()
+        #expect(states.count == recording.changes.count)
+        for state in states {
+            guard case .array(let items)? = state["items"] else { continue }
+            #expect(items.allSatisfy { $0["reminded"] == .bool(false) }, "\(state)")
+        }
+        let recorded = try recording.states().first?["items"]
+        guard case .array(let firstItems)? = recorded else {
+            Issue.record("the first recorded state has no items: \(String(describing: recorded))")
+            return
+        }
+        #expect(firstItems.first?["reminded"] == nil, "the recording itself is unchanged")
+        let newer = Recording(
+            server: recording.server,
+            features: recording.features.map { Recording.Start(name: $0.name, stateVersion: 3, version: $0.version, state: $0.state) },
+            changes: recording.changes)
+        #expect(throws: Recording.Unreadable.self) { try newer.replay(with: registry) }
+    }
+
     @Test("a recording round-trips through its JSON, and unreadable ones say why")
     func documentShape() throws {
         let bytes = try #require(FileManager.default.contents(atPath: Self.path("todos")))

@@ -11,6 +11,19 @@ import Testing
 @Suite("Middleware around dispatch")
 struct MiddlewareTests {
     /// Records what it saw, before and after the reducer; may rewrite counter increments.
+    /// Logs each action's cause and type.
+    struct CauseRecorder: DispatchMiddleware {
+        let log: Log
+
+        func handle(
+            _ action: JSONValue, context: DispatchContext,
+            next: (JSONValue) throws(StoreError) -> PreparedChange
+        ) throws(StoreError) -> PreparedChange {
+            if case .object(let fields) = action, case .string(let type)? = fields["type"] { log.add("\(context.cause) \(type)") }
+            return try next(action)
+        }
+    }
+
     struct Recorder: DispatchMiddleware {
         let name: String
         let log: Log
@@ -111,6 +124,29 @@ struct MiddlewareTests {
         #expect(settled, "the check's follow-up went through")
         #expect(try await other.store("login").state["isLoggedIn"] == true)
         await strictServer.stop()
+        await server.stop()
+    }
+
+    @Test("a timer's action goes through middleware with cause timer, and an allow list for clients lets it pass")
+    func timersPassTheAllowList() async throws {
+        let log = Log()
+        var chain = MiddlewareChain()
+        chain.use(CauseRecorder(log: log), for: "todos")
+        // `reminderDue` is not on the list: clients may not send it, the timer may.
+        chain.use(ActionAllowList(["todos.add", "todos.remind"]))
+        let server = try Self.server(chain)
+        let scheduler = Task { await server.sessions.timers.run() }
+        defer { scheduler.cancel() }
+        let session = try await server.api.createSession()
+        try await session.dispatchOK("todos", ["type": "add", "title": "call Ada"])
+        expectError(try await session.dispatch("todos", ["type": "cancelReminder", "id": "1"]), 403, "forbidden")
+        try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 1])
+        let fired = try await eventually(timeout: .seconds(30)) {
+            try await session.store("todos").state["items"]?[0]?["reminded"] == true
+        }
+        #expect(fired, "the timer's reminderDue was refused or never fired")
+        #expect(try await session.store("todos").version == 3)
+        #expect(log.all == ["dispatch add", "dispatch cancelReminder", "dispatch remind", "timer reminderDue"], "\(log.all)")
         await server.stop()
     }
 

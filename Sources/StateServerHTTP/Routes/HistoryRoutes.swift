@@ -70,10 +70,13 @@ extension StateServerResponder {
     /// offline first: one that today's reducers do not follow creates nothing
     /// (`422 recording_diverges`); a step the import refuses deletes the session again.
     static func importRecording(
-        _ recording: Recording, asRecorded: Bool, into sessions: SessionManager
+        _ given: Recording, asRecorded: Bool, into sessions: SessionManager
     ) async throws(APIError) -> HTTPResponse {
         let divergence: Recording.Divergence?
+        let recording: Recording
         do throws(Recording.Unreadable) {
+            // A feature recorded at an older state version is imported in today's shape.
+            recording = try given.upgraded(with: sessions.registry)
             divergence = try recording.replay(with: sessions.registry)
         } catch {
             throw .invalidRequest("the body is not a recording this server can replay: \(error)")
