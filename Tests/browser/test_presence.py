@@ -71,6 +71,6 @@ def test_the_page_shows_who_is_watching(server, browser):
     wait(a, lambda d: text(d, "watching").startswith("Watching now: 2"), "A never showed B watching")
     present = api(base, "GET", f"/v1/sessions/{sid}/presence", token)["present"]
     assert len(present) == 2 and all(entry["label"].endswith("tab") for entry in present), present
-    b.get("about:blank")  # the tab goes away: its stream closes
+    b.close()  # the tab goes away: its stream closes
     wait(a, lambda d: text(d, "watching").startswith("Watching now: 1"), "A never showed B leave")
     assert severe_console_errors(a) == []
