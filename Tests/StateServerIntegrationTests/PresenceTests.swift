@@ -164,3 +164,20 @@ struct PresenceTests {
         expectError(try await owner.request("GET", "/presence"), 404, "session_not_found")
     }
 }
+
+/// In the JWT suite (its server verifies the backend's JWTs).
+extension JWTTests {
+    @Test("presence: a JWT's stream is listed with its sub, and so is a token the JWT minted")
+    func presenceSubject() async throws {
+        let owner = try await SharedServer.api().createSession()
+        let backend = await Backend.hmac()
+        let ada = owner.with(token: try await backend.sign(.session(owner.id, scope: "admin", sub: "ada")))
+        let (stream, joined) = try await PresenceTests.join(ada, "laptop", count: 1)
+        defer { stream.close() }
+        #expect(joined.first?["sub"] == "ada", "\(joined)")
+        let (minted, _) = try await ScopedTokenTests.mint(owner, ["scope": "observe"], by: ada)
+        let (second, both) = try await PresenceTests.join(minted, "phone", count: 2)
+        defer { second.close() }
+        #expect(both.map { $0["sub"] } == ["ada", "ada"], "\(both)")
+    }
+}
