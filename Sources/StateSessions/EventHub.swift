@@ -21,10 +21,25 @@ public struct HubMetrics: Sendable {
     let eventsSent: Counter
     /// Subscribers dropped because their stream refused an event (too slow, or gone).
     let subscribersDropped: Counter
+    /// Streams present (``PresenceEntry``) in every hub that shares these metrics.
+    let present: PresentCount
 
     public init() {
         eventsSent = Counter(label: "stateserver_events_sent_total")
         subscribersDropped = Counter(label: "stateserver_subscribers_dropped_total")
+        present = PresentCount()
+    }
+}
+
+/// The streams present in all of a server's sessions: one count, shown as the gauge
+/// `stateserver_presence_entries`.
+final class PresentCount: Sendable {
+    private let count = Atomic<Int>(0)
+    private let gauge = Gauge(label: "stateserver_presence_entries")
+
+    func add(_ delta: Int) {
+        guard delta != 0 else { return }
+        gauge.record(count.add(delta, ordering: .relaxed).newValue)
     }
 }
 
@@ -318,6 +333,7 @@ public final class EventHub: Sendable {
             state.subscribers[state.nextSubscriberID] = subscriber
             if let presence {
                 state.present += 1
+                metrics.present.add(1)
                 announce(presence, joined: true, in: &state)
             }
             return .subscribed(state.nextSubscriberID)
@@ -380,6 +396,7 @@ public final class EventHub: Sendable {
         state.withLock { state in
             guard let gone = state.subscribers.removeValue(forKey: id), let entry = gone.presence else { return }
             state.present -= 1
+            metrics.present.add(-1)
             announce(entry, joined: false, in: &state)
         }
     }
@@ -414,6 +431,7 @@ public final class EventHub: Sendable {
         for id in dropped {
             if let entry = state.subscribers.removeValue(forKey: id)?.presence {
                 state.present -= 1
+                metrics.present.add(-1)
                 left.append(entry)
             }
         }
@@ -427,6 +445,7 @@ public final class EventHub: Sendable {
             releaseReplay(&state)
             defer {
                 state.subscribers = [:]
+                metrics.present.add(-state.present)
                 state.present = 0
             }
             return state.subscribers.values.map(\.sink)
@@ -440,6 +459,7 @@ public final class EventHub: Sendable {
         let sinks = state.withLock { state -> [any EventSink] in
             defer {
                 state.subscribers = [:]
+                metrics.present.add(-state.present)
                 state.present = 0
             }
             return state.subscribers.values.map(\.sink)

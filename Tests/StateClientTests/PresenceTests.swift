@@ -33,10 +33,12 @@ struct PresenceClientTests {
             let listed = try await client.presence(credentials)
             #expect(listed.map(\.label) == ["wall screen", "Ada's iPad"])
             #expect(listed.allSatisfy { $0.sub == nil && $0.since > 0 && !$0.id.isEmpty })
+            #expect(try await metric("stateserver_presence_entries", at: server.baseURL) == 2)
 
             try await pad.stop()
             try await waitUntil("the wall sees the iPad leave") { seenByWall.withLock { $0.last == ["wall screen"] } }
             #expect(try await client.presence(credentials).map(\.label) == ["wall screen"])
+            #expect(try await metric("stateserver_presence_entries", at: server.baseURL) == 1)
             // Changes still flow on the wall's stream.
             try await counter.dispatch(.increment(by: 1))
             try await wall.wait(for: "the change") { $0.count >= 2 }
