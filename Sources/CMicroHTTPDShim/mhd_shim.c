@@ -768,6 +768,10 @@ int ss_socket_send_buffer(int fd, int bytes) {
     return setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
 }
 
+int ss_socket_user_timeout(int fd, unsigned int milliseconds) {
+    return setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &milliseconds, sizeof milliseconds);
+}
+
 int ss_socket_reset_on_close(int fd) {
     struct linger abort_on_close = {1, 0};
     return setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);

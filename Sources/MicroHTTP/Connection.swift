@@ -358,6 +358,11 @@ extension HTTPServer {
                 stream.finish()
                 return queue(HTTPResponse(status: 503, route: response.route), on: connection, context: context)
             }
+            if let timeout = stream.peerTimeout {
+                // Set on the connection's socket, so on the stream's own copy of it too.
+                let milliseconds = timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000
+                _ = ss_socket_user_timeout(ss_connection_fd(connection), UInt32(clamping: max(1, milliseconds)))
+            }
             if stream.carriesEvents, let sockets, let detached = detach(stream, response, from: connection, context: context, to: sockets) {
                 return detached
             }

@@ -116,10 +116,17 @@ public final class EventStream: Sendable {
     /// Server-sent events get heartbeats and the shutdown farewell; other bodies get neither
     /// (a ping inside a JSON document would break it).
     public let carriesEvents: Bool
+    /// A client that leaves bytes sent to it unacknowledged this long is taken as gone: its
+    /// connection is given up (TCP_USER_TIMEOUT), and the stream gets a heartbeat every tick,
+    /// busy or not, so a client that vanished without closing (a network that drops, a machine
+    /// that dies) is found within a heartbeat interval plus this. Nil: found only when a write
+    /// fails, which TCP may take minutes to say.
+    public let peerTimeout: Duration?
 
-    public init(bufferLimit: Int, carriesEvents: Bool = true) {
+    public init(bufferLimit: Int, carriesEvents: Bool = true, peerTimeout: Duration? = nil) {
         self.bufferLimit = bufferLimit
         self.carriesEvents = carriesEvents
+        self.peerTimeout = peerTimeout
     }
 
     /// Queues `bytes` once the queue has room for them (at once on an empty queue), waiting as
@@ -241,8 +248,9 @@ public final class EventStream: Sendable {
                 if state.closingTicks >= 2 { drop(&state) }
                 return
             }
-            // A ping does not count as activity, so an idle stream gets one every interval.
-            guard carriesEvents, !state.active, !state.closing, !state.finished else { return }
+            // A ping does not count as activity, so an idle stream gets one every interval
+            // (a stream watching for a vanished client: every interval, idle or not).
+            guard carriesEvents, !state.active || peerTimeout != nil, !state.closing, !state.finished else { return }
             if state.queuedBytes > 0, state.queuedBytes + bytes.count > bufferLimit { return }
             state.queue.append(bytes)
             state.queuedBytes += bytes.count

@@ -89,15 +89,29 @@ extension RemoteStore {
     ///     first patch finds none and resynchronises from a snapshot.
     ///   - reconnect: when and how often to reconnect.
     ///   - deltas: ask for JSON Patch deltas (the default) or whole states in every event.
+    ///   - presence: join the session's presence under this label (1 to 64 characters) while
+    ///     the sequence runs: the stream is listed by ``StateServerClient/presence(_:)``, and
+    ///     `onPresence` gets who is present (this stream included, oldest first) whenever
+    ///     someone joins or leaves. Each connection starts the list afresh, so a reconnection
+    ///     never leaves a stale entry.
+    ///   - onPresence: called, on the task that reads the stream, with the present list.
     public func changes(
-        lastEventID: Int? = nil, reconnect: ReconnectPolicy = .default, deltas: Bool = true
+        lastEventID: Int? = nil, reconnect: ReconnectPolicy = .default, deltas: Bool = true,
+        presence: String? = nil, onPresence: @escaping @Sendable ([StateServerClient.PresenceEntry]) -> Void = { _ in }
     ) -> AsyncThrowingStream<Event, any Error> {
         let (events, continuation) = AsyncThrowingStream.makeStream(of: Event.self, throwing: (any Error).self)
+        let joining = presence.map { Joining(label: $0, onPresence: onPresence) }
         let task = Task { [self] in
-            await self.streamEvents(lastEventID: lastEventID, policy: reconnect, deltas: deltas, into: continuation)
+            await self.streamEvents(lastEventID: lastEventID, policy: reconnect, deltas: deltas, presence: joining, into: continuation)
         }
         continuation.onTermination = { _ in task.cancel() }
         return events
+    }
+
+    /// A stream's presence: its label, and who to tell.
+    private struct Joining: Sendable {
+        let label: String
+        let onPresence: @Sendable ([StateServerClient.PresenceEntry]) -> Void
     }
 
     /// What a stream carries from one connection to the next.
@@ -107,14 +121,17 @@ extension RemoteStore {
         var failures = 0
         /// Consecutive resynchronisations without a change applied in between.
         var resyncs = 0
+        var presence: Joining?
+        var present = PresenceList()
     }
 
     /// Connects, reconnects and feeds `continuation` until the stream ends.
     private func streamEvents(
-        lastEventID: Int?, policy: ReconnectPolicy, deltas: Bool,
+        lastEventID: Int?, policy: ReconnectPolicy, deltas: Bool, presence: Joining?,
         into continuation: AsyncThrowingStream<Event, any Error>.Continuation
     ) async {
         var progress = StreamProgress(decoder: ChangeDecoder(featureName: feature.name, lastEventID: lastEventID, deltas: deltas))
+        progress.presence = presence
         while !Task.isCancelled {
             var lastError: (any Error)?
             var retryAfter: Duration?
@@ -193,6 +210,7 @@ extension RemoteStore {
         if let lastEventID = progress.decoder.lastEventID { headers["Last-Event-ID"] = String(lastEventID) }
         var query = [URLQueryItem(name: "feature", value: feature.name)]
         if progress.decoder.deltas { query.append(URLQueryItem(name: "delta", value: "json-patch")) }
+        if let joining = progress.presence { query.append(URLQueryItem(name: "presence", value: joining.label)) }
         let request = client.request("GET", sessionPath + ["events"], query: query, credentials: credentials, headers: headers)
         let connection = EventStreamConnection(request: request, idleTimeout: policy.idleTimeout)
         // Cancelling the consuming task finishes `parts` (and so cancels the request) by itself;
@@ -213,6 +231,8 @@ extension RemoteStore {
                         message: "the event stream's Content-Type is \(received.contentType ?? "missing"), not text/event-stream")
                 }
                 progress.failures = 0
+                // The server sends everyone present again on every connection.
+                progress.present.reset()
             case .data(let data):
                 guard let head, head.status == 200 else {
                     if errorBody.count < 64 * 1024 { errorBody.append(data) }
@@ -229,6 +249,13 @@ extension RemoteStore {
                     // next connection resumes after the last change delivered.
                     if let hint = ChangeDecoder<F>.shutdownDelay(event, default: policy.initialDelay) {
                         return .shutdown(retry: hint)
+                    }
+                    if event.type == "presence" {
+                        // No id: not a change, never replayed.
+                        if let joining = progress.presence, try progress.present.take(event) {
+                            joining.onPresence(progress.present.present)
+                        }
+                        continue
                     }
                     let decoded: Event?
                     do {

@@ -126,7 +126,12 @@ final class Forwarder: RequestForwarder {
             }
             let isEventStream = response.headers.first(name: "content-type")?.hasPrefix("text/event-stream") == true
             if isEventStream && request.method == "GET" {
-                return relay(response, status: Int(response.status.code), headers: headers, route: route)
+                // A stream present on the owner (`?presence=`) watches for a vanished client
+                // here too, where the client is: the owner sees this node's connection end.
+                let present = !request.queryValues("presence").isEmpty
+                return relay(
+                    response, status: Int(response.status.code), headers: headers, route: route,
+                    peerTimeout: present ? RouteSettings.presencePeerTimeout : nil)
             }
             let body = try await response.body.collect(upTo: Self.replyLimit)
             return HTTPResponse(status: Int(response.status.code), headers: headers, body: .bytes(Array(buffer: body)), route: route)
@@ -151,8 +156,10 @@ final class Forwarder: RequestForwarder {
 
     /// An event stream from the owner, passed on whole events at a time (a heartbeat this node
     /// adds never lands inside one), until either side ends it.
-    private func relay(_ response: HTTPClientResponse, status: Int, headers: [(name: String, value: String)], route: String) -> HTTPResponse {
-        let stream = EventStream(bufferLimit: streamBufferLimit)
+    private func relay(
+        _ response: HTTPClientResponse, status: Int, headers: [(name: String, value: String)], route: String, peerTimeout: Duration?
+    ) -> HTTPResponse {
+        let stream = EventStream(bufferLimit: streamBufferLimit, peerTimeout: peerTimeout)
         let pump = Task {
             var pending: [UInt8] = []
             do {

@@ -14,6 +14,7 @@ import StateServerHTTP
 /// | `heartbeat` | seconds | `15` |
 /// | `streams.perSession` | event streams | `32` |
 /// | `streams.total` | event streams | `10000` |
+/// | `streams.presencePerSession` | streams present (`?presence=`) per session | `1000` |
 /// | `streams.bufferLimit` | bytes queued per subscriber | `1048576` |
 /// | `streams.shutdownRetry` | seconds a client waits before reconnecting after a shutdown | `1` |
 /// | `streams.socketBuffer` | kernel send buffer bytes per stream (SO_SNDBUF), 0 = the kernel's autotuning | `65536` |
@@ -32,6 +33,8 @@ struct HTTPSettings: Sendable {
     static let heartbeat = Setting("heartbeat", default: 15.0, in: 0.05...86_400, "seconds between pings")
     static let streamsPerSession = Setting("streams.perSession", default: 32, in: 1...100_000, "streams per session")
     static let streamsTotal = Setting("streams.total", default: 10_000, in: 1...1_000_000, "streams in all")
+    static let presencePerSession = Setting(
+        "streams.presencePerSession", default: 1000, in: 1...100_000, "streams present per session")
     static let streamBufferLimit = Setting(
         "streams.bufferLimit", default: 1_048_576, in: 1024...(1 << 30), "bytes per slow subscriber")
     static let shutdownRetry = Setting(
@@ -62,6 +65,7 @@ struct HTTPSettings: Sendable {
         server.heartbeat = .seconds(try read(Self.heartbeat))
         routes.maxStreamsPerSession = try read(Self.streamsPerSession)
         routes.maxStreams = try read(Self.streamsTotal)
+        routes.maxPresencePerSession = try read(Self.presencePerSession)
         routes.streamBufferLimit = try read(Self.streamBufferLimit)
         routes.serverVersion = StateServerVersion.current
         let shutdownRetry = try read(Self.shutdownRetry)

@@ -101,6 +101,9 @@ enum MetricCatalog {
             help: "PostgreSQL, several nodes: seconds from a node's last membership renewal until this node declared it dead (at most the time its sessions waited).",
             durationBuckets: latencyBuckets),
         Entry(
+            name: "stateserver_presence_entries", kind: .gauge,
+            help: "Event streams present now (opened with ?presence=), in every session this node serves."),
+        Entry(
             name: "stateserver_timers_pending", kind: .gauge,
             help: "Timers reducers scheduled and not fired yet, in every session (as storage last counted them)."),
         Entry(

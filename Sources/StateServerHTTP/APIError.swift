@@ -121,6 +121,12 @@ struct APIError: Error, Sendable {
         APIError(status: 429, code: "too_many_streams", message: message, headers: [("Retry-After", "5")])
     }
 
+    /// The session already has `streams.presencePerSession` streams present: this one does
+    /// not join (nothing was opened).
+    static func presenceFull(_ message: String) -> APIError {
+        APIError(status: 429, code: "presence_full", message: message, headers: [("Retry-After", "5")])
+    }
+
     static func storage(_ error: StorageError) -> APIError {
         if error.kind == .sessionGone { return sessionNotFound }
         if error.kind == .notOwner { return ownerUnavailable("another node owns this session now; try again") }

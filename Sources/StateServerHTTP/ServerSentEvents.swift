@@ -20,6 +20,17 @@ public struct ServerSentEvents: EventEncoder {
         return out
     }
 
+    public func encode(event: String, data: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(data.count + 24)
+        out.append(contentsOf: "event: ".utf8)
+        out.append(contentsOf: event.utf8)
+        out.append(contentsOf: "\ndata: ".utf8)
+        out.append(contentsOf: data)
+        out.append(contentsOf: [10, 10])
+        return out
+    }
+
     /// The last message of every stream when the server shuts down gracefully:
     ///
     /// ```

@@ -13,6 +13,12 @@ public struct RouteSettings: Sendable {
     public var bodyLimit = 64 * 1024
     public var maxStreamsPerSession = 32
     public var maxStreams = 10_000
+    /// Event streams present at once per session (`?presence=`, `streams.presencePerSession`):
+    /// one more is `429 presence_full`.
+    public var maxPresencePerSession = 1000
+    /// How long a present stream's client may leave bytes unacknowledged before it is taken as
+    /// gone (``EventStream/peerTimeout``): it leaves within a heartbeat interval plus this.
+    public static let presencePeerTimeout: Duration = .milliseconds(750)
     /// Bytes queued for one event subscriber before its stream is closed.
     public var streamBufferLimit = 1024 * 1024
     public var maxIdempotencyKeyLength = 200
@@ -98,7 +104,7 @@ public final class StateServerResponder: HTTPResponder {
     }
 
     /// The route table, in matching order.
-    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + historyRoutes + timerRoutes + adminRoutes)
+    static let router = Router(routes: staticRoutes + sessionRoutes + tokenRoutes + stateRoutes + dispatchRoutes + eventRoutes + presenceRoutes + historyRoutes + timerRoutes + adminRoutes)
 
     /// Every route: its methods and path template. Tests and the OpenAPI check read this table.
     public static var routeList: [(methods: [String], template: String)] {

@@ -12,14 +12,28 @@ final class StreamsByToken: Sendable {
         let token: String
     }
 
-    private let open = Mutex<[Key: [ObjectIdentifier: EventStream]]>([:])
+    /// A stream, and what to do the moment it is ended for its token (leave the session's
+    /// presence at once, not when its client has read its last event).
+    private struct Watched {
+        let stream: EventStream
+        let ended: @Sendable () -> Void
 
-    /// Ends `stream` when `grant`'s token is revoked (``revoked(_:session:)``) or expires.
-    func watch(_ stream: EventStream, session: String, grant: Grant) {
+        func end(reason: String) {
+            stream.close(after: ServerSentEvents.revoked(reason: reason))
+            ended()
+        }
+    }
+
+    private let open = Mutex<[Key: [ObjectIdentifier: Watched]]>([:])
+
+    /// Ends `stream` when `grant`'s token is revoked (``revoked(_:session:)``) or expires, and
+    /// then calls `ended`.
+    func watch(_ stream: EventStream, session: String, grant: Grant, ended: @escaping @Sendable () -> Void = {}) {
+        let watched = Watched(stream: stream, ended: ended)
         if let token = grant.tokenID {
             let key = Key(session: session, token: token)
             let id = ObjectIdentifier(stream)
-            open.withLock { $0[key, default: [:]][id] = stream }
+            open.withLock { $0[key, default: [:]][id] = watched }
             stream.onFinish { [self] in
                 open.withLock { table in
                     table[key]?[id] = nil
@@ -31,7 +45,7 @@ final class StreamsByToken: Sendable {
             let timer = Task {
                 let wait = Double(expiresAt) / 1000 - Date().timeIntervalSince1970
                 if wait > 0 { try await Task.sleep(for: .milliseconds(Int64(min(wait, 1e9) * 1000) + 1)) }
-                stream.close(after: ServerSentEvents.revoked(reason: "expired"))
+                watched.end(reason: "expired")
             }
             stream.onFinish { timer.cancel() }
         }
@@ -42,6 +56,6 @@ final class StreamsByToken: Sendable {
         let streams = open.withLock { table in
             tokens.flatMap { table.removeValue(forKey: Key(session: session, token: $0))?.values.map { $0 } ?? [] }
         }
-        for stream in streams { stream.close(after: ServerSentEvents.revoked(reason: "revoked")) }
+        for watched in streams { watched.end(reason: "revoked") }
     }
 }

@@ -21,10 +21,25 @@ public struct HubMetrics: Sendable {
     let eventsSent: Counter
     /// Subscribers dropped because their stream refused an event (too slow, or gone).
     let subscribersDropped: Counter
+    /// Streams present (``PresenceEntry``) in every hub that shares these metrics.
+    let present: PresentCount
 
     public init() {
         eventsSent = Counter(label: "stateserver_events_sent_total")
         subscribersDropped = Counter(label: "stateserver_subscribers_dropped_total")
+        present = PresentCount()
+    }
+}
+
+/// The streams present in all of a server's sessions: one count, shown as the gauge
+/// `stateserver_presence_entries`.
+final class PresentCount: Sendable {
+    private let count = Atomic<Int>(0)
+    private let gauge = Gauge(label: "stateserver_presence_entries")
+
+    func add(_ delta: Int) {
+        guard delta != 0 else { return }
+        gauge.record(count.add(delta, ordering: .relaxed).newValue)
     }
 }
 
@@ -33,6 +48,9 @@ public struct HubMetrics: Sendable {
 /// hub encodes each event once and queues the same bytes on every subscriber.
 public protocol EventEncoder: Sendable {
     func encode(seq: Int, event: String, data: [UInt8]) -> [UInt8]
+    /// An event without a sequence number (`presence`): it does not move a client's
+    /// `Last-Event-ID`, and is never replayed.
+    func encode(event: String, data: [UInt8]) -> [UInt8]
 }
 
 /// The bytes every hub of a server may pin for replay together. When a publish would pass it,
@@ -64,6 +82,8 @@ public enum Subscription: Sendable, Equatable {
     case closed
     /// The session already has its maximum of subscribers.
     case full
+    /// The session already has its maximum of present streams (``PresenceEntry``).
+    case presenceFull
 }
 
 /// A session's event log: publishes each change under the `seq` its session gave it (numbered
@@ -125,6 +145,8 @@ public final class EventHub: Sendable {
         let sink: any EventSink
         /// Wants `state` events as patches (``EventHub/deltaData(_:patch:)``) where one is known.
         var deltas = false
+        /// Joined the session's presence: gets `presence` events, and is listed.
+        var presence: PresenceEntry?
 
         func wants(_ feature: String) -> Bool { features?.contains(feature) ?? true }
     }
@@ -138,6 +160,8 @@ public final class EventHub: Sendable {
         var subscribers: [UInt64: Subscriber] = [:]
         var nextSubscriberID: UInt64 = 0
         var closed = false
+        /// Subscribers that joined the presence.
+        var present = 0
     }
 
     /// The features in registration order, for snapshots.
@@ -264,9 +288,8 @@ public final class EventHub: Sendable {
                     if subscriber.sink.send(bytes) { sent += 1 } else { dropped.append(id) }
                 }
             }
-            for id in dropped { state.subscribers[id] = nil }
             if sent > 0 { metrics.eventsSent.increment(by: Int64(sent)) }
-            if !dropped.isEmpty { metrics.subscribersDropped.increment(by: Int64(dropped.count)) }
+            remove(dropped, from: &state)
             return true
         }
     }
@@ -276,14 +299,21 @@ public final class EventHub: Sendable {
     /// snapshot of the observed features. Returns `nil` when the hub is closed.
     /// With `deltas`, replayed and live `state` events carry a patch where one is known (a
     /// resume without a gap leaves the client at the version each patch starts from).
+    ///
+    /// With `presence`, the subscriber joins the session's presence (at most `presenceLimit`
+    /// at once, else `.presenceFull`): after what it must see first it gets one `presence`
+    /// event `joined` per stream present, oldest first, itself last; every other stream present
+    /// gets its `joined`.
     public func subscribe(
-        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false
+        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false,
+        presence: PresenceEntry? = nil, presenceLimit: Int = .max
     ) -> Subscription {
         let outcome = state.withLock { state -> Subscription in
             guard !state.closed else { return .closed }
             // Checked and taken under one lock: concurrent subscribers never pass the limit.
             guard state.subscribers.count < limit else { return .full }
-            let subscriber = Subscriber(features: features, sink: sink, deltas: deltas)
+            if presence != nil, state.present >= presenceLimit { return .presenceFull }
+            let subscriber = Subscriber(features: features, sink: sink, deltas: deltas, presence: presence)
             if deltas { deltaStreamsSeen.store(true, ordering: .relaxed) }
             if let lastEventID, let frames = Self.replayable(after: lastEventID, in: state) {
                 for frame in frames where subscriber.wants(frame.feature) {
@@ -292,8 +322,20 @@ public final class EventHub: Sendable {
             } else {
                 guard sink.offer(snapshotFrame(features: features, state: state)) else { return .caughtUpPartially }
             }
+            if let presence {
+                for entry in Self.present(in: state) + [presence] {
+                    guard sink.offer(encoder.encode(event: "presence", data: entry.eventData(joined: true))) else {
+                        return .caughtUpPartially
+                    }
+                }
+            }
             state.nextSubscriberID += 1
             state.subscribers[state.nextSubscriberID] = subscriber
+            if let presence {
+                state.present += 1
+                metrics.present.add(1)
+                announce(presence, joined: true, in: &state)
+            }
             return .subscribed(state.nextSubscriberID)
         }
         if outcome == .caughtUpPartially { sink.close() }
@@ -348,8 +390,52 @@ public final class EventHub: Sendable {
         }
     }
 
+    /// Forgets the subscriber (its stream ended, or is ending); if it was present it leaves,
+    /// and the streams still present get its `left`. Unsubscribing twice changes nothing.
     public func unsubscribe(_ id: UInt64) {
-        _ = state.withLock { $0.subscribers.removeValue(forKey: id) }
+        state.withLock { state in
+            guard let gone = state.subscribers.removeValue(forKey: id), let entry = gone.presence else { return }
+            state.present -= 1
+            metrics.present.add(-1)
+            announce(entry, joined: false, in: &state)
+        }
+    }
+
+    /// The streams present now, oldest first.
+    public var presence: [PresenceEntry] {
+        state.withLock { Self.present(in: $0) }
+    }
+
+    /// Subscribers present, in the order they joined (subscriber ids only grow).
+    private static func present(in state: State) -> [PresenceEntry] {
+        state.subscribers.sorted { $0.key < $1.key }.compactMap(\.value.presence)
+    }
+
+    /// Sends `entry`'s `joined` or `left` to every other stream present; those that refuse it
+    /// are dropped, and leave in turn.
+    private func announce(_ entry: PresenceEntry, joined: Bool, in state: inout State) {
+        guard state.present > (joined ? 1 : 0) else { return }
+        let frame = encoder.encode(event: "presence", data: entry.eventData(joined: joined))
+        var dropped: [UInt64] = []
+        for (id, subscriber) in state.subscribers where subscriber.presence != nil && subscriber.presence?.id != entry.id {
+            if !subscriber.sink.send(frame) { dropped.append(id) }
+        }
+        remove(dropped, from: &state)
+    }
+
+    /// Forgets subscribers whose sink refused an event (it closed itself); those present leave.
+    private func remove(_ dropped: [UInt64], from state: inout State) {
+        guard !dropped.isEmpty else { return }
+        metrics.subscribersDropped.increment(by: Int64(dropped.count))
+        var left: [PresenceEntry] = []
+        for id in dropped {
+            if let entry = state.subscribers.removeValue(forKey: id)?.presence {
+                state.present -= 1
+                metrics.present.add(-1)
+                left.append(entry)
+            }
+        }
+        for entry in left { announce(entry, joined: false, in: &state) }
     }
 
     /// Ends every subscriber's stream and refuses new ones (the session was deleted).
@@ -357,7 +443,11 @@ public final class EventHub: Sendable {
         let sinks = state.withLock { state -> [any EventSink] in
             state.closed = true
             releaseReplay(&state)
-            defer { state.subscribers = [:] }
+            defer {
+                state.subscribers = [:]
+                metrics.present.add(-state.present)
+                state.present = 0
+            }
             return state.subscribers.values.map(\.sink)
         }
         for sink in sinks { sink.close() }
@@ -367,7 +457,11 @@ public final class EventHub: Sendable {
     /// other nodes' changes: clients reconnect and resume from the journal).
     public func endStreams() {
         let sinks = state.withLock { state -> [any EventSink] in
-            defer { state.subscribers = [:] }
+            defer {
+                state.subscribers = [:]
+                metrics.present.add(-state.present)
+                state.present = 0
+            }
             return state.subscribers.values.map(\.sink)
         }
         for sink in sinks { sink.close() }

@@ -290,10 +290,16 @@ public final class Session: Sendable {
 
     /// Subscribes `sink` to the session's events (``EventHub/subscribe(features:lastEventID:sink:limit:)``).
     public func subscribe(
-        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false
+        features: Set<String>?, lastEventID: Int?, sink: any EventSink, limit: Int = .max, deltas: Bool = false,
+        presence: PresenceEntry? = nil, presenceLimit: Int = .max
     ) -> Subscription {
-        hub.subscribe(features: features, lastEventID: lastEventID, sink: sink, limit: limit, deltas: deltas)
+        hub.subscribe(
+            features: features, lastEventID: lastEventID, sink: sink, limit: limit, deltas: deltas, presence: presence,
+            presenceLimit: presenceLimit)
     }
+
+    /// The streams present on the session now, oldest first (``PresenceEntry``).
+    public var presence: [PresenceEntry] { hub.presence }
 
 }
 

@@ -45,6 +45,7 @@ struct RouteAccessTests {
         "GET /v1/sessions/{id}/history": .session(SessionAccess(scope: .observe, admin: true, reads: .query)),
         "GET /v1/sessions/{id}/recording": .session(SessionAccess(scope: .observe, admin: true)),
         "GET /v1/sessions/{id}/timers": .session(SessionAccess(scope: .observe, admin: true)),
+        "GET /v1/sessions/{id}/presence": .session(SessionAccess(scope: .observe, admin: true)),
     ]
 
     static var rows: [Route] { StateServerResponder.router.routes }

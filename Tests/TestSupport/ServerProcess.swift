@@ -192,7 +192,9 @@ package final class ServerProcess: @unchecked Sendable {
         let started = try await poll(timeout: timeout, every: .milliseconds(10)) { () throws -> ServerProcess? in
             if let line = output.firstStdoutLine {
                 // https:// when the server serves TLS itself (`--tls-cert`, `--tls-key`).
-                let prefix = ["listening on http://127.0.0.1:", "listening on https://127.0.0.1:"].first { line.hasPrefix($0) } ?? ""
+                // (`--host 0.0.0.0` added to `arguments`: every address, 127.0.0.1 included.)
+                let prefix = ["listening on http://127.0.0.1:", "listening on https://127.0.0.1:", "listening on http://0.0.0.0:"]
+                    .first { line.hasPrefix($0) } ?? ""
                 guard !prefix.isEmpty, let bound = Int(line.dropFirst(prefix.count)), bound > 0 else {
                     kill(process.processIdentifier, SIGKILL)
                     throw ServerStartError(description: "unexpected first stdout line: \(line.debugDescription)")

@@ -243,6 +243,11 @@ int ss_stream_socket(int fd, int send_buffer);
 /// the doubled figure), caps it at net.core.wmem_max, and no longer grows the buffer by itself
 /// (tcp_wmem autotuning) once it is set. Returns setsockopt's result.
 int ss_socket_send_buffer(int fd, int bytes);
+/// Gives up the connection of socket `fd` when bytes sent on it stay unacknowledged for
+/// `milliseconds` (TCP_USER_TIMEOUT): a peer that vanished without closing (a network that
+/// drops, a machine that dies) is found that long after the next write, not after minutes of
+/// retransmissions. Returns setsockopt's result.
+int ss_socket_user_timeout(int fd, unsigned int milliseconds);
 /// Makes the close of socket `fd` an abort (SO_LINGER on, 0 s): the kernel sends RST and frees
 /// what is still queued at once, rather than sending it all before a FIN (to a client that does
 /// not read, never: the socket would stay an orphan holding its buffer). Applies to the close of

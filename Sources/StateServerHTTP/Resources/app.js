@@ -323,6 +323,20 @@
     for (const fieldset of document.querySelectorAll("fieldset.needs-state")) fieldset.disabled = !enabled;
   }
 
+  /** This tab's presence label: what kind of device it is on, as the browser tells it. */
+  function presenceLabel() {
+    const platform = (navigator.userAgentData && navigator.userAgentData.platform) || navigator.platform || "";
+    return (platform ? platform + " tab" : "Browser tab").slice(0, 64);
+  }
+
+  /** Who is watching the session (the streams present, this tab included). */
+  function renderPresence(present) {
+    const element = $("watching");
+    element.hidden = present.length === 0;
+    const names = present.map((entry) => entry.sub ? `${entry.label} (${entry.sub})` : entry.label);
+    element.textContent = `Watching now: ${present.length} — ${names.join(", ")}`;
+  }
+
   /** Uses `client` from now on: shows it in the URL and the share box, and subscribes. */
   function useSession(client, { remembered }) {
     app.client = client;
@@ -337,6 +351,8 @@
       onRejection: (rejection) => showError("The server refused a counter change", rejection.error),
     }).start({ subscribe: false }); // fed by the page's own subscription below
     app.subscription = client.subscribe({
+      presence: presenceLabel(),
+      onPresence: renderPresence,
       onStatus: setStatus,
       onSnapshot(features) {
         app.features = features;

@@ -85,6 +85,17 @@
  *
  * Both transports report their state through `onStatus`: "connecting", "open",
  * "reconnecting", "closed".
+ *
+ * Presence (`presence`, off by default)
+ * -------------------------------------
+ * `subscribe({presence: "Ada's laptop", onPresence(present, change) {...}})` joins the session's
+ * presence under that label (1 to 64 characters): the server lists the stream in
+ * `GET .../presence` while it is open, and tells every stream that joined who comes and goes.
+ * `sub.present` holds who is there (`[{id, label, sub, since}]`, oldest first, this stream
+ * included); `onPresence` gets it after every `joined` or `left` (`change` is `{joined: entry}` or
+ * `{left: entry}`). Each connection starts the list afresh (the server sends everyone present
+ * when a stream opens, resumed or not), so a reconnect never leaves a stale entry.
+ * `client.presence()` reads the list once, without a stream.
  */
 (function (global) {
   "use strict";
@@ -513,6 +524,16 @@
     }
 
     /**
+     * Who is present on the session (`GET .../presence`): the streams opened with a `presence`
+     * label, oldest first.
+     * @returns {Promise<{present: Array<{id: string, label: string, sub: string|null, since: number}>}>}
+     */
+    async presence() {
+      const response = await StateClient._fetch(this._url("/presence"), { headers: this._headers() });
+      return response.json();
+    }
+
+    /**
      * Time travel (`POST .../state/{feature}/travel`): sets the feature to the state it had at
      * `version`, as a new change (cause "travel") that every subscriber sees.
      * @param {string} feature
@@ -586,6 +607,11 @@
      * @param {number} [options.lastEventId] ("fetch" only) resume after this event id
      * @param {number} [options.staleAfterMs] ("fetch" only) reconnect after this long without
      *   any byte (default 45000: three missed 15 s heartbeats)
+     * @param {string} [options.presence] join the session's presence under this label (1 to 64
+     *   characters; see "Presence" in the header)
+     * @param {(present: {id: string, label: string, sub: string|null, since: number}[],
+     *   change: {joined?: object, left?: object}) => void} [options.onPresence]
+     *   who is present, after each `presence` event
      * @returns {Subscription}
      */
     subscribe(options = {}) {
@@ -610,6 +636,8 @@
       this.features = {};
       /** Whether the stream asks for JSON Patch deltas (turned off after repeated resyncs). */
       this.delta = options.delta !== false;
+      /** Who is present (with `presence`): `[{id, label, sub, since}]`, oldest first. */
+      this.present = [];
       /** How many times a patch that could not be used made the subscription resync. */
       this.resyncs = 0;
       this._failedPatches = 0; // resyncs since a patch last applied
@@ -674,6 +702,7 @@
       const params = new URLSearchParams();
       for (const feature of this._options.features || []) params.append("feature", feature);
       if (this.delta) params.set("delta", "json-patch");
+      if (typeof this._options.presence === "string") params.set("presence", this._options.presence);
       if (withToken) params.set("access_token", this._client.token);
       const query = params.toString();
       return this._client._url("/events") + (query ? "?" + query : "");
@@ -766,6 +795,18 @@
         this._setStatus("reconnecting");
         return shutdownDelay(retry, payload);
       }
+      if (type === "presence") {
+        // No id: presence is not replayed, and the list starts afresh on every connection.
+        if (payload.joined) {
+          this.present = this.present.filter((entry) => entry.id !== payload.joined.id).concat([payload.joined]);
+        } else if (payload.left) {
+          this.present = this.present.filter((entry) => entry.id !== payload.left.id);
+        } else {
+          return;
+        }
+        this._call("onPresence", this.present.slice(), payload);
+        return;
+      }
       if (type === "snapshot") {
         this.features = Object.assign({}, payload.features);
         if (Number.isFinite(seq)) this.lastEventId = seq;
@@ -807,8 +848,11 @@
       source.addEventListener("state", listener("state"));
       // EventSource itself waits the event's `retry:` and reconnects with Last-Event-ID.
       source.addEventListener("shutdown", listener("shutdown"));
+      source.addEventListener("presence", listener("presence"));
       source.onopen = () => {
-        if (this._source === source) this._setStatus("open");
+        if (this._source !== source) return;
+        this.present = []; // the server sends everyone present again on every connection
+        this._setStatus("open");
       };
       source.onerror = () => {
         if (this._source !== source) return;
@@ -856,6 +900,7 @@
             status: response.status,
           });
         }
+        this.present = []; // the server sends everyone present again on every connection
         this._setStatus("open");
         shutdownWait = await this._readStream(response.body, touch);
         // The server ended the stream (e.g. this reader was too slow): resume after a pause;

@@ -39,6 +39,19 @@ extension StateServerResponder {
         return true
     }
 
+    /// `presence=LABEL`: the stream joins the session's presence under this label (1 to 64
+    /// Unicode scalars, given once; else `400 invalid_request`). Nil: it does not join.
+    static func presenceLabel(_ request: HTTPRequest) throws(APIError) -> String? {
+        let values = request.queryValues("presence")
+        guard values.count <= 1 else { throw .invalidRequest("give 'presence' at most once") }
+        guard let label = values.first else { return nil }
+        let scalars = label.unicodeScalars.count
+        guard scalars >= 1, scalars <= PresenceEntry.maxLabelScalars else {
+            throw .invalidRequest("'presence' must be a label of 1 to \(PresenceEntry.maxLabelScalars) characters")
+        }
+        return label
+    }
+
     /// Opens the stream: admission (per session, atomically in the hub; per server, here),
     /// then the replay after `Last-Event-ID` or a snapshot, then live changes.
     func events(_ request: SessionRequest, _ query: StreamQuery) throws(APIError) -> HTTPResponse {
@@ -49,11 +62,14 @@ extension StateServerResponder {
         // their changes silently.
         guard sessions.isFollowing else { throw .notFollowing }
         let counter = try admitStream()
-        let stream = EventStream(bufferLimit: settings.streamBufferLimit)
+        let presence = query.presence.map { PresenceEntry.joining(label: $0, grant: grant) }
+        let stream = EventStream(
+            bufferLimit: settings.streamBufferLimit, peerTimeout: presence == nil ? nil : RouteSettings.presencePeerTimeout)
         let hub = session.hub
+        var leave: @Sendable () -> Void = {}
         switch session.subscribe(
             features: filter, lastEventID: query.lastEventID, sink: stream, limit: settings.maxStreamsPerSession,
-            deltas: query.deltas)
+            deltas: query.deltas, presence: presence, presenceLimit: settings.maxPresencePerSession)
         {
         case .closed:
             counter.release()
@@ -65,6 +81,9 @@ extension StateServerResponder {
         case .full:
             counter.release()
             throw .tooManyStreams("this session already has \(settings.maxStreamsPerSession) open event streams")
+        case .presenceFull:
+            counter.release()
+            throw .presenceFull("this session already has \(settings.maxPresencePerSession) streams present")
         case .caughtUpPartially:
             stream.onFinish { counter.release() }
         case .subscribed(let subscription):
@@ -72,13 +91,17 @@ extension StateServerResponder {
                 hub.unsubscribe(subscription)
                 counter.release()
             }
+            // A revoked or expired token's stream leaves the presence as it is ended, not once
+            // its client has read the last event.
+            if presence != nil { leave = { hub.unsubscribe(subscription) } }
         }
         // Revoking the token, or its expiry, ends the stream.
-        streamsByToken.watch(stream, session: session.id, grant: grant)
+        streamsByToken.watch(stream, session: session.id, grant: grant, ended: leave)
         // Checked again now that a revocation would find the stream: one that ran since the
         // token was checked ends it here.
         if let token = grant.tokenID, !session.isLive(token: token) {
             stream.close(after: ServerSentEvents.revoked(reason: "revoked"))
+            leave()
         }
         return HTTPResponse(
             status: 200,
@@ -107,10 +130,13 @@ struct StreamQuery: SessionQuery {
     let features: [String]
     let deltas: Bool
     let lastEventID: Int?
+    /// `presence=LABEL`: the stream joins the session's presence.
+    let presence: String?
 
     init(_ request: SessionRequest, features registry: FeatureRegistry) throws(APIError) {
         features = try StateServerResponder.streamedFeatures(request.http, request.grant, registry)
         deltas = try StateServerResponder.wantsDeltas(request.http)
+        presence = try StateServerResponder.presenceLabel(request.http)
         lastEventID = request.http.header("last-event-id").flatMap { Int($0.trimmingWhitespace()) }
     }
 
