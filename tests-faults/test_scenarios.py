@@ -253,7 +253,8 @@ def test_mixed_faults(make_cluster, balance):
 
 # -- durable timers (issue 38) ------------------------------------------------------------------------
 
-TIMER_ROUNDS = ["kill", "pause", "kill", "postgres", "kill"] if LONG else ["kill", "pause"]
+TIMER_ROUNDS = (["kill", "pause", "postgres", "kill", "pause", "kill"] if LONG
+                else ["kill", "pause", "postgres", "kill"])
 
 
 def owners(c, sessions) -> dict:
