@@ -7,6 +7,7 @@ Each fault is injected once the load is running and healed once the others have 
 keep serving (conditions with deadlines, never fixed sleeps). FAULTS_RUNS repeats each one."""
 
 import asyncio
+import json
 import os
 import time
 
@@ -247,4 +248,135 @@ def test_mixed_faults(make_cluster, balance):
         t = time.monotonic()
         await more_acks(w, 20, t, cluster=c)
         await finish_and_check(f"mixed-{balance}", c, h, sessions, w)
+    asyncio.run(body())
+
+
+# -- durable timers (issue 38) ------------------------------------------------------------------------
+
+TIMER_ROUNDS = (["kill", "pause", "postgres", "kill", "pause", "kill"] if LONG
+                else ["kill", "pause", "postgres", "kill"])
+
+
+def owners(c, sessions) -> dict:
+    """node name -> ids of the given sessions it owns now (PostgreSQL's state_sessions.owner)."""
+    by_url = {f"http://127.0.0.1:{n.port}": n.name for n in c.nodes if n.alive()}
+    rows = c.sql("SELECT s.id, n.url FROM state_sessions s JOIN state_nodes n ON n.epoch = s.owner")
+    ids = {s.id for s in sessions}
+    out: dict = {}
+    for sid, url in rows:
+        if sid in ids and url in by_url:
+            out.setdefault(by_url[url], set()).add(sid)
+    return out
+
+
+@pytest.mark.parametrize("balance", ["round_robin", pytest.param("hash", marks=pytest.mark.long)])
+@pytest.mark.parametrize("run", range(RUNS), ids=lambda r: f"run{r + 1}")
+def test_timers_fire_once_on_the_next_owner(make_cluster, balance, run):
+    """Issue 38: todos reminders (1 to 4 s) scheduled, re-scheduled, cancelled (some about when
+    they are due) and scheduled again after firing, on several sessions through nginx, while
+    the owner of most of them is SIGKILLed (and restarted), SIGSTOPped until its sessions moved
+    (then resumed), or PostgreSQL restarted (long form). Then, polling, until no session lists
+    a pending timer; every session's journal is read whole and harness/timers.py counts each
+    timer's firings: every schedule fires at most once, the last of each id not cancelled
+    exactly once, on time, whichever node owned it. The counts of every run go to
+    test-artifacts/faults/timer-firings.json."""
+    import random
+    from harness.timers import Reminders, check_timers, read_journal, pending_timers, record_counts, summarize
+    from harness.run import ARTIFACTS, heal
+    from harness.workload import _read_when_placed
+
+    async def body():
+        # Every change of the run stays in the journal (the suite's default keeps 20).
+        c = make_cluster(balance=balance, node_env={"STATE_SERVER_HISTORY_KEEP": "5000"})
+        await c.wait_ready()
+        h = History()
+        sessions = [await create_session(c.nginx_port) for _ in range(SESSIONS + 2)]
+        rem = Reminders(h, sessions, ("nginx", c.nginx_port), random.Random(900 + run), items=6 if LONG else 5)
+        faults = []
+        for kind in TIMER_ROUNDS:
+            task = asyncio.create_task(rem.run_round())
+            await eventually(lambda: rem.phase1 == len(sessions) or task.done(), 60, what="reminders scheduled")
+            if task.done():
+                task.result()
+            own = owners(c, sessions)
+            victim = max((n for n in c.nodes if n.alive()), key=lambda n: len(own.get(n.name, ())))
+            theirs = own.get(victim.name, set())
+            t_wall = int(time.time() * 1000)
+            if kind == "kill":
+                victim.kill()
+            elif kind == "pause":
+                victim.pause()
+            else:
+                c.pg_stop()
+            faults.append({"fault": kind, "node": victim.name if kind != "postgres" else None,
+                           "sessions": sorted(theirs), "at": t_wall})
+            if kind == "postgres":
+                # down past the first reminders' due time
+                await asyncio.sleep(1.5)
+                c.pg_start()
+            elif kind == "pause" and theirs:
+                # resumed once every session it owned fired a timer on its new owner (read
+                # through a live node: nginx sends a third of the requests to the paused one)
+                port = next(n.front.port for n in c.nodes if n.alive() and not n.paused)
+
+                async def moved():
+                    for s in sessions:
+                        if s.id in theirs:
+                            j, _ = await read_journal(port, s)
+                            if not any(ch.get("cause") == "timer" and ch.get("time", 0) > t_wall for ch in j):
+                                return False
+                    return True
+                await eventually(moved, 60, every=0.3, what="the paused owner's sessions firing elsewhere")
+            if kind == "pause":
+                victim.resume()
+            await asyncio.wait_for(task, 120)
+            if kind == "kill":
+                victim.start()
+            await c.wait_ready(timeout=60)
+
+        heal(c)
+        await c.wait_ready(timeout=60)
+
+        async def none_pending():
+            for s in sessions:
+                if await pending_timers(c.nginx_port, s):
+                    return False
+            return True
+        await eventually(none_pending, 90, every=0.3, what="no timer pending on any session")
+
+        journals, truncated, finals, pending = {}, {}, {}, {}
+        for s in sessions:
+            journals[s.id], kept = await read_journal(c.nginx_port, s)
+            if kept is not None:
+                truncated[s.id] = kept
+            pending[s.id] = await pending_timers(c.nginx_port, s)
+            for node in c.nodes:
+                r = await _read_when_placed(node.port, f"/v1/sessions/{s.id}/state/todos", s.auth)
+                assert r.status == 200, f"final read of {s.id[:8]} on {node.name}: {r.status} {r.body[:200]!r}"
+                j = r.json()
+                op = h.invoke(process="final", kind="read", session=s.id, entry=node.name, feature="todos")
+                op.completed, op.type, op.status, op.version, op.state = time.monotonic(), "ok", 200, j["version"], j["state"]
+                if s.id in finals and finals[s.id][0] != j["version"]:
+                    raise AssertionError(f"{s.id[:8]}: node {node.name} reads todos v{j['version']}, "
+                                         f"another v{finals[s.id][0]}")
+                finals.setdefault(s.id, (j["version"], j["state"]))
+        problems, counts = check_timers(h, journals, finals, pending, truncated)
+        for i, f in enumerate(faults):
+            # the timers of the faulted owner's sessions that fired after the fault (before the next)
+            until = faults[i + 1]["at"] if i + 1 < len(faults) else float("inf")
+            mine = set(f.pop("sessions")) if f["node"] else set(journals)
+            f["sessions"] = len(mine)
+            f["fired_after"] = sum(1 for sid in mine for ch in journals[sid]
+                                   if ch.get("cause") == "timer" and f["at"] < ch.get("time", 0) < until)
+        name = f"timers-{balance}-{run + 1}"
+        summary = {**summarize(counts), "faults": faults, "ops": h.summary()}
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        path = os.path.join(ARTIFACTS, f"{name}.jsonl")
+        h.dump(path)
+        with open(path, "a") as f:
+            f.write(json.dumps({"journals": journals, "final": finals, "counts": counts, "problems": problems}) + "\n")
+        totals = record_counts(os.path.join(ARTIFACTS, "timer-firings.json"), name, summary, counts)
+        print("FAULTS " + json.dumps({"test": name, **summary, "problems": len(problems), "all_runs": totals}))
+        assert not problems, f"{len(problems)} problems (history in {path}):\n" + "\n".join(problems[:30])
+        assert not totals["counted_more_than_once"], f"timers fired more than once: {totals['counted_more_than_once'][:20]}"
     asyncio.run(body())
