@@ -14,10 +14,14 @@
 # (stateserver_timers_pending, stateserver_sessions_in_memory: a start that loaded the sessions
 # that have timers would show them). Memory storage (only when `remind` exists): a fresh server
 # makes the same sessions (and the timers) over HTTP, then the same RSS and idle CPU.
+# PostgreSQL (a throwaway server from scripts/postgres-test-server.sh, pg_stat_statements
+# loaded): the same two databases and measurements, plus PostgreSQL's own CPU over the idle
+# window and the statements on state_timers meanwhile (the scheduler polls shared storage).
 #
 # Knobs: TIMERS_SESSIONS (10000), TIMERS_PER_SESSION (10; at most 1,000, timers.maxPerStore),
 # TIMERS_ROUNDS (3), TIMERS_IDLE (20), TIMERS_SETTLE (5), TIMERS_MEMORY (auto: when `remind`
-# exists; no), TIMERS_MEMORY_ROUNDS (2). Prints the tables (markdown) and the raw records'
+# exists; no), TIMERS_MEMORY_ROUNDS (2), TIMERS_POSTGRES (auto: when Debian's PostgreSQL is
+# installed; no). Prints the tables (markdown) and the raw records'
 # path. Only 127.0.0.1; every server it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +30,15 @@ SOURCE_BIN=${1:-.build/release/state-server}
 [ -x "$SOURCE_BIN" ] || { echo "timers: $SOURCE_BIN is not an executable (swift build -c release --product state-server)" >&2; exit 1; }
 SESSIONS=${TIMERS_SESSIONS:-10000}; PER=${TIMERS_PER_SESSION:-10}; ROUNDS=${TIMERS_ROUNDS:-3}
 IDLE=${TIMERS_IDLE:-20}; SETTLE=${TIMERS_SETTLE:-5}; MEMORY=${TIMERS_MEMORY:-auto}
-MEMORY_ROUNDS=${TIMERS_MEMORY_ROUNDS:-2}; AFTER=86400
+MEMORY_ROUNDS=${TIMERS_MEMORY_ROUNDS:-2}; POSTGRES=${TIMERS_POSTGRES:-auto}; AFTER=86400
 W=$(mktemp -d "${TMPDIR:-/tmp}/timers-bench.XXXXXX")
 SERVER=""
-cleanup() { [ -n "$SERVER" ] && stop_pid "$SERVER"; true; }
+PG_DIR=""
+cleanup() {
+    [ -n "$SERVER" ] && stop_pid "$SERVER"
+    [ -n "$PG_DIR" ] && bash scripts/postgres-test-server.sh destroy "$PG_DIR" > /dev/null 2>&1
+    true
+}
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 # A copy named ssbench: other work on a shared machine that stops `state-server` by name
@@ -99,6 +108,49 @@ if [ "$MEMORY" != no ] && [ "$METHOD" = http ]; then
         measure memory-timers memory "$r" --populate "$SESSIONS" --items "$PER" --sessions-out "$W/m.txt" \
             --remind-after "$AFTER"
     done
+fi
+if [ "$POSTGRES" != no ] && ls -d /usr/lib/postgresql/*/bin > /dev/null 2>&1; then
+    # Shared storage: the scheduler looks at the index every second (TimerScheduler's
+    # sharedPollInterval), so here the timers' idle cost is PostgreSQL's too.
+    PG_DIR=$(mktemp -u /tmp/timers-pg.XXXXXX)
+    log "PostgreSQL in $PG_DIR (fsync off, pg_stat_statements)"
+    bash scripts/postgres-test-server.sh ensure-user > /dev/null
+    POSTGRES_SERVER_OPTIONS="-c shared_preload_libraries=pg_stat_statements" \
+        timeout 120 bash scripts/postgres-test-server.sh start "$PG_DIR" --watch $$ > /dev/null
+    for db in timers_base timers_timers; do
+        url=$(timeout 60 bash scripts/postgres-test-server.sh createdb "$PG_DIR" $db)
+        bash scripts/postgres-test-server.sh sql "$PG_DIR" $db "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" > /dev/null
+        log "PostgreSQL $db: sessions and todos over HTTP"
+        start "$url?sslmode=disable"
+        $T bench/tools/timers.py populate --url "http://127.0.0.1:$PORT" --sessions "$SESSIONS" --items "$PER" \
+            --out "$W/pg-sessions.txt" | tee "$W/pg-populate-$db.json" >&2
+        if [ $db = timers_timers ] && [ "$METHOD" = http ]; then
+            $T bench/tools/timers.py remind --url "http://127.0.0.1:$PORT" --sessions-file "$W/pg-sessions.txt" \
+                --items "$PER" --after "$AFTER" | tee "$W/pg-remind.json" >&2
+        fi
+        stop
+        if [ $db = timers_timers ] && [ "$METHOD" = rows ]; then
+            # The same rows as SQLite's, written with one INSERT ... SELECT.
+            bash scripts/postgres-test-server.sh sql "$PG_DIR" $db "INSERT INTO state_timers
+                (session, feature, id, action, public_action, due, scheduled_at)
+                SELECT s.id, 'todos', 'remind-' || k, convert_to('{\"type\":\"toggle\",\"id\":\"' || k || '\"}', 'UTF8'),
+                    convert_to('{\"type\":\"toggle\",\"id\":\"' || k || '\"}', 'UTF8'),
+                    (extract(epoch FROM now()) * 1000)::bigint + $AFTER * 1000 + k % 1000,
+                    (extract(epoch FROM now()) * 1000)::bigint
+                FROM state_sessions s, generate_series(1, $PER) k; VACUUM ANALYZE state_timers" > /dev/null
+        fi
+        log "PostgreSQL $db: $(bash scripts/postgres-test-server.sh sql "$PG_DIR" $db "SELECT count(*) FROM state_timers") timers"
+        eval "PG_URL_$db=\$url"
+    done
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for arm in $( ((r % 2)) && echo "base timers" || echo "timers base"); do
+            db=timers_$arm; url_var=PG_URL_$db
+            label=postgres-$([ $arm = base ] && echo baseline || echo timers)
+            measure "$label" "${!url_var}?sslmode=disable" "$r" --pg-dir "$PG_DIR" --pg-db "$db"
+        done
+    done
+    bash scripts/postgres-test-server.sh destroy "$PG_DIR" > /dev/null 2>&1 || true
+    PG_DIR=""
 fi
 log "done, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo

@@ -164,6 +164,33 @@ def metrics(port):
     return out
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pg_sql(a, statement):
+    out = subprocess.run(["bash", os.path.join(ROOT, "scripts", "postgres-test-server.sh"), "sql", a.pg_dir, a.pg_db,
+                          statement], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise SystemExit(f"timers.py: psql failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def pg_cpu(pg_dir):
+    """CPU seconds of a PostgreSQL cluster: its postmaster and every live child."""
+    with open(os.path.join(pg_dir, "data", "postmaster.pid")) as f:
+        pm = int(f.readline())
+    total = rawhttp.cpu_seconds(pm)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pm:
+                        total += rawhttp.cpu_seconds(int(entry))
+            except (OSError, ValueError):
+                pass
+    return total
+
+
 def measure(a):
     env = dict(os.environ)
     started = time.monotonic()
@@ -214,9 +241,22 @@ def measure(a):
             cpu_ready = rawhttp.cpu_seconds(p.pid)
         time.sleep(a.settle)
         rss_settled = rawhttp.rss_kib(p.pid)
+        if a.pg_dir:
+            pg_sql(a, "SELECT pg_stat_statements_reset()")
+            pg0 = pg_cpu(a.pg_dir)
         cpu0 = rawhttp.cpu_seconds(p.pid)
         time.sleep(a.idle)
         cpu1 = rawhttp.cpu_seconds(p.pid)
+        if a.pg_dir:
+            pg1 = pg_cpu(a.pg_dir)
+            # The statements on the timers table meanwhile: calls and execution time.
+            rows = pg_sql(a, "SELECT coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0) FROM pg_stat_statements "
+                             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                             "AND query LIKE '%state_timers%' AND query NOT LIKE '%pg_stat%'")
+            calls, ms = rows.strip().split("|")
+            made["pg_idle_cpu_s"] = round(pg1 - pg0, 3)
+            made["pg_timer_statements"] = int(calls)
+            made["pg_timer_statement_ms"] = round(float(ms), 1)
         rss_idle = rawhttp.rss_kib(p.pid)
         m = metrics(port)
         rec = {
@@ -250,7 +290,9 @@ def report(a):
     keys = [("ready_s", "exec → /readyz 200 (s)", 3), ("listening_s", "exec → listening (s)", 3),
             ("cpu_to_ready_s", "CPU until ready (s)", 3), ("rss_ready_kib", "RSS at ready (KiB)", 0),
             ("rss_settled_kib", "RSS after settling (KiB)", 0), ("rss_idle_kib", "RSS after the idle window (KiB)", 0),
-            ("idle_cpu_s", "CPU in the idle window (s)", 3), ("timers_pending", "stateserver_timers_pending", 0),
+            ("idle_cpu_s", "CPU in the idle window (s)", 3), ("pg_idle_cpu_s", "PostgreSQL's CPU in the idle window (s)", 3),
+            ("pg_timer_statements", "statements on state_timers in the idle window", 0),
+            ("pg_timer_statement_ms", "their execution time (ms, pg_stat_statements)", 1), ("timers_pending", "stateserver_timers_pending", 0),
             ("timers_fired", "stateserver_timers_fired_total", 0),
             ("sessions_in_memory", "stateserver_sessions_in_memory", 0), ("stores_in_memory", "stateserver_stores_in_memory", 0)]
     med = {l: {} for l in labels}
@@ -297,9 +339,11 @@ def main():
     p.add_argument("--results"); p.add_argument("--stderr")
     p.add_argument("--populate", type=int, default=0); p.add_argument("--items", type=int, default=0)
     p.add_argument("--remind-after", type=int, default=0); p.add_argument("--sessions-out")
+    p.add_argument("--pg-dir"); p.add_argument("--pg-db")
     p = sub.add_parser("report")
     p.add_argument("--results", required=True)
-    p.add_argument("--pairs", default="sqlite-baseline:sqlite-timers,memory-baseline:memory-timers")
+    p.add_argument("--pairs", default="sqlite-baseline:sqlite-timers,memory-baseline:memory-timers,"
+                                      "postgres-baseline:postgres-timers")
     p.add_argument("--timers-label", default="with the timers")
     a = ap.parse_args()
     {"populate": populate, "remind": remind, "rows": rows, "measure": measure, "report": report}[a.cmd](a)
