@@ -45,8 +45,9 @@ trap 'exit 1' INT TERM
 # cannot stop this one (as bench/run.sh does).
 cp -p "$SOURCE_BIN" "$W/ssbench"
 export STATE_SERVER_LOG_LEVEL=warning STATE_SERVER_SESSIONS_MAX=1000000 \
-    STATE_SERVER_LIMITS_REQUESTS_PER_SECOND=100000000 STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE=100000000 \
-    STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=1000000 STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=1000000
+    STATE_SERVER_LIMITS_REQUESTS_PER_SECOND=100000000 STATE_SERVER_LIMITS_SESSIONS_PER_MINUTE=1000000 \
+    STATE_SERVER_LIMITS_DISPATCHES_PER_SECOND=1000000 STATE_SERVER_LIMITS_CONNECTIONS_PER_ADDRESS=1000000 \
+    STATE_SERVER_CLUSTER_SECRET=timers-bench-secret-only-for-127.0.0.1-nodes
 RESULTS=$W/results.jsonl
 T=python3
 log() { echo "timers: $(date -u +%H:%M:%S) $*" >&2; }
@@ -137,7 +138,8 @@ if [ "$POSTGRES" != no ] && ls -d /usr/lib/postgresql/*/bin > /dev/null 2>&1; th
                     convert_to('{\"type\":\"toggle\",\"id\":\"' || k || '\"}', 'UTF8'),
                     (extract(epoch FROM now()) * 1000)::bigint + $AFTER * 1000 + k % 1000,
                     (extract(epoch FROM now()) * 1000)::bigint
-                FROM state_sessions s, generate_series(1, $PER) k; VACUUM ANALYZE state_timers" > /dev/null
+                FROM state_sessions s, generate_series(1, $PER) k" > /dev/null
+            bash scripts/postgres-test-server.sh sql "$PG_DIR" $db "VACUUM ANALYZE state_timers" > /dev/null
         fi
         log "PostgreSQL $db: $(bash scripts/postgres-test-server.sh sql "$PG_DIR" $db "SELECT count(*) FROM state_timers") timers"
         eval "PG_URL_$db=\$url"

@@ -134,7 +134,7 @@ def rows(a):
         raise SystemExit(f"timers.py: a stored todos action is {sample!r}, not {{\"type\":\"add\",\"title\":\"x\"}}")
     now = int(time.time() * 1000)
     due = now + a.after * 1000
-    sessions = [r[0] for r in db.execute("SELECT DISTINCT session FROM stores WHERE feature = 'todos'")]
+    sessions = [r[0] for r in db.execute("SELECT id FROM sessions")]
 
     def timer_rows():
         for sid in sessions:
