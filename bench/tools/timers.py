@@ -254,10 +254,20 @@ def measure(a):
                              "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                              "AND query LIKE '%state_timers%' AND query NOT LIKE '%pg_stat%'")
             calls, ms = rows.strip().split("|")
+            by = pg_sql(a, "SELECT calls, round(total_exec_time::numeric, 2), left(regexp_replace(query, '\\s+', ' ', 'g'), 60) "
+                           "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                           "AND query LIKE '%state_timers%' AND query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC")
+            made["pg_timer_by_statement"] = [line.split("|", 2) for line in by.strip().splitlines()]
             made["pg_idle_cpu_s"] = round(pg1 - pg0, 3)
             made["pg_timer_statements"] = int(calls)
             made["pg_timer_statement_ms"] = round(float(ms), 1)
         rss_idle = rawhttp.rss_kib(p.pid)
+        with open(f"/proc/{p.pid}/status") as f:
+            # Anonymous memory (the heap: what the server holds) apart from file pages (the
+            # binary, its libraries, SQLite's memory-mapped database).
+            for line in f:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    made[line.split(":")[0].lower().replace("rss", "rss_") + "_kib"] = int(line.split()[1])
         m = metrics(port)
         rec = {
             "label": a.label, "round": a.round, "listening_s": round(listening_s, 4), "ready_s": round(ready_s, 4),
@@ -290,6 +300,7 @@ def report(a):
     keys = [("ready_s", "exec → /readyz 200 (s)", 3), ("listening_s", "exec → listening (s)", 3),
             ("cpu_to_ready_s", "CPU until ready (s)", 3), ("rss_ready_kib", "RSS at ready (KiB)", 0),
             ("rss_settled_kib", "RSS after settling (KiB)", 0), ("rss_idle_kib", "RSS after the idle window (KiB)", 0),
+            ("rss_anon_kib", "of which anonymous (RssAnon, KiB)", 0), ("rss_file_kib", "of which file pages (RssFile, KiB)", 0),
             ("idle_cpu_s", "CPU in the idle window (s)", 3), ("pg_idle_cpu_s", "PostgreSQL's CPU in the idle window (s)", 3),
             ("pg_timer_statements", "statements on state_timers in the idle window", 0),
             ("pg_timer_statement_ms", "their execution time (ms, pg_stat_statements)", 1), ("timers_pending", "stateserver_timers_pending", 0),
