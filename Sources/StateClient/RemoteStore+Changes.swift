@@ -346,7 +346,7 @@ struct ChangeDecoder<F: Feature>: Sendable {
             if deltas { held = (body.version, stateJSON) }
             return .change(.init(
                 version: body.version, state: state, effect: effect, cause: .init(rawValue: body.cause),
-                action: action, eventID: id))
+                action: action, eventID: id, timer: body.timer))
 
         default:
             return nil

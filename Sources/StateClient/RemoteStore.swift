@@ -73,6 +73,9 @@ public final class RemoteStore<F: Feature>: Sendable {
         public static var travel: Cause { Cause(rawValue: "travel") }
         /// A recording's starting state, set when it was imported (`POST /v1/recordings`).
         public static var `import`: Cause { Cause(rawValue: "import") }
+        /// A timer the reducer scheduled fired: ``Change/action`` is its action, and
+        /// ``Change/timer`` says which timer it was and when it was due.
+        public static var timer: Cause { Cause(rawValue: "timer") }
     }
 
     /// One change applied to the store: the reply to ``dispatch(_:ifVersion:idempotencyKey:)``,
@@ -91,9 +94,12 @@ public final class RemoteStore<F: Feature>: Sendable {
         /// them (usually the stream, which also sees other clients' and follow-up actions').
         public var effect: F.Effect?
         public var cause: Cause
-        /// The action applied, for ``Cause/dispatch``; `nil` for every other cause. From the
-        /// event stream it is the feature's *public* form (login shows the password masked).
+        /// The action applied, for ``Cause/dispatch`` and ``Cause/timer``; `nil` for every other
+        /// cause. From the event stream it is the feature's *public* form (login shows the
+        /// password masked).
         public var action: F.Action?
+        /// For ``Cause/timer``: the timer that fired (its id, due time and when it was scheduled).
+        public var timer: FiredTimer?
         /// The event's sequence number, for changes from ``RemoteStore/changes(lastEventID:reconnect:)``
         /// (per session, strictly increasing across its features); `nil` in replies.
         public var eventID: Int?
@@ -103,13 +109,14 @@ public final class RemoteStore<F: Feature>: Sendable {
 
         public init(
             version: Int, state: F.State, effect: F.Effect? = nil, cause: Cause, action: F.Action? = nil,
-            eventID: Int? = nil, isReplayed: Bool = false
+            eventID: Int? = nil, isReplayed: Bool = false, timer: FiredTimer? = nil
         ) {
             self.version = version
             self.state = state
             self.effect = effect
             self.cause = cause
             self.action = action
+            self.timer = timer
             self.eventID = eventID
             self.isReplayed = isReplayed
         }

@@ -15,13 +15,28 @@ extension StateServerClient {
         public var feature: String
         /// The store's version after the change.
         public var version: Int
-        /// `dispatch`, `rehydrate`, `reset`, `travel` or `import`.
+        /// `dispatch`, `rehydrate`, `reset`, `travel`, `import` or `timer`.
         public var cause: String
-        /// A dispatch's action in its public form (secrets masked), as a tagged JSON object.
+        /// A dispatch's or a timer's action in its public form (secrets masked), as a tagged
+        /// JSON object.
         public var action: JSONValue?
+        /// For a change of cause `timer`: the timer that fired.
+        public var timer: FiredTimer?
         public var effect: JSONValue?
         /// Milliseconds since 1970-01-01 UTC.
         public var time: Int64
+    }
+
+    /// A timer a reducer scheduled (`GET /v1/sessions/{id}/timers`), still pending.
+    public struct PendingTimer: Decodable, Sendable, Equatable {
+        /// The id the reducer gave it (unique in its store).
+        public var id: String
+        public var feature: String
+        /// The action it will apply, in its public form, as a tagged JSON object.
+        public var action: JSONValue
+        /// When it is due, and when it was scheduled: milliseconds since 1970-01-01 UTC.
+        public var due: Int64
+        public var scheduledAt: Int64
     }
 
     /// A page of a session's history, oldest first.
@@ -45,6 +60,14 @@ extension StateServerClient {
         if let feature { query.append(URLQueryItem(name: "feature", value: feature)) }
         let reply = try await send("GET", ["v1", "sessions", credentials.id, "history"], query: query, credentials: credentials, expecting: [200])
         return try WireCoding.decodeBody(HistoryPage.self, from: reply.body, what: "history page")
+    }
+
+    /// The session's pending timers (`GET /v1/sessions/{id}/timers`), the soonest due first;
+    /// a scoped token sees those of the features it reaches.
+    public func timers(_ credentials: SessionCredentials) async throws -> [PendingTimer] {
+        struct Body: Decodable { var timers: [PendingTimer] }
+        let reply = try await send("GET", ["v1", "sessions", credentials.id, "timers"], credentials: credentials, expecting: [200])
+        return try WireCoding.decodeBody(Body.self, from: reply.body, what: "timers").timers
     }
 
     /// The session as a recording (`GET /v1/sessions/{id}/recording`): every feature's starting

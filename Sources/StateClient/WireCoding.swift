@@ -101,6 +101,17 @@ struct StateEventBody: Decodable {
     var baseVersion: Int?
     var patch: JSONValue?
     var effect: JSONValue?
+    var timer: FiredTimer?
+}
+
+/// The timer whose firing a change of cause `timer` is (in events and the history).
+public struct FiredTimer: Decodable, Sendable, Equatable {
+    /// The id the reducer gave it.
+    public var id: String
+    /// When it was due, and when it was scheduled: milliseconds since 1970-01-01 UTC. The
+    /// change's own time says when it fired.
+    public var due: Int64
+    public var scheduledAt: Int64
 }
 
 /// Only the feature of a `state` event, to skip events of other features before decoding.

@@ -43,7 +43,7 @@ struct TodosTests {
             $0.nextId = 2
         }
         #expect(text(added?.action) == #"{"title":"  Milk \n","type":"add"}"#)
-        #expect(text(added?.state) == #"{"items":[{"done":false,"id":"1","title":"Milk"}],"nextId":2}"#)
+        #expect(text(added?.state) == #"{"items":[{"done":false,"id":"1","reminded":false,"title":"Milk"}],"nextId":2}"#)
         store.send(json: #"{"type":"toggle","id":"1"}"#) { $0.items[0].done = true }
         let cleared = store.send(json: #"{"type":"clearCompleted"}"#) { $0.items = [] }
         #expect(text(cleared?.action) == #"{"type":"clearCompleted"}"#)
@@ -212,5 +212,24 @@ struct TodosTests {
         #expect(first.state.items.map(\.id) == ["3", "4"])
         #expect(first.state.nextId == 5)
         #expect(try first.currentJSON().state == second.currentJSON().state)
+    }
+}
+
+@Suite("todos: state version 2")
+struct TodosMigrationTests {
+    @Test("a list saved at state version 1 is migrated with reminded false; a later version is refused")
+    func migratesVersion1() throws {
+        let registry = try ExampleFeatures.registry()
+        let todos = try #require(registry["todos"])
+        #expect(todos.stateVersion == 2)
+        let saved = #"{"items":[{"id":"1","title":"Milk","done":true},{"id":"2","title":"Eggs","done":false}],"nextId":3}"#
+        let store = try todos.restoreStore(state: Array(saved.utf8), stateVersion: 1, version: 7)
+        let current = try store.currentJSON()
+        #expect(current.version == 7)
+        #expect(String(decoding: current.state, as: UTF8.self)
+            == #"{"items":[{"done":true,"id":"1","reminded":false,"title":"Milk"},{"done":false,"id":"2","reminded":false,"title":"Eggs"}],"nextId":3}"#)
+        #expect(throws: StoreError.self) {
+            try todos.restoreStore(state: Array(saved.utf8), stateVersion: 3, version: 7)
+        }
     }
 }

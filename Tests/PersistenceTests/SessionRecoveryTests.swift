@@ -49,7 +49,7 @@ struct SessionRecoveryTests {
             // The idempotent replies are remembered from storage.
             let eggs = try #require(try await reloaded.rememberedReply(key: "add-eggs"))
             #expect(eggs.version == 2)
-            #expect(json(eggs.body)?["state"]?["items"] == json(#"[{"id":"1","title":"milk","done":false},{"id":"2","title":"eggs","done":false}]"#))
+            #expect(json(eggs.body)?["state"]?["items"] == json(#"[{"id":"1","title":"milk","done":false,"reminded":false},{"id":"2","title":"eggs","done":false,"reminded":false}]"#))
             #expect(try await reloaded.rememberedReply(key: "green")?.version == 3)
             #expect(try await reloaded.rememberedReply(key: "never-used") == nil)
 
@@ -73,7 +73,7 @@ struct SessionRecoveryTests {
             #expect(try await storage.lastSeq(session: session.id) == 10)
             let bread = try await reloaded.dispatch("todos", #"{"type":"add","title":"bread"}"#)
             #expect(json(bread.state) == json(
-                #"{"items":[{"id":"1","title":"milk","done":true},{"id":"2","title":"eggs","done":false},{"id":"3","title":"bread","done":false}],"nextId":4}"#))
+                #"{"items":[{"id":"1","title":"milk","done":true,"reminded":false},{"id":"2","title":"eggs","done":false,"reminded":false},{"id":"3","title":"bread","done":false,"reminded":false}],"nextId":4}"#))
         }
     }
 
@@ -370,7 +370,7 @@ struct StoreRecoveryTests {
             #expect(last.version == 5)
             #expect(last.seq == 6, "the reset takes the next sequence number")
             #expect(reloaded.hub.seq == 6)
-            #expect(try await reloaded.current("todos") == Snapshot(1, #"{"items":[{"id":"1","title":"x","done":false}],"nextId":2}"#), "other stores are untouched")
+            #expect(try await reloaded.current("todos") == Snapshot(1, #"{"items":[{"id":"1","title":"x","done":false,"reminded":false}],"nextId":2}"#), "other stores are untouched")
             // The next change continues upward, and the reset is final: a reload replays it.
             #expect(try await reloaded.dispatch("counter", #"{"type":"increment"}"#).version == 6)
             let again = NoticeLog()

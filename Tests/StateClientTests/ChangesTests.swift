@@ -163,6 +163,40 @@ struct ChangesTests {
             #expect(error.code == .sessionNotFound)
         }
     }
+
+    @Test("a timer's change arrives with cause timer, its action and which timer fired; timers() lists what is pending")
+    func timerChange() async throws {
+        try await withServer { server in
+            let client = StateServerClient(baseURL: server.baseURL)
+            let credentials = try await client.createSession()
+            let todos = client.store(TodosFeature(), credentials: credentials)
+            try await todos.dispatch(.add(title: "call Ada"))
+            try await todos.dispatch(.add(title: "water the plants"))
+            let recorder = EventRecorder(todos.changes())
+            try await recorder.wait(for: "the snapshot") { !$0.isEmpty }
+            let before = Int64(Date().timeIntervalSince1970 * 1000)
+            try await todos.dispatch(.remind(id: "2", after: 3_600))
+            try await todos.dispatch(.remind(id: "1", after: 1))
+
+            let events = try await recorder.wait(for: "the reminder's change") { $0.contains { event in event.change.map { $0.cause == .timer } ?? false } }
+            let fired = try #require(events.compactMap(\.change).first { $0.cause == .timer })
+            #expect(fired.action == .reminderDue(id: "1"))
+            #expect(fired.effect == .toast(message: "Reminder: call Ada"))
+            #expect(fired.state.items.map(\.reminded) == [true, false])
+            let timer = try #require(fired.timer)
+            #expect(timer.id == "remind-1")
+            #expect(timer.due - timer.scheduledAt == 1_000 && timer.scheduledAt >= before, "\(timer)")
+
+            let pending = try await client.timers(credentials)
+            #expect(pending.map(\.id) == ["remind-2"])
+            #expect(pending.first?.feature == "todos")
+            #expect(pending.first?.action == .object(["type": .string("reminderDue"), "id": .string("2")]))
+            let history = try await client.history(credentials, feature: "todos")
+            let entry = try #require(history.changes.last)
+            #expect(entry.cause == "timer" && entry.timer == timer, "\(entry)")
+            try await recorder.stop()
+        }
+    }
 }
 
 /// Waits until the server reports `count` open event streams.

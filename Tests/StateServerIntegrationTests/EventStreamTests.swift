@@ -60,7 +60,7 @@ struct EventStreamTests {
         #expect(events[1]["feature"] == "todos")
         #expect(events[1]["action"]?["type"] == "add")
         #expect(events[1]["action"]?["title"] == "write tests")
-        #expect(events[1]["state"]?["items"] == [["id": "1", "title": "write tests", "done": false]])
+        #expect(events[1]["state"]?["items"] == [["id": "1", "title": "write tests", "done": false, "reminded": false]])
 
         #expect(events[2]["action"] == ["type": "set", "value": 7])
         #expect(events[2]["version"] == 2)

@@ -110,6 +110,39 @@ struct SeveralNodesTests {
         #expect(resumed.events.filter { $0.event == "state" }.map(\.seq) == [2, 3, 4], "\(resumed.events)")
     }
 
+    @Test("a timer of a node whose membership lapsed fires once, on the node that takes its session over; the other fires none")
+    func timerFiresOnNewOwner() async throws {
+        let nodes = try await Self.twoNodes()
+        defer { Task { await nodes.storageA.close() } }
+        let (a, _) = try await nodes.nodeA.create()
+        try await a.dispatch("todos", #"{"type":"add","title":"call Ada"}"#)
+        try await a.dispatch("todos", #"{"type":"remind","id":"1","after":1}"#)
+        let pending = try await nodes.storageB.timers(session: a.id)
+        #expect(pending.map(\.timer.id) == ["remind-1"])
+        let due = try #require(pending.first?.timer.due)
+        // While A is a member, B does not see A's timer as its own to fire.
+        #expect(try await nodes.storageB.dueTimers(through: due + 60_000, limit: 10).isEmpty)
+        #expect(try await nodes.storageA.dueTimers(through: due + 60_000, limit: 10).map(\.id) == ["remind-1"])
+        // A dies before the timer is due (its scheduler never runs); B's scheduler runs.
+        nodes.storageA.lapse()
+        let scheduler = Task { await nodes.nodeB.timers.run() }
+        defer { scheduler.cancel() }
+        #expect(try await eventually {
+            try await nodes.storageB.journal(session: a.id, afterSeq: 0, limit: 100).contains { $0.cause == "timer" }
+        })
+        let journal = try await nodes.storageB.journal(session: a.id, afterSeq: 0, limit: 100)
+        #expect(journal.filter { $0.cause == "timer" }.count == 1, "\(journal.map(\.cause))")
+        #expect(try await nodes.storageB.timers(session: a.id).isEmpty)
+        guard case .here(let b)? = try await nodes.nodeB.locate(id: a.id, token: "", admin: true) else {
+            Issue.record("B does not serve the session")
+            return
+        }
+        #expect(b.ownerEpoch == nodes.storageB.epoch)
+        // A, back as a member with a new epoch, finds nothing to fire.
+        try await nodes.storageA.join(advertising: "http://node-a")
+        #expect(try await nodes.storageA.dueTimers(through: due + 60_000, limit: 10).isEmpty)
+    }
+
     @Test("a copy kept by a node whose session was taken over cannot write: its change is refused as retired, nothing stored")
     func staleCopyIsFenced() async throws {
         let nodes = try await Self.twoNodes()

@@ -139,3 +139,48 @@ def whole_states(recording):
             change["state"] = apply(current[change["feature"]], change.pop("patch"))
         current[change["feature"]] = change["state"]
     return recording
+
+
+def timer_rows(driver):
+    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in driver.find_elements(By.CSS_SELECTOR, "#timers tr.timer")]
+
+
+def test_devtools_lists_pending_timers_and_shows_the_one_that_fired(server, browser):
+    base, _ = server
+    created = api(base, "POST", "/v1/sessions")
+    sid, token = created["id"], created["token"]
+    for title in ("call Ada", "water the plants"):
+        api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "add", "title": title}})
+    api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "remind", "id": "2", "after": 3600}})
+
+    page = browser(1280, 900)
+    page.get(base + "/devtools")
+    page.find_element(By.ID, "session-id").send_keys(sid)
+    page.find_element(By.ID, "session-token").send_keys(token)
+    page.find_element(By.ID, "open").click()
+    wait(page, lambda d: len(timer_rows(d)) == 1, "the pending reminder was never listed")
+    listed = timer_rows(page)[0]
+    assert listed[:3] == ["remind-2", "todos", '{"id":"2","type":"reminderDue"}'], listed
+    assert "(in 3" in listed[3], listed  # due in about an hour: "(in 3599 s)"
+
+    # A reminder scheduled elsewhere joins the list (the change arrives on the stream), then
+    # fires: the log shows a change of cause timer, and the list loses it.
+    api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "remind", "id": "1", "after": 1}})
+    wait(page, lambda d: any(row[0] == "remind-1" for row in timer_rows(d)) or any(
+        [cell.text for cell in r.find_elements(By.TAG_NAME, "td")][3:4] == ["timer remind-1"] for r in rows(d)),
+        "the new reminder never showed")
+    wait(page, lambda d: [[cell.text for cell in r.find_elements(By.TAG_NAME, "td")][3] for r in rows(d)][-1:] == ["timer remind-1"],
+         "the fired reminder never appeared in the log")
+    wait(page, lambda d: [row[0] for row in timer_rows(d)] == ["remind-2"], "the fired reminder stayed listed")
+    assert api(base, "GET", f"/v1/sessions/{sid}/state/todos", token)["state"]["items"][0]["reminded"] is True
+
+    # Cancelled by hand from the page: the list empties.
+    Select(page.find_element(By.ID, "feature")).select_by_value("todos")
+    action = page.find_element(By.ID, "action")
+    action.clear()
+    action.send_keys('{"type": "cancelReminder", "id": "2"}')
+    page.find_element(By.ID, "dispatch").click()
+    wait(page, lambda d: timer_rows(d) == [] and d.find_element(By.ID, "timers-status").text == "none", "the cancelled reminder stayed listed")
+    assert api(base, "GET", f"/v1/sessions/{sid}/timers", token) == {"timers": []}
+    screenshot(page, "devtools-timers.png")
+    assert severe_console_errors(page) == []

@@ -20,7 +20,7 @@
  * onUpdate, onRejection}).start()`, then `store.send(action)` (see `OptimisticStore` below).
  *
  * Also: `getState`, `putState`, `resetState`, `deleteSession`, `history({after, limit, feature})`,
- * `travel(feature, version, {ifMatch})`, `recording()`, and `StateClient.importRecording(recording)`
+ * `travel(feature, version, {ifMatch})`, `recording()`, `timers()`, and `StateClient.importRecording(recording)`
  * (a client for a new session replayed from a recording); `StateClient.applyPatch(document, patch)`
  * applies an RFC 6902 JSON Patch.
  *
@@ -498,6 +498,17 @@
       const response = await StateClient._fetch(this._url("/history") + (query ? "?" + query : ""), {
         headers: this._headers(),
       });
+      return response.json();
+    }
+
+    /**
+     * The session's pending timers (`GET .../timers`), the soonest due first: what the reducers
+     * scheduled and has not fired yet. A change a timer made arrives as an ordinary change with
+     * `cause: "timer"` and `timer: {id, due, scheduledAt}`.
+     * @returns {Promise<{timers: {id: string, feature: string, action: any, due: number, scheduledAt: number}[]}>}
+     */
+    async timers() {
+      const response = await StateClient._fetch(this._url("/timers"), { headers: this._headers() });
       return response.json();
     }
 

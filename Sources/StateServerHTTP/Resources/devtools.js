@@ -11,8 +11,10 @@ let session = null;      // {id, token}
 let recording = null;    // the recording: the last one read, and the stream's changes after it
 let stream = null;       // the client.js subscription
 let selected = null;     // the selected seq
+let timers = [];         // the session's pending timers (GET .../timers), due first
+let timersRead = 0;      // counts reads, so an older answer never replaces a newer one
 // For the browser console (and the tests): the subscription, and how many changes came as patches.
-window.devtools = { get stream() { return stream; }, get recording() { return recording; }, patched: 0 };
+window.devtools = { get stream() { return stream; }, get recording() { return recording; }, get timers() { return timers; }, patched: 0 };
 
 function status(text, isError) {
   $("status").textContent = text;
@@ -70,7 +72,9 @@ function render() {
     const row = document.createElement("tr");
     row.className = "change" + (change.seq === selected ? " selected" : "");
     row.dataset.seq = change.seq;
-    const cells = [change.seq, change.feature, change.version, change.cause,
+    // A timer's change shows which timer fired, and how late (its due and actual times).
+    const cause = change.timer ? "timer " + change.timer.id : change.cause;
+    const cells = [change.seq, change.feature, change.version, cause,
       change.action ? JSON.stringify(change.action) : "—"];
     cells.forEach((text, index) => {
       const cell = document.createElement("td");
@@ -103,6 +107,45 @@ function render() {
   link.hidden = false;
 }
 
+// "in 12 s" or "3 s late", from a due time in milliseconds since 1970.
+function dueText(due) {
+  const seconds = Math.round((due - Date.now()) / 1000);
+  const when = new Date(due).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  return when + (seconds >= 0 ? " (in " + seconds + " s)" : " (" + -seconds + " s late)");
+}
+
+function renderTimers() {
+  const body = $("timers");
+  body.textContent = "";
+  for (const timer of timers) {
+    const row = document.createElement("tr");
+    row.className = "timer";
+    for (const [index, text] of [timer.id, timer.feature, JSON.stringify(timer.action), dueText(timer.due)].entries()) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      if (index === 2) cell.className = "action";
+      row.appendChild(cell);
+    }
+    body.appendChild(row);
+  }
+  $("timers-status").textContent = timers.length ? timers.length + " pending" : "none";
+}
+
+// The pending timers change with the changes that schedule, cancel or fire them: read again
+// after each.
+async function readTimers() {
+  const reading = session;
+  const ticket = ++timersRead;
+  const answer = await call("GET", base() + "/timers");
+  if (session !== reading || ticket !== timersRead) return;
+  if (answer.status !== 200) {
+    $("timers-status").textContent = "cannot read the timers: " + (answer.json && answer.json.error ? answer.json.error.message : answer.status);
+    return;
+  }
+  timers = answer.json.timers;
+  renderTimers();
+}
+
 function select(seq) {
   selected = seq;
   for (const row of $("log").children) row.classList.toggle("selected", Number(row.dataset.seq) === seq);
@@ -131,6 +174,7 @@ async function reload() {
   if (!recording || lastSeq(answer.json) >= lastSeq(recording)) recording = answer.json;
   render();
   showLive();
+  readTimers();
   return true;
 }
 
@@ -140,9 +184,12 @@ function addChange(change) {
   if (!recording || change.seq <= lastSeq(recording)) return; // already there
   if (change.seq !== lastSeq(recording) + 1) { reload(); return; }
   const { seq, feature, version, cause, action, state, effect } = change;
-  recording.changes.push({ seq, feature, version, cause, action, state, effect });
+  const entry = { seq, feature, version, cause, action, state, effect };
+  if (change.timer) entry.timer = change.timer;
+  recording.changes.push(entry);
   render();
   showLive();
+  readTimers();
 }
 
 async function travelTo(change) {
@@ -158,6 +205,8 @@ async function open() {
   stream = null;
   selected = null;
   recording = null;
+  timers = [];
+  renderTimers();
   if (!(await reload())) return;
   const client = new StateClient({ sessionId: session.id, token: session.token });
   stream = client.subscribe({
@@ -181,6 +230,7 @@ async function dispatch() {
 }
 
 $("open").addEventListener("click", open);
+setInterval(() => { if (timers.length) renderTimers(); }, 1000); // the "in N s" counts down
 $("dispatch").addEventListener("click", dispatch);
 $("diff").addEventListener("click", () => {
   const from = statesAt(Number($("diff-from").value));
