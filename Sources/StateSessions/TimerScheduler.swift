@@ -21,6 +21,8 @@ public final class TimerScheduler: Sendable {
     static let concurrentSessions = 16
     /// Shared storage: the longest sleep, so that timers of a node that died are found.
     static let sharedPollInterval: Duration = .seconds(1)
+    /// How often, at most, the pending gauge is counted while nothing fires.
+    static let countInterval: Duration = .seconds(15)
     /// How long a timer whose firing failed (storage unreachable) waits before it is tried again.
     static let retryAfter: Int64 = 1_000
 
@@ -63,6 +65,11 @@ public final class TimerScheduler: Sendable {
 
     /// Fires due timers until the task is cancelled.
     public func run() async {
+        // The pending gauge is counted after firings, else at most every countInterval: a count
+        // reads the whole timer table (PostgreSQL: every node, every poll), which 100,000
+        // pending timers made the idle scheduler's main cost.
+        var countedAt = Int64.min
+        var fired = true
         while !Task.isCancelled {
             let now = WallClock.now
             var next: Int64?
@@ -76,9 +83,14 @@ public final class TimerScheduler: Sendable {
                     // Each one either fires (and leaves the index) or waits before it is tried
                     // again: looking again at once always makes progress.
                     await fireAll(ready)
+                    fired = true
                     continue
                 }
-                pending.record(try await storage.timerCount())
+                if fired || now - countedAt >= SessionManager.milliseconds(Self.countInterval) {
+                    pending.record(try await storage.timerCount())
+                    countedAt = now
+                    fired = false
+                }
                 next = try await storage.nextTimerDue()
                 if let retry = backoff.withLock({ $0.values.min() }) { next = min(next ?? retry, retry) }
                 // Due but not ours to fire now (another node's, or waiting to be tried again).

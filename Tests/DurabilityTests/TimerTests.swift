@@ -49,18 +49,20 @@ struct TimerTests {
                 let events = try await session.events(query: "features=todos")
                 defer { events.close() }
                 let before = Self.nowMilliseconds()
-                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 1])
-
-                let pending = try await Self.pendingTimers(session)
-                #expect(pending.count == 1, "\(pending)")
-                let timer = try #require(pending.first)
-                #expect(timer["feature"] == "todos")
-                let due = try #require(timer["due"]?.int)
-                let scheduledAt = try #require(timer["scheduledAt"]?.int)
-                #expect(due - scheduledAt == 1000, "\(timer)")
-                #expect(scheduledAt >= before - 5, "\(timer)")
-                #expect(timer["action"]?["type"]?.string != nil, "\(timer)")
+                // Listed while pending: an hour away, so a loaded machine cannot see it fire first.
+                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 3_600])
+                let listed = try await Self.pendingTimers(session)
+                #expect(listed.count == 1, "\(listed)")
+                let hourly = try #require(listed.first)
+                #expect(hourly["feature"] == "todos")
+                #expect(hourly["id"] == "remind-1")
+                #expect(try #require(hourly["due"]?.int) - (try #require(hourly["scheduledAt"]?.int)) == 3_600_000, "\(hourly)")
+                #expect(try #require(hourly["scheduledAt"]?.int) >= before - 5, "\(hourly)")
+                #expect(hourly["action"]?["type"]?.string != nil, "\(hourly)")
                 #expect(try await Self.item(session, "1")?["reminded"] == .bool(false))
+
+                // Scheduling the id again replaces it: due in a second now.
+                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 1])
 
                 // The firing reaches the stream as a change of cause timer, with its effect.
                 var fired: JSON?
@@ -71,9 +73,12 @@ struct TimerTests {
                     break
                 }
                 let change = try #require(fired, "no change of cause timer on the stream")
-                #expect(change["timer"]?["id"] == timer["id"])
-                #expect(change["timer"]?["due"]?.int == due)
-                #expect(change["action"] == timer["action"])
+                #expect(change["timer"]?["id"] == hourly["id"])
+                let due = try #require(change["timer"]?["due"]?.int)
+                let scheduledAt = try #require(change["timer"]?["scheduledAt"]?.int)
+                #expect(due - scheduledAt == 1000, "\(change)")
+                #expect(scheduledAt > (hourly["scheduledAt"]?.int ?? .max) - 1, "the replacing schedule, not the first: \(change)")
+                #expect(change["action"] == hourly["action"])
                 #expect(change["effect"]?["type"] == "toast", "\(change)")
                 #expect(Self.nowMilliseconds() >= due)
                 #expect(try await Self.item(session, "1")?["reminded"] == .bool(true))
@@ -81,7 +86,7 @@ struct TimerTests {
 
                 let history = try await Self.timerChanges(session)
                 #expect(history.count == 1, "\(history)")
-                #expect(history.first?["timer"]?["id"] == timer["id"])
+                #expect(history.first?["timer"]?["id"] == hourly["id"])
                 #expect((history.first?["time"]?.int ?? 0) >= due)
                 #expect(try await Self.metric(server, "stateserver_timers_fired_total") == 1)
             }
@@ -94,14 +99,18 @@ struct TimerTests {
         try await server.stopping { server in
             let session = try await server.api.createSession()
             for title in ["one", "two", "three"] { try await session.dispatchOK("todos", ["type": "add", "title": .string(title)]) }
-            try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 1])
-            try await session.dispatchOK("todos", ["type": "remind", "id": "2", "after": 1])
-            try await session.dispatchOK("todos", ["type": "remind", "id": "3", "after": 2])
+            // Delays long enough that a loaded machine cannot fire them before they are cancelled:
+            // what the scheduler may fire is what storage lists, so a cancelled timer that left
+            // the list never fires.
+            try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 3_600])
+            try await session.dispatchOK("todos", ["type": "remind", "id": "2", "after": 3_600])
+            try await session.dispatchOK("todos", ["type": "remind", "id": "3", "after": 3_600])
             #expect(try await Self.pendingTimers(session).count == 3)
             try await session.dispatchOK("todos", ["type": "cancelReminder", "id": "1"])
             try await session.dispatchOK("todos", ["type": "remove", "id": "2"])
-            #expect(try await Self.pendingTimers(session).count == 1)
-            // Timers fire in due order: once the later one fired, the cancelled ones would have.
+            #expect(try await Self.pendingTimers(session).map { $0["id"] } == ["remind-3"])
+            // The one left, rescheduled to a second from now, fires; nothing else does.
+            try await session.dispatchOK("todos", ["type": "remind", "id": "3", "after": 1])
             #expect(try await eventually { try await Self.item(session, "3")?["reminded"] == .bool(true) })
             #expect(try await Self.item(session, "1")?["reminded"] == .bool(false))
             let fired = try await Self.timerChanges(session)
@@ -109,7 +118,7 @@ struct TimerTests {
 
             // A reset cancels every timer of its store.
             try await session.dispatchOK("todos", ["type": "add", "title": "four"])
-            try await session.dispatchOK("todos", ["type": "remind", "id": "4", "after": 1])
+            try await session.dispatchOK("todos", ["type": "remind", "id": "4", "after": 3_600])
             #expect(try await Self.pendingTimers(session).count == 1)
             let reset = try await session.request("DELETE", "/state/todos")
             #expect(reset.status == 200, "\(reset)")
@@ -149,7 +158,7 @@ struct TimerTests {
             let (session, due) = try await withDurableServer(database) { first in
                 let session = try await first.api.createSession()
                 try await session.dispatchOK("todos", ["type": "add", "title": "call Ada"])
-                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 1])
+                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 4])
                 let due = try #require(try await Self.pendingTimers(session).first?["due"]?.int)
                 let exit = await first.crash()
                 #expect(exit.bySignal)
@@ -184,7 +193,7 @@ struct TimerTests {
             try await withDurableServer(directory.path("state.db"), environment: environment) { server in
                 let session = try await server.api.createSession()
                 try await session.dispatchOK("todos", ["type": "add", "title": "call Ada"])
-                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 2])
+                try await session.dispatchOK("todos", ["type": "remind", "id": "1", "after": 5])
                 #expect(try await eventually { try await Self.metric(server, "stateserver_sessions_in_memory") == 0 })
                 #expect(try await Self.metric(server, "stateserver_timers_fired_total") ?? 0 == 0)
                 #expect(try await eventually { try await Self.metric(server, "stateserver_timers_fired_total") == 1 })

@@ -79,7 +79,7 @@ struct DeltaEventTests {
         let (delta, _) = try await session.subscribe(query: "delta=json-patch&feature=todos")
         defer { delta.close() }
         let other: JSON = [
-            "items": .array((0..<3).map { number in ["id": .string("x\(number)"), "title": .string("other \(number)"), "done": true] }),
+            "items": .array((0..<3).map { number in ["id": .string("x\(number)"), "title": .string("other \(number)"), "done": true, "reminded": false] }),
             "nextId": 50,
         ]
         let put = try await session.request("PUT", "/state/todos", body: jsonBytes(["state": other]))
