@@ -100,7 +100,9 @@ extension StateServerResponder {
         // Checked again now that a revocation would find the stream: one that ran since the
         // token was checked ends it here.
         if let token = grant.tokenID, !session.isLive(token: token) {
-            stream.close(after: ServerSentEvents.revoked(reason: "revoked"))
+            // Dead by now because its time ran out (a slow subscribe) or because it was revoked.
+            let reason = grant.isExpired(at: WallClock.now) ? "expired" : "revoked"
+            stream.close(after: ServerSentEvents.revoked(reason: reason))
             leave()
         }
         return HTTPResponse(
