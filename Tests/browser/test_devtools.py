@@ -141,8 +141,19 @@ def whole_states(recording):
     return recording
 
 
+def cells(driver, selector):
+    """The text of each row's cells, read in one script: the page rebuilds its tables on every
+    change, so elements found one call earlier may be gone (stale) the next."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((r) => [...r.cells].map((c) => c.textContent))", selector)
+
+
 def timer_rows(driver):
-    return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")] for row in driver.find_elements(By.CSS_SELECTOR, "#timers tr.timer")]
+    return cells(driver, "#timers tr.timer")
+
+
+def log_causes(driver):
+    return [row[3] for row in cells(driver, "#log tr.change")]
 
 
 def test_devtools_lists_pending_timers_and_shows_the_one_that_fired(server, browser):
@@ -166,11 +177,9 @@ def test_devtools_lists_pending_timers_and_shows_the_one_that_fired(server, brow
     # A reminder scheduled elsewhere joins the list (the change arrives on the stream), then
     # fires: the log shows a change of cause timer, and the list loses it.
     api(base, "POST", f"/v1/sessions/{sid}/dispatch", token, {"feature": "todos", "action": {"type": "remind", "id": "1", "after": 1}})
-    wait(page, lambda d: any(row[0] == "remind-1" for row in timer_rows(d)) or any(
-        [cell.text for cell in r.find_elements(By.TAG_NAME, "td")][3:4] == ["timer remind-1"] for r in rows(d)),
-        "the new reminder never showed")
-    wait(page, lambda d: [[cell.text for cell in r.find_elements(By.TAG_NAME, "td")][3] for r in rows(d)][-1:] == ["timer remind-1"],
-         "the fired reminder never appeared in the log")
+    wait(page, lambda d: any(row[0] == "remind-1" for row in timer_rows(d)) or "timer remind-1" in log_causes(d),
+         "the new reminder never showed")
+    wait(page, lambda d: log_causes(d)[-1:] == ["timer remind-1"], "the fired reminder never appeared in the log")
     wait(page, lambda d: [row[0] for row in timer_rows(d)] == ["remind-2"], "the fired reminder stayed listed")
     assert api(base, "GET", f"/v1/sessions/{sid}/state/todos", token)["state"]["items"][0]["reminded"] is True
 
