@@ -33,7 +33,9 @@ struct TLSTests {
     func requests() async throws {
         try await withTLSServer { server, _, api in
             #expect(server.output.firstStdoutLine == "listening on https://127.0.0.1:\(server.port)")
-            #expect(server.output.stderrText.contains("tls.notAfter="), "the listening line says when the certificate expires: \(server.output.stderrText)")
+            // The log line comes on stderr, read apart from stdout's port line: wait for it.
+            let logged = try await eventually { server.output.stderrText.contains("tls.notAfter=") }
+            #expect(logged, "the listening line says when the certificate expires: \(server.output.stderrText)")
             #expect(await api.isHealthy())
             let session = try await api.createSession()
             try await session.dispatchOK("counter", ["type": "increment"])

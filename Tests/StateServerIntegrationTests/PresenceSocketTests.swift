@@ -27,7 +27,7 @@ struct PresenceSocketTests {
         process.arguments = Array(arguments.dropFirst())
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try launchProcess(process)
         process.waitUntilExit()
         return process.terminationStatus
     }
@@ -96,7 +96,7 @@ struct PresenceSocketTests {
             ]
             phone.standardOutput = FileHandle.nullDevice
             phone.standardError = FileHandle.nullDevice
-            try phone.run()
+            try launchProcess(phone)
             defer {
                 if phone.isRunning { kill(phone.processIdentifier, SIGKILL) }
             }

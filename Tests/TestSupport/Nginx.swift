@@ -57,7 +57,7 @@ private func runCommandBlocking(
     process.standardOutput = stdout
     process.standardError = stderr
     process.standardInput = FileHandle.nullDevice
-    try process.run()
+    try launchProcess(process)
     let out = stdout.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     let err = FileManager.default.contents(atPath: errorFile.path) ?? Data()

@@ -234,7 +234,7 @@ package final class ServerProcess: @unchecked Sendable {
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
         let output = OutputCollector()
-        try process.run()
+        try launchProcess(process)
         OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
         OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: { output.closeStderr() })
         return (process, output)

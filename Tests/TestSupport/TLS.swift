@@ -55,7 +55,7 @@ package func runTool(_ tool: String, _ arguments: [String], input: [UInt8] = [],
     process.standardOutput = stdout
     process.standardError = stderr
     let output = OutputCollector()
-    try process.run()
+    try launchProcess(process)
     OutputCollector.drain(stdout.fileHandleForReading, into: { output.appendStdout($0) }, atEnd: { output.closeStdout() })
     OutputCollector.drain(stderr.fileHandleForReading, into: { output.appendStderr($0) }, atEnd: { output.closeStderr() })
     if !input.isEmpty { stdin.fileHandleForWriting.write(Data(input)) }
@@ -102,7 +102,7 @@ package final class StreamingProcess: @unchecked Sendable {
         process.standardOutput = stdout
         process.standardError = stderr
         input = stdin.fileHandleForWriting
-        try process.run()
+        try launchProcess(process)
         // The drain threads hold the object until the pipes end (the process exits).
         OutputCollector.drain(
             stdout.fileHandleForReading, into: { bytes in self.output.withLock { $0.bytes += bytes } },

@@ -1,6 +1,7 @@
 import Foundation
 import StatePersistence
 import StatePostgres
+import TestSupport
 import Synchronization
 import Testing
 
@@ -91,7 +92,7 @@ final class TestPostgres: Sendable {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        try process.run()
+        try launchProcess(process)
         process.waitUntilExit()
         let out = FileManager.default.contents(atPath: outPath) ?? Data()
         let err = FileManager.default.contents(atPath: errPath) ?? Data()
