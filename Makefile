@@ -16,10 +16,11 @@
 SWIFT        ?= swift
 # Build: libmicrohttpd-dev libsqlite3-dev pkg-config. Tests: curl, postgresql (initdb, pg_ctl, psql),
 # nginx-light, python3 and python3-venv (schemathesis, pytest, the OpenAPI client), procps (pgrep in
-# scripts/test.sh), openssl (the TLS tests' throwaway certificates, `openssl s_client`). The browser
+# scripts/test.sh), openssl (the TLS tests' throwaway certificates, `openssl s_client`), iproute2 (`ip netns`:
+# the presence test's client whose network vanishes). The browser
 # step installs chromium and chromium-driver itself, the metrics lint step
 # (scripts/metrics-lint.sh) Debian's prometheus package, for promtool.
-APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps openssl
+APT_PACKAGES := libmicrohttpd-dev libsqlite3-dev pkg-config curl postgresql nginx-light python3 python3-venv procps openssl iproute2
 # The release build, shared word for word with the Dockerfile (a test checks it; `$$` is the
 # Makefile's `$`). It runs in an environment of PATH and HOME only: SwiftPM re-plans the build
 # when the environment its manifests are evaluated in changes (make's MAKEFLAGS, the shell's `_`,
