@@ -88,9 +88,10 @@ start() {
     if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); echo "$port" > "$dir/port"; fi
     [ "$(id -u)" = 0 ] && chown -R "$RUN_AS" "$dir"
     # -k: the Unix socket in DIR, not /var/run/postgresql. fsync off: a throwaway server (a
-    # later -c in POSTGRES_SERVER_OPTIONS wins).
+    # later -c in POSTGRES_SERVER_OPTIONS wins). Prepared transactions: a test holds a lock in one
+    # after psql has gone (PostgresStorageTests.statementTimeout).
     as_user "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -s \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=500 ${POSTGRES_SERVER_OPTIONS:-}" start ||
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c max_connections=500 -c max_prepared_transactions=8 ${POSTGRES_SERVER_OPTIONS:-}" start ||
         die "pg_ctl start failed: $(tail -n 5 "$dir/server.log" 2>/dev/null)"
     # Wait until it accepts connections, with a deadline.
     local deadline=$((SECONDS + 30))

@@ -146,30 +146,33 @@ struct PostgresStorageTests {
         }
     }
 
-    @Test("statement_timeout reaches PostgreSQL: with 1 ms every statement is cancelled (57014); the default lets the same database open")
+    @Test("statement_timeout reaches PostgreSQL: a read stuck behind a lock is cancelled (57014) and answers unavailable")
     func statementTimeout() async throws {
         let server = try TestPostgres.shared()
         let url = try server.makeDatabase()
         var settings = try TestPostgres.settings(url)
-        settings.statementTimeout = .milliseconds(1)
-        // PostgreSQL's own cancellation is what this test reads: on a loaded machine its answer
-        // can take longer than the 2 s after which the client would call it unreachable.
-        settings.answerGrace = .seconds(30)
-        // Creating the schema takes far longer than 1 ms: PostgreSQL cancels it.
+        // Long enough for the schema's creation on a loaded machine; the stuck read below waits
+        // far longer than this unless PostgreSQL cancels it.
+        settings.statementTimeout = .seconds(2)
+        // PostgreSQL's own cancellation is what this test reads, not the client's bound.
+        settings.answerGrace = .seconds(60)
+        let storage = try await PostgresStorage.open(settings: settings)
+        try await storage.commit([.createSession(session("locked"))])
+        // A prepared transaction holds its lock after psql has gone, until it is rolled back:
+        // every statement that reads the sessions table waits behind it.
+        let hold = "hold_\(UUID().uuidString.prefix(8).lowercased())"
+        try server.sql("BEGIN; LOCK TABLE state_sessions IN ACCESS EXCLUSIVE MODE; PREPARE TRANSACTION '\(hold)'", in: url)
+        var released = false
+        defer { if !released { _ = try? server.sql("ROLLBACK PREPARED '\(hold)'", in: url) } }
         let failure = await storageError { () async throws(StorageError) in
-            let storage = try await PostgresStorage.open(settings: settings)
-            await storage.close()
+            _ = try await storage.session(id: "locked")
         }
         #expect(failure?.kind == .unavailable, "\(String(describing: failure))")
-        // 57014 is the cancellation itself. When PostgreSQL's cancellation of a row-returning
-        // statement reaches the client after the statement's rows ended, the next statement of
-        // the same transaction is what fails, with 25P02 (the transaction was aborted by it):
-        // either way a statement of this transaction was cancelled, which no other setting does.
-        let message = failure?.message ?? ""
-        #expect(message.contains("57014") || message.contains("25P02"), "cancelled by statement_timeout: \(String(describing: failure))")
-        let storage = try await PostgresStorage.open(settings: TestPostgres.settings(url))
-        try await storage.commit([.createSession(session("bounded"))])
-        #expect(try await storage.session(id: "bounded") != nil)
+        #expect(failure?.message.contains("57014") == true, "cancelled by statement_timeout: \(String(describing: failure))")
+        try server.sql("ROLLBACK PREPARED '\(hold)'", in: url)
+        released = true
+        // The same pool answers once the lock is gone.
+        #expect(try await storage.session(id: "locked") != nil)
         await storage.close()
     }
 
