@@ -8,21 +8,22 @@ public struct ServerSentEvents: EventEncoder {
     public init() {}
 
     public func encode(seq: Int, event: String, data: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(data.count + 40)
-        out.append(contentsOf: "id: ".utf8)
-        out.append(contentsOf: String(seq).utf8)
-        out.append(contentsOf: "\nevent: ".utf8)
-        out.append(contentsOf: event.utf8)
-        out.append(contentsOf: "\ndata: ".utf8)
-        out.append(contentsOf: data)
-        out.append(contentsOf: [10, 10])
-        return out
+        Self.frame(id: seq, event: event, data: data)
     }
 
     public func encode(event: String, data: [UInt8]) -> [UInt8] {
+        Self.frame(id: nil, event: event, data: data)
+    }
+
+    /// One message: `id:` when it moves the client's `Last-Event-ID`, then `event:` and `data:`.
+    private static func frame(id: Int?, event: String, data: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(data.count + 24)
+        out.reserveCapacity(data.count + event.utf8.count + 32)
+        if let id {
+            out.append(contentsOf: "id: ".utf8)
+            out.append(contentsOf: String(id).utf8)
+            out.append(10)
+        }
         out.append(contentsOf: "event: ".utf8)
         out.append(contentsOf: event.utf8)
         out.append(contentsOf: "\ndata: ".utf8)

@@ -32,7 +32,7 @@ public struct PresenceEntry: Sendable, Equatable {
     public static func joining(label: String, grant: Grant) -> PresenceEntry {
         PresenceEntry(
             id: SessionManager.randomString(bytes: 12), label: label, subject: grant.subject ?? grant.tokenID,
-            since: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
+            since: WallClock.now)
     }
 
     /// `{"id", "label", "sub", "since"}`.
